@@ -1,0 +1,58 @@
+//! The element-wise combiners of every reduction, shared by every backend.
+//!
+//! A reduction folds the values of one element across ranks left to right:
+//! `acc = combine(acc, next)`, starting from the first rank of the fold order. The order itself is
+//! the backend's (silvic-net's ring states it); these functions fix what one step does, including
+//! which operand wins where IEEE 754 leaves a choice (NaN payloads, signed zeros), so that two
+//! backends with the same order give the same bits.
+
+/// `acc + x` in IEEE 754 double precision.
+#[inline]
+pub fn sum_f64(acc: f64, x: f64) -> f64 {
+    acc + x
+}
+
+/// `acc + x` in two's complement, wrapping on overflow: exact, and the same in any order.
+#[inline]
+pub fn sum_i64(acc: i64, x: i64) -> i64 {
+    acc.wrapping_add(x)
+}
+
+/// The larger of `acc` and `x`, where NaN is larger than everything.
+///
+/// If `acc` is NaN it is kept (so the first NaN in fold order wins, payload and all); otherwise a
+/// NaN `x` is taken. Between equal values (`-0.0` and `+0.0`) `acc` is kept.
+#[inline]
+pub fn max_f64(acc: f64, x: f64) -> f64 {
+    if acc.is_nan() || (!x.is_nan() && x <= acc) { acc } else { x }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_propagates_nan_from_either_side() {
+        assert!(max_f64(f64::NAN, 1.0).is_nan());
+        assert!(max_f64(1.0, f64::NAN).is_nan());
+        assert_eq!(max_f64(1.0, 2.0), 2.0);
+        assert_eq!(max_f64(2.0, 1.0), 2.0);
+        assert_eq!(max_f64(f64::NEG_INFINITY, -1e308), -1e308);
+    }
+
+    #[test]
+    fn max_keeps_the_first_of_equal_values_and_the_first_nan() {
+        assert!(max_f64(-0.0, 0.0).is_sign_negative());
+        assert!(max_f64(0.0, -0.0).is_sign_positive());
+        let first = f64::from_bits(0x7ff8_0000_0000_0001);
+        let second = f64::from_bits(0x7ff8_0000_0000_0002);
+        assert_eq!(max_f64(first, second).to_bits(), first.to_bits());
+    }
+
+    #[test]
+    fn integer_sum_wraps() {
+        assert_eq!(sum_i64(i64::MAX, 1), i64::MIN);
+        assert_eq!(sum_i64(-5, 3), -2);
+        assert_eq!(sum_f64(0.1, 0.2), 0.1 + 0.2);
+    }
+}

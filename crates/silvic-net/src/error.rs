@@ -1,0 +1,103 @@
+//! [`ConnectError`]: why binding or joining a ring failed.
+//!
+//! Invariants: every variant that involves a peer names its rank and address; messages are
+//! lower-case, never contain the job token, and say what was expected where that helps.
+
+use std::{fmt, io, time::Duration};
+
+pub use crate::handshake::RejectReason;
+
+/// Why [`crate::TcpCollective::bind`], [`crate::TcpCollective::bind_advertised`] or
+/// [`crate::TcpCollective::connect`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// An argument is unusable; nothing was opened.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The listener could not be opened.
+    #[error("cannot listen on {host}: {message}")]
+    Bind {
+        /// The host that was asked for.
+        host: String,
+        /// What the operating system reported.
+        kind: io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
+
+    /// A handshake with a ring neighbour was refused, by either side, for `reason`.
+    #[error("{reason} with rank {peer} at {address}{detail}")]
+    Rejected {
+        /// The neighbour's rank.
+        peer: usize,
+        /// The neighbour's address, as the address list gives it.
+        address: String,
+        /// Why.
+        reason: RejectReason,
+        /// Both sides' values where they help, such as ": it has 4 ranks, this rank has 3".
+        detail: String,
+    },
+
+    /// The neighbour's address answered with something that is not a silvic-net handshake.
+    #[error("handshake with rank {peer} at {address} failed: {reason}")]
+    Handshake {
+        /// The neighbour's rank.
+        peer: usize,
+        /// The neighbour's address.
+        address: String,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// The ring did not form within the timeout.
+    #[error("timed out after {waited:?} waiting for rank {peer} at {address} {waiting_for}")]
+    Timeout {
+        /// The neighbour this rank was still waiting for.
+        peer: usize,
+        /// The neighbour's address.
+        address: String,
+        /// The rendezvous timeout.
+        waited: Duration,
+        /// What was missing, such as "to accept (last error: connection refused)".
+        waiting_for: String,
+    },
+
+    /// A socket operation failed.
+    #[error("i/o error with rank {peer} at {address}: {message}")]
+    Io {
+        /// The neighbour's rank.
+        peer: usize,
+        /// The neighbour's address.
+        address: String,
+        /// What the operating system reported.
+        kind: io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RejectReason::TokenMismatch => "job token mismatch",
+            RejectReason::VersionMismatch => "protocol version mismatch",
+            RejectReason::WorldMismatch => "world size mismatch",
+            RejectReason::WrongRank => "rank mismatch",
+        })
+    }
+}
+
+impl ConnectError {
+    /// The peer rank this error is about, if any.
+    pub fn peer(&self) -> Option<usize> {
+        match self {
+            ConnectError::Rejected { peer, .. }
+            | ConnectError::Handshake { peer, .. }
+            | ConnectError::Timeout { peer, .. }
+            | ConnectError::Io { peer, .. } => Some(*peer),
+            ConnectError::InvalidArgument(_) | ConnectError::Bind { .. } => None,
+        }
+    }
+}

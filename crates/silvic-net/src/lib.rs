@@ -1,0 +1,69 @@
+//! silvic-net: the collectives silvic's distributed training runs on, over a TCP ring.
+//!
+//! [`TcpCollective`] implements silvic-core's [`Collective`]. Each rank binds a listener, a
+//! launcher (a Ray driver, Slurm, a shell script) gathers every rank's address in rank order,
+//! and every rank connects:
+//!
+//! ```no_run
+//! use silvic_net::{Collective, TcpCollective};
+//! use std::time::Duration;
+//! # fn gather(_: String) -> Vec<String> { unimplemented!() }
+//! # let (rank, node_ip) = (0, "10.0.0.5");
+//!
+//! let listener = TcpCollective::bind_advertised("0.0.0.0", node_ip)?;
+//! let addresses = gather(listener.address()); // every rank's, in rank order
+//! let mut ring =
+//!     TcpCollective::connect(listener, rank, &addresses, "job-token", Duration::from_secs(1800))?;
+//! ring.set_timeout(Duration::from_secs(60));
+//! let mut histogram = vec![0.0; 1 << 20];
+//! ring.allreduce_sum_f64(&mut histogram)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The ring
+//!
+//! Rank `r` connects to `r + 1` and accepts `r - 1` (mod world size). A handshake checks magic,
+//! version, world size and rank, and proves the job token with an HMAC over both sides' nonces
+//! ([`handshake`]). An allreduce is a reduce-scatter then an allgather; below 4 KiB it is one
+//! allgather of whole buffers. Every frame carries the op, the call's sequence number and the
+//! lengths ([`frame`]), checked before a payload byte is used.
+//!
+//! # Guarantees
+//!
+//! - **Deterministic.** Element `i` folds over ranks in an order fixed by `(i, length, world)`,
+//!   on both paths: results are bitwise identical on every rank and every run.
+//! - **No deadlock.** Each step sends and receives at once over non-blocking sockets.
+//! - **Timeouts bound inactivity.** A collective fails when the peer it waits on moves no byte
+//!   for the timeout; a vanished host is found sooner by TCP keepalive and TCP_USER_TIMEOUT
+//!   (about a minute, [`LIVENESS`]).
+//! - **Failures travel and stick.** A failed rank tells both neighbours where and why it failed
+//!   and shuts its streams; every rank's error names the origin, and every later call returns
+//!   the same error. Nothing panics on what a peer sends, and no error exits the process.
+//!
+//! # Threads
+//!
+//! A [`TcpCollective`] is `Send`, not shared: one thread drives it at a time, and the calling
+//! thread does all the work (no background threads).
+//!
+//! Payload numbers travel little-endian as they lie in memory; big-endian targets are refused at
+//! build time rather than mixing byte orders on the wire.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
+
+#[cfg(not(target_endian = "little"))]
+compile_error!(
+    "silvic-net sends numbers as they lie in memory and supports little-endian targets only"
+);
+
+mod error;
+pub mod frame;
+pub mod handshake;
+mod poll;
+mod rendezvous;
+mod ring;
+mod tcp;
+
+pub use error::{ConnectError, RejectReason};
+pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
+pub use tcp::{LIVENESS, RingListener, TcpCollective};

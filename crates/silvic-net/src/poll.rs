@@ -1,0 +1,378 @@
+//! The TCP ring link: one lock-step exchange over two non-blocking sockets, driven by poll(2).
+//!
+//! Each rank holds two streams. Data flows one way around the ring: a rank writes frames to its
+//! right neighbour and reads frames from its left. The reverse direction of each stream carries
+//! nothing but abort frames, so a rank blocked writing to its right still hears why that
+//! neighbour gave up.
+//!
+//! Invariants:
+//! - A step writes and reads at the same time; neither side ever blocks on a write before it
+//!   reads, so buffers of any size cannot deadlock however small the socket buffers are.
+//! - Readiness is a hint: every read and write runs until it would block, and `EINTR` retries.
+//! - The timeout bounds inactivity per peer: a step fails when the peer it still waits on has
+//!   moved no byte for that long; the deadline is recomputed after every bit of progress.
+//! - An outgoing frame is written whole or the stream is shut: an abort frame only ever follows
+//!   a complete frame, so a receiver never mistakes it for payload.
+//!
+//! This is the only module that waits.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use silvic_core::CollectiveError;
+
+use crate::frame::{Abort, FrameError, HEADER_LEN, Header, Kind, MAX_ABORT_LEN};
+use crate::ring::{Link, Sink};
+
+/// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
+/// can append an abort frame. Past this it just shuts the stream.
+const FINISH_FRAME_BOUND: Duration = Duration::from_millis(250);
+
+/// Payloads up to this size go out in one write together with their header.
+const COALESCE: usize = 16 * 1024;
+
+/// Which neighbour an event concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Left,
+    Right,
+}
+
+/// A rank's two ring streams.
+#[derive(Debug)]
+pub(crate) struct TcpRing {
+    left: TcpStream,
+    right: TcpStream,
+    left_rank: usize,
+    right_rank: usize,
+    timeout: Duration,
+    /// False while a frame to the right is partly written.
+    at_frame_boundary: bool,
+    /// Header and small payload, written together.
+    coalesced: Vec<u8>,
+    /// The reverse direction of the right stream, where only an abort may arrive.
+    reverse: Incoming,
+}
+
+/// The frame being written to the right.
+struct Outgoing<'a> {
+    head: [u8; HEADER_LEN],
+    payload: &'a [u8],
+    sent: usize,
+}
+
+impl Outgoing<'_> {
+    fn len(&self) -> usize {
+        HEADER_LEN + self.payload.len()
+    }
+    fn done(&self) -> bool {
+        self.sent == self.len()
+    }
+}
+
+/// Reads one frame: a header, then either the expected payload into a sink or an abort.
+#[derive(Debug)]
+struct Incoming {
+    head: [u8; HEADER_LEN],
+    got: usize,
+    state: IncomingState,
+}
+
+#[derive(Debug)]
+enum IncomingState {
+    Header,
+    Payload,
+    Abort { len: usize, buf: [u8; MAX_ABORT_LEN] },
+    Done,
+}
+
+impl Incoming {
+    fn new() -> Self {
+        Incoming { head: [0; HEADER_LEN], got: 0, state: IncomingState::Header }
+    }
+
+    fn done(&self) -> bool {
+        matches!(self.state, IncomingState::Done)
+    }
+
+    /// Reads what `stream` has. Returns whether a byte moved. With `expect` of `None` (the
+    /// reverse direction) any data frame is malformed.
+    fn read_from(
+        &mut self,
+        mut stream: &TcpStream,
+        peer: usize,
+        expect: Option<&Header>,
+        sink: &mut dyn Sink,
+    ) -> Result<bool, CollectiveError> {
+        let mut moved = false;
+        loop {
+            let buf: &mut [u8] = match &mut self.state {
+                IncomingState::Header => &mut self.head[self.got..],
+                IncomingState::Payload => sink.space(),
+                IncomingState::Abort { len, buf } => &mut buf[self.got..*len],
+                IncomingState::Done => return Ok(moved),
+            };
+            if buf.is_empty() {
+                self.advance(peer, expect)?;
+                continue;
+            }
+            let n = match stream.read(buf) {
+                Ok(0) => return Err(CollectiveError::PeerClosed { peer }),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(stream_error(peer, &e)),
+            };
+            moved = true;
+            match self.state {
+                IncomingState::Payload => sink.commit(n),
+                _ => self.got += n,
+            }
+        }
+    }
+
+    /// Moves past a completed part: checks a header, decodes an abort, finishes a payload.
+    fn advance(&mut self, peer: usize, expect: Option<&Header>) -> Result<(), CollectiveError> {
+        let malformed =
+            |e: FrameError| CollectiveError::MalformedFrame { peer, reason: e.to_string() };
+        self.state = match &self.state {
+            IncomingState::Header => {
+                let header = Header::decode(&self.head).map_err(malformed)?;
+                self.got = 0;
+                match (header.kind, expect) {
+                    // decode() bounds an abort's length by MAX_ABORT_LEN.
+                    (Kind::Abort, _) => {
+                        IncomingState::Abort { len: header.len as usize, buf: [0; MAX_ABORT_LEN] }
+                    }
+                    (Kind::Data(_), Some(expected)) => {
+                        header.expect(expected, peer)?;
+                        IncomingState::Payload
+                    }
+                    (Kind::Data(_), None) => {
+                        return Err(CollectiveError::MalformedFrame {
+                            peer,
+                            reason: "data frame on the reverse direction".into(),
+                        });
+                    }
+                }
+            }
+            IncomingState::Abort { len, buf } => {
+                return Err(Abort::decode(&buf[..*len]).map_err(malformed)?.into_error());
+            }
+            IncomingState::Payload | IncomingState::Done => IncomingState::Done,
+        };
+        Ok(())
+    }
+}
+
+/// A sink for the reverse direction, which carries no payload.
+struct NoPayload;
+
+impl Sink for NoPayload {
+    fn space(&mut self) -> &mut [u8] {
+        &mut []
+    }
+    fn commit(&mut self, _: usize) {}
+}
+
+/// A socket error as a collective error: a reset or a broken pipe means the peer is gone.
+fn stream_error(peer: usize, e: &io::Error) -> CollectiveError {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::UnexpectedEof => CollectiveError::PeerClosed { peer },
+        _ => CollectiveError::io(peer, e),
+    }
+}
+
+/// Polls `fds` until `deadline` (or forever with `None`), retrying `EINTR`.
+pub(crate) fn wait(fds: &mut [PollFd<'_>], deadline: Option<Instant>) -> io::Result<()> {
+    let timeout = deadline.map(|d| {
+        let left = d.saturating_duration_since(Instant::now());
+        Timespec { tv_sec: left.as_secs() as _, tv_nsec: left.subsec_nanos() as _ }
+    });
+    match poll(fds, timeout.as_ref()) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl TcpRing {
+    /// Wraps the two streams of a formed ring. They must be non-blocking.
+    pub(crate) fn new(
+        left: TcpStream,
+        right: TcpStream,
+        left_rank: usize,
+        right_rank: usize,
+        timeout: Duration,
+    ) -> Self {
+        TcpRing {
+            left,
+            right,
+            left_rank,
+            right_rank,
+            timeout,
+            at_frame_boundary: true,
+            coalesced: Vec::with_capacity(HEADER_LEN + COALESCE),
+            reverse: Incoming::new(),
+        }
+    }
+
+    pub(crate) fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Writes what the right stream takes. Returns whether a byte moved.
+    fn write_some(&mut self, out: &mut Outgoing<'_>) -> Result<bool, CollectiveError> {
+        let mut moved = false;
+        while !out.done() {
+            let buf = if !self.coalesced.is_empty() {
+                &self.coalesced[out.sent..]
+            } else if out.sent < HEADER_LEN {
+                &out.head[out.sent..]
+            } else {
+                &out.payload[out.sent - HEADER_LEN..]
+            };
+            match (&self.right).write(buf) {
+                Ok(n) => {
+                    out.sent += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.right_gone(&e)),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// The error for a failed write to the right: the abort the right neighbour sent before it
+    /// closed, if it is waiting to be read, else the socket error itself.
+    fn right_gone(&mut self, e: &io::Error) -> CollectiveError {
+        match self.reverse.read_from(&self.right, self.right_rank, None, &mut NoPayload) {
+            Err(aborted @ CollectiveError::Aborted { .. }) => aborted,
+            _ => stream_error(self.right_rank, e),
+        }
+    }
+
+    fn drive(
+        &mut self,
+        out: &mut Outgoing<'_>,
+        incoming: &mut Incoming,
+        expect: &Header,
+        sink: &mut dyn Sink,
+    ) -> Result<(), (Side, CollectiveError)> {
+        let (mut left_active, mut right_active) = (Instant::now(), Instant::now());
+        loop {
+            if self.write_some(out).map_err(|e| (Side::Right, e))? {
+                right_active = Instant::now();
+            }
+            if !incoming.done()
+                && incoming
+                    .read_from(&self.left, self.left_rank, Some(expect), sink)
+                    .map_err(|e| (Side::Left, e))?
+            {
+                left_active = Instant::now();
+            }
+            if out.done() && incoming.done() {
+                return Ok(());
+            }
+
+            // Wait on whichever peer this step still needs; the right stream's reverse
+            // direction is watched while writing, for an abort.
+            let left_deadline = (!incoming.done()).then(|| left_active + self.timeout);
+            let right_deadline = (!out.done()).then(|| right_active + self.timeout);
+            let now = Instant::now();
+            for (deadline, side, peer) in [
+                (left_deadline, Side::Left, self.left_rank),
+                (right_deadline, Side::Right, self.right_rank),
+            ] {
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err((side, CollectiveError::Timeout { peer, waited: self.timeout }));
+                }
+            }
+            let deadline = left_deadline.into_iter().chain(right_deadline).min();
+            let right_events =
+                if out.done() { PollFlags::empty() } else { PollFlags::OUT | PollFlags::IN };
+            let left_events = if incoming.done() { PollFlags::empty() } else { PollFlags::IN };
+            let mut fds =
+                [PollFd::new(&self.right, right_events), PollFd::new(&self.left, left_events)];
+            wait(&mut fds, deadline)
+                .map_err(|e| (Side::Left, CollectiveError::io(self.left_rank, &e)))?;
+            if fds[0].revents().intersects(PollFlags::IN) {
+                self.reverse
+                    .read_from(&self.right, self.right_rank, None, &mut NoPayload)
+                    .map_err(|e| (Side::Right, e))?;
+            }
+        }
+    }
+
+    /// After a failure on the left, keeps writing the frame to the right for a short while, so
+    /// that the right neighbour gets a whole frame and then the abort.
+    fn finish_frame(&mut self, out: &mut Outgoing<'_>) {
+        let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
+        while !out.done() && Instant::now() < deadline {
+            if self.write_some(out).is_err() {
+                return;
+            }
+            let mut fds = [PollFd::new(&self.right, PollFlags::OUT)];
+            if out.done() || wait(&mut fds, Some(deadline)).is_err() {
+                break;
+            }
+        }
+        self.at_frame_boundary = out.done();
+    }
+
+    /// Tells both neighbours why this rank gives up, best effort, then shuts both streams for
+    /// writing. Reads stay open until the ring is dropped, so a neighbour's last bytes are not
+    /// answered with a reset that could destroy its own abort frame in flight.
+    pub(crate) fn abort(&mut self, rank: usize, error: &CollectiveError, seq: u64) {
+        let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let len = Abort::for_error(rank, error).encode(seq, &mut frame);
+        let mut targets = vec![&self.left];
+        if self.at_frame_boundary {
+            targets.push(&self.right);
+        }
+        for mut stream in targets {
+            // Non-blocking: an abort is small and the reverse direction is otherwise empty; if
+            // it does not fit, the shutdown below still ends the stream.
+            let _ = stream.write(&frame[..len]);
+        }
+        let _ = self.left.shutdown(Shutdown::Write);
+        let _ = self.right.shutdown(Shutdown::Write);
+    }
+}
+
+impl Link for TcpRing {
+    fn exchange(
+        &mut self,
+        header: &Header,
+        payload: &[u8],
+        expect: &Header,
+        sink: &mut dyn Sink,
+    ) -> Result<(), CollectiveError> {
+        let mut out = Outgoing { head: header.encode(), payload, sent: 0 };
+        self.coalesced.clear();
+        if payload.len() <= COALESCE {
+            self.coalesced.extend_from_slice(&out.head);
+            self.coalesced.extend_from_slice(payload);
+        }
+        self.at_frame_boundary = false;
+        let mut incoming = Incoming::new();
+        let result = self.drive(&mut out, &mut incoming, expect, sink);
+        match result {
+            Ok(()) => {
+                self.at_frame_boundary = true;
+                Ok(())
+            }
+            Err((Side::Left, e)) => {
+                self.finish_frame(&mut out);
+                Err(e)
+            }
+            Err((Side::Right, e)) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! The ring algorithms: which bytes move at each step and how they are folded.
+//!
+//! Invariants this module keeps, whatever carries the bytes:
+//!
+//! - **Lock-step.** A collective is a fixed sequence of steps; in each, a rank sends one frame to
+//!   its right neighbour and receives one from its left, at the same time ([`Link::exchange`]).
+//!   Every frame names the op, the sequence number and the buffer length, and is checked before
+//!   its payload is used.
+//! - **Fold order.** Element `i` is folded over ranks in [`schedule::fold_order`] of its segment,
+//!   `j, j + 1, …, j - 1` (mod world), left to right with silvic-core's combiners. That depends
+//!   on `(i, len, world)` alone, and both paths use it, so results are bitwise identical on every
+//!   rank, on every run, and on either side of the 4 KiB cut.
+//! - **Traffic and memory.** At or above 4 KiB an allreduce is a reduce-scatter then an
+//!   allgather: `2(n-1)/n` of the buffer leaves each rank, and the only extra memory is a
+//!   fixed-size fold scratch. Below it, one allgather of whole buffers (at most `n × 4 KiB`).
+//!
+//! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
+//! over poll(2), and the tests plug in an in-memory ring.
+
+pub(crate) mod run;
+pub(crate) mod schedule;
+
+pub(crate) use run::{Link, Sink};

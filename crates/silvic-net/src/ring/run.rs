@@ -1,0 +1,498 @@
+//! Executes the ring schedule over a [`Link`]: the allreduce paths and the allgather.
+
+use silvic_core::{CollectiveError, Op};
+
+use super::schedule::{self, pass, segment, segment_of};
+use crate::frame::Header;
+
+/// Bytes of received data folded at a time. Small enough to stay in cache, large enough that a
+/// read moves plenty per system call.
+const FOLD_SCRATCH: usize = 128 * 1024;
+
+/// Where the payload of a received frame goes, as it arrives.
+pub(crate) trait Sink {
+    /// Room for the next bytes; empty once the whole payload has arrived.
+    fn space(&mut self) -> &mut [u8];
+    /// `n` bytes were written to the front of [`Sink::space`].
+    fn commit(&mut self, n: usize);
+}
+
+/// A connection to both ring neighbours.
+pub(crate) trait Link {
+    /// One ring step: sends `header` and `payload` to the right neighbour while receiving one
+    /// frame from the left, whose header must equal `expect` (checked before a payload byte is
+    /// read) and whose payload goes to `sink`. Returns once both are complete.
+    fn exchange(
+        &mut self,
+        header: &Header,
+        payload: &[u8],
+        expect: &Header,
+        sink: &mut dyn Sink,
+    ) -> Result<(), CollectiveError>;
+}
+
+/// A number type the ring reduces. Payloads carry its little-endian bytes.
+pub(crate) trait Element: bytemuck::Pod {
+    fn from_le(bytes: [u8; 8]) -> Self;
+}
+
+impl Element for f64 {
+    fn from_le(bytes: [u8; 8]) -> Self {
+        f64::from_le_bytes(bytes)
+    }
+}
+
+impl Element for i64 {
+    fn from_le(bytes: [u8; 8]) -> Self {
+        i64::from_le_bytes(bytes)
+    }
+}
+
+/// Copies a payload into place.
+struct CopySink<'a> {
+    dst: &'a mut [u8],
+    filled: usize,
+}
+
+impl Sink for CopySink<'_> {
+    fn space(&mut self) -> &mut [u8] {
+        &mut self.dst[self.filled..]
+    }
+    fn commit(&mut self, n: usize) {
+        self.filled += n;
+    }
+}
+
+/// Folds a payload of partial results into this rank's segment as it arrives:
+/// `dst[i] = combine(received[i], dst[i])`, the received value being the earlier accumulator.
+struct FoldSink<'a, T> {
+    dst: &'a mut [T],
+    combine: fn(T, T) -> T,
+    scratch: &'a mut [u8],
+    /// Bytes received so far, folded or pending in `scratch`.
+    received: usize,
+    /// Bytes at the front of `scratch` not folded yet (fewer than one element once folded).
+    pending: usize,
+}
+
+impl<T: Element> Sink for FoldSink<'_, T> {
+    fn space(&mut self) -> &mut [u8] {
+        let left = self.dst.len() * 8 - self.received;
+        let room = (self.scratch.len() - self.pending).min(left);
+        &mut self.scratch[self.pending..self.pending + room]
+    }
+
+    fn commit(&mut self, n: usize) {
+        let done = (self.received - self.pending) / 8;
+        self.received += n;
+        self.pending += n;
+        let whole = self.pending / 8;
+        let dst = &mut self.dst[done..done + whole];
+        for (d, chunk) in dst.iter_mut().zip(self.scratch[..whole * 8].chunks_exact(8)) {
+            let acc = T::from_le(chunk.try_into().expect("chunks of 8"));
+            *d = (self.combine)(acc, *d);
+        }
+        self.scratch.copy_within(whole * 8..self.pending, 0);
+        self.pending -= whole * 8;
+    }
+}
+
+/// Reusable memory of a ring, kept between calls so steady-state collectives do not allocate.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    fold: Vec<u8>,
+}
+
+/// Borrows block `send` for reading and block `recv` for writing; they must differ.
+fn send_and_recv<T>(blocks: &mut [T], send: usize, recv: usize) -> (&T, &mut T) {
+    assert_ne!(send, recv, "a ring step never sends the block it receives");
+    if send < recv {
+        let (low, high) = blocks.split_at_mut(recv);
+        (&low[send], &mut high[0])
+    } else {
+        let (low, high) = blocks.split_at_mut(send);
+        (&high[0], &mut low[recv])
+    }
+}
+
+/// Splits `buf` into its `world` segments.
+fn segments_mut<T>(buf: &mut [T], world: usize) -> Vec<&mut [T]> {
+    let len = buf.len();
+    let mut rest = buf;
+    let mut out = Vec::with_capacity(world);
+    for j in 0..world {
+        let (head, tail) = rest.split_at_mut(segment(len, world, j).len());
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+/// Allgathers one equal-length block per rank: on return `blocks[r]` holds rank `r`'s block.
+/// `blocks[rank]` is this rank's on entry. `total` is the length the frames report.
+pub(crate) fn allgather(
+    link: &mut dyn Link,
+    rank: usize,
+    op: Op,
+    seq: u64,
+    total: u64,
+    blocks: &mut [Vec<u8>],
+) -> Result<(), CollectiveError> {
+    let world = blocks.len();
+    let block_len = blocks[rank].len() as u64;
+    let header = Header::data(op, seq, total, block_len);
+    for step in 0..world - 1 {
+        let p = pass(rank, world, step, 0);
+        let (send, recv) = send_and_recv(blocks, p.send, p.recv);
+        recv.resize(send.len(), 0);
+        link.exchange(&header, send, &header, &mut CopySink { dst: recv, filled: 0 })?;
+    }
+    Ok(())
+}
+
+/// Replaces `buf` with its reduction over the ring, `combine` folding in fold order.
+pub(crate) fn allreduce<T: Element>(
+    link: &mut dyn Link,
+    rank: usize,
+    world: usize,
+    op: Op,
+    seq: u64,
+    buf: &mut [T],
+    combine: fn(T, T) -> T,
+    scratch: &mut Scratch,
+) -> Result<(), CollectiveError> {
+    let bytes = std::mem::size_of_val(buf);
+    if schedule::is_small(bytes) {
+        small_allreduce(link, rank, world, op, seq, buf, combine)
+    } else {
+        ring_allreduce(link, rank, world, op, seq, buf, combine, scratch)
+    }
+}
+
+/// Below the cut: gather every rank's whole buffer, then fold each element in fold order.
+fn small_allreduce<T: Element>(
+    link: &mut dyn Link,
+    rank: usize,
+    world: usize,
+    op: Op,
+    seq: u64,
+    buf: &mut [T],
+    combine: fn(T, T) -> T,
+) -> Result<(), CollectiveError> {
+    let mine: &[u8] = bytemuck::cast_slice(buf);
+    let mut blocks = vec![Vec::new(); world];
+    blocks[rank] = mine.to_vec();
+    allgather(link, rank, op, seq, mine.len() as u64, &mut blocks)?;
+    let value = |r: usize, i: usize| T::from_le(blocks[r][i * 8..i * 8 + 8].try_into().unwrap());
+    let len = buf.len();
+    for (i, out) in buf.iter_mut().enumerate() {
+        let mut order = schedule::fold_order(segment_of(i, len, world), world);
+        let first = order.next().expect("a world has a rank");
+        *out = order.fold(value(first, i), |acc, r| combine(acc, value(r, i)));
+    }
+    Ok(())
+}
+
+/// At or above the cut: reduce-scatter, after which this rank owns segment `rank + 1` folded
+/// over every rank, then allgather the owned segments.
+#[allow(clippy::too_many_arguments)]
+fn ring_allreduce<T: Element>(
+    link: &mut dyn Link,
+    rank: usize,
+    world: usize,
+    op: Op,
+    seq: u64,
+    buf: &mut [T],
+    combine: fn(T, T) -> T,
+    scratch: &mut Scratch,
+) -> Result<(), CollectiveError> {
+    let total = std::mem::size_of_val(buf) as u64;
+    let len = buf.len();
+    scratch.fold.resize(FOLD_SCRATCH, 0);
+    let mut segments = segments_mut(buf, world);
+    let header = |j: usize| Header::data(op, seq, total, segment(len, world, j).len() as u64 * 8);
+    for step in 0..world - 1 {
+        let p = pass(rank, world, step, 0);
+        let (send, recv) = send_and_recv(&mut segments, p.send, p.recv);
+        let mut sink = FoldSink {
+            dst: &mut **recv,
+            combine,
+            scratch: &mut scratch.fold,
+            received: 0,
+            pending: 0,
+        };
+        link.exchange(&header(p.send), bytemuck::cast_slice(send), &header(p.recv), &mut sink)?;
+    }
+    for step in 0..world - 1 {
+        let p = pass(rank, world, step, 1);
+        let (send, recv) = send_and_recv(&mut segments, p.send, p.recv);
+        let mut sink = CopySink { dst: bytemuck::cast_slice_mut(&mut **recv), filled: 0 };
+        link.exchange(&header(p.send), bytemuck::cast_slice(send), &header(p.recv), &mut sink)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::frame::HEADER_LEN;
+    use silvic_core::fold;
+    use std::sync::mpsc::{Receiver, Sender, channel};
+
+    /// An in-memory ring neighbour: frames travel over channels, and payloads are handed to the
+    /// sink in uneven pieces to exercise partial commits.
+    pub(crate) struct MemLink {
+        right: Sender<Vec<u8>>,
+        left: Receiver<Vec<u8>>,
+        left_rank: usize,
+        piece: usize,
+    }
+
+    pub(crate) fn mem_ring(world: usize) -> Vec<MemLink> {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
+        // Rank r sends into channel r + 1, and receives from channel r.
+        let mut receivers: Vec<Option<Receiver<Vec<u8>>>> =
+            receivers.into_iter().map(Some).collect();
+        (0..world)
+            .map(|r| MemLink {
+                right: senders[(r + 1) % world].clone(),
+                left: receivers[r].take().unwrap(),
+                left_rank: (r + world - 1) % world,
+                piece: 1 + r * 37 % 4099,
+            })
+            .collect()
+    }
+
+    impl Link for MemLink {
+        fn exchange(
+            &mut self,
+            header: &Header,
+            payload: &[u8],
+            expect: &Header,
+            sink: &mut dyn Sink,
+        ) -> Result<(), CollectiveError> {
+            let mut frame = header.encode().to_vec();
+            frame.extend_from_slice(payload);
+            self.right.send(frame).map_err(|_| CollectiveError::PeerClosed { peer: 99 })?;
+            let got = self.left.recv().map_err(|_| CollectiveError::PeerClosed { peer: 99 })?;
+            let head = Header::decode(got[..HEADER_LEN].try_into().unwrap()).unwrap();
+            head.expect(expect, self.left_rank)?;
+            let mut rest = &got[HEADER_LEN..];
+            while !rest.is_empty() {
+                let space = sink.space();
+                let n = space.len().min(self.piece).min(rest.len());
+                space[..n].copy_from_slice(&rest[..n]);
+                sink.commit(n);
+                rest = &rest[n..];
+            }
+            assert!(sink.space().is_empty(), "payload shorter than the sink");
+            Ok(())
+        }
+    }
+
+    /// Runs `f` on every rank of an in-memory ring of `world`, one thread each.
+    pub(crate) fn on_ring<R: Send>(
+        world: usize,
+        f: impl Fn(usize, &mut MemLink) -> R + Sync,
+    ) -> Vec<R> {
+        let links = mem_ring(world);
+        std::thread::scope(|s| {
+            let f = &f;
+            let handles: Vec<_> = links
+                .into_iter()
+                .enumerate()
+                .map(|(r, mut link)| s.spawn(move || f(r, &mut link)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    /// Inputs whose f64 sums depend on the fold order, so a wrong order shows in the bits.
+    fn input(rank: usize, len: usize) -> Vec<f64> {
+        (0..len)
+            .map(|i| ((i * 7 + rank * 13) % 17) as f64 * 0.1 + 1e16 * (rank % 2) as f64)
+            .collect()
+    }
+
+    /// The oracle: element `i` folded in fold order of its segment, straight from the schedule.
+    fn reference(inputs: &[Vec<f64>], combine: fn(f64, f64) -> f64) -> Vec<f64> {
+        let (world, len) = (inputs.len(), inputs[0].len());
+        (0..len)
+            .map(|i| {
+                let mut order = schedule::fold_order(segment_of(i, len, world), world);
+                let first = order.next().unwrap();
+                order.fold(inputs[first][i], |acc, r| combine(acc, inputs[r][i]))
+            })
+            .collect()
+    }
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn ring_path_equals_the_fold_order_oracle() {
+        for world in 1..=16 {
+            let base = 512 * 1 + world; // at or above the 4 KiB cut
+            for len in [base, base + 1, 512, 513, 1000, 4099] {
+                let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
+                let expected = bits(&reference(&inputs, fold::sum_f64));
+                let results = on_ring(world, |r, link| {
+                    let mut buf = inputs[r].clone();
+                    let mut scratch = Scratch::default();
+                    ring_allreduce(
+                        link,
+                        r,
+                        world,
+                        Op::AllreduceSumF64,
+                        0,
+                        &mut buf,
+                        fold::sum_f64,
+                        &mut scratch,
+                    )
+                    .unwrap();
+                    bits(&buf)
+                });
+                for got in results {
+                    assert_eq!(got, expected, "world {world} len {len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn both_paths_give_the_same_bits_for_every_length_and_world() {
+        for world in 1..=9 {
+            let mut lengths: Vec<usize> = (0..=2 * world + 1).collect();
+            lengths.extend([100, 255, 511, 512, 513, 600]);
+            for len in lengths {
+                let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
+                for (combine, name) in [
+                    (fold::sum_f64 as fn(f64, f64) -> f64, "sum"),
+                    (fold::max_f64 as fn(f64, f64) -> f64, "max"),
+                ] {
+                    let paths = on_ring(world, |r, link| {
+                        let (mut small, mut ring) = (inputs[r].clone(), inputs[r].clone());
+                        small_allreduce(
+                            link,
+                            r,
+                            world,
+                            Op::AllreduceSumF64,
+                            0,
+                            &mut small,
+                            combine,
+                        )
+                        .unwrap();
+                        let mut scratch = Scratch::default();
+                        ring_allreduce(
+                            link,
+                            r,
+                            world,
+                            Op::AllreduceSumF64,
+                            1,
+                            &mut ring,
+                            combine,
+                            &mut scratch,
+                        )
+                        .unwrap();
+                        (bits(&small), bits(&ring))
+                    });
+                    let expected = bits(&reference(&inputs, combine));
+                    for (small, ring) in paths {
+                        assert_eq!(small, expected, "{name} small world {world} len {len}");
+                        assert_eq!(ring, expected, "{name} ring world {world} len {len}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn allgather_delivers_every_block() {
+        for world in 1..=8 {
+            for block in [0, 1, 5, 4096] {
+                let results = on_ring(world, |r, link| {
+                    let mut blocks = vec![Vec::new(); world];
+                    blocks[r] = vec![r as u8; block];
+                    allgather(link, r, Op::AllgatherBytes, 3, block as u64, &mut blocks).unwrap();
+                    blocks
+                });
+                for blocks in results {
+                    for (r, b) in blocks.iter().enumerate() {
+                        assert_eq!(b, &vec![r as u8; block], "world {world} block {block}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_sums_wrap_and_max_propagates_nan_over_the_ring() {
+        let world = 3;
+        let results = on_ring(world, |r, link| {
+            let mut ints = vec![i64::MAX; 1000];
+            ints[1] = r as i64;
+            let mut scratch = Scratch::default();
+            allreduce(
+                link,
+                r,
+                world,
+                Op::AllreduceSumI64,
+                0,
+                &mut ints,
+                fold::sum_i64,
+                &mut scratch,
+            )
+            .unwrap();
+            let mut maxes = vec![r as f64; 600];
+            if r == 2 {
+                maxes[599] = f64::NAN;
+            }
+            allreduce(
+                link,
+                r,
+                world,
+                Op::AllreduceMaxF64,
+                1,
+                &mut maxes,
+                fold::max_f64,
+                &mut scratch,
+            )
+            .unwrap();
+            (ints, maxes)
+        });
+        for (ints, maxes) in results {
+            assert_eq!(ints[0], i64::MAX.wrapping_mul(3));
+            assert_eq!(ints[1], 3);
+            assert_eq!(maxes[0], 2.0);
+            assert!(maxes[599].is_nan());
+        }
+    }
+
+    #[test]
+    fn mismatched_lengths_are_caught_at_the_first_frame() {
+        // World 2: a 1000-element buffer's segment is 4000 bytes, the same as a whole 500-element
+        // buffer on the small path; the frame's total still tells them apart.
+        let results = on_ring(2, |r, link| {
+            let mut buf = vec![1.0; if r == 0 { 1000 } else { 500 }];
+            allreduce(
+                link,
+                r,
+                2,
+                Op::AllreduceSumF64,
+                0,
+                &mut buf,
+                fold::sum_f64,
+                &mut Scratch::default(),
+            )
+        });
+        assert_eq!(
+            results[0],
+            Err(CollectiveError::LengthMismatch { peer: 1, expected: 8000, got: 4000 })
+        );
+        assert_eq!(
+            results[1],
+            Err(CollectiveError::LengthMismatch { peer: 0, expected: 4000, got: 8000 })
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! [`TcpCollective`] and its [`RingListener`]: the public face of the crate.
+//!
+//! Invariants: arguments are checked before any socket is opened; a world of one opens none; a
+//! failed collective records its error, tells both neighbours and shuts the streams, and every
+//! later call returns that same error (it is checked first, on the first line of every call).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use silvic_core::{Collective, CollectiveError, Op, fold};
+use socket2::{SockRef, TcpKeepalive};
+use tracing::{info, info_span, warn};
+
+use crate::error::ConnectError;
+use crate::poll::TcpRing;
+use crate::rendezvous::{Plan, rendezvous};
+use crate::ring::run::{self, Element, Scratch};
+
+/// How long TCP itself waits on a host that stopped answering (keepalive probes unanswered, or
+/// data unacknowledged) before it fails the connection, whatever the collective timeout.
+pub const LIVENESS: Duration = Duration::from_secs(60);
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 9;
+
+/// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
+///
+/// Gather every rank's [`RingListener::address`], in rank order, and give the list to every rank.
+#[derive(Debug)]
+pub struct RingListener {
+    listener: TcpListener,
+    advertised: SocketAddr,
+}
+
+impl RingListener {
+    /// The address other ranks connect to: `"ip:port"`, or `"[ip]:port"` for IPv6.
+    pub fn address(&self) -> String {
+        self.advertised.to_string()
+    }
+}
+
+/// A rank of a TCP ring: silvic-core's [`Collective`] over sockets.
+///
+/// ```
+/// use silvic_net::{Collective, TcpCollective};
+/// use std::time::Duration;
+///
+/// // A world of one: no sockets are opened and every collective returns its input.
+/// let listener = TcpCollective::bind("127.0.0.1")?;
+/// let addresses = vec![listener.address()];
+/// let mut ring = TcpCollective::connect(listener, 0, &addresses, "job-1", Duration::from_secs(5))?;
+/// let mut histogram = vec![1.0, 2.0];
+/// ring.allreduce_sum_f64(&mut histogram)?;
+/// assert_eq!(histogram, [1.0, 2.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct TcpCollective {
+    rank: usize,
+    world: usize,
+    /// Index of the next collective since connect.
+    seq: u64,
+    timeout: Duration,
+    /// `None` for a world of one.
+    ring: Option<TcpRing>,
+    failed: Option<CollectiveError>,
+    scratch: Scratch,
+}
+
+fn resolve(host: &str) -> Result<IpAddr, ConnectError> {
+    let trimmed = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = trimmed.parse() {
+        return Ok(ip);
+    }
+    (trimmed, 0).to_socket_addrs().ok().and_then(|mut a| a.next()).map(|a| a.ip()).ok_or_else(
+        || ConnectError::InvalidArgument(format!("{host:?} is not an IP address or a known host")),
+    )
+}
+
+fn listen(host: &str, ip: IpAddr) -> Result<TcpListener, ConnectError> {
+    TcpListener::bind((ip, 0)).map_err(|e| ConnectError::Bind {
+        host: host.to_string(),
+        kind: e.kind(),
+        message: e.to_string(),
+    })
+}
+
+fn invalid(message: String) -> ConnectError {
+    ConnectError::InvalidArgument(message)
+}
+
+/// Parses and checks the address list: every entry an `ip:port` other ranks can reach, none twice.
+fn parse_addresses(addresses: &[String]) -> Result<Vec<SocketAddr>, ConnectError> {
+    let mut seen = HashMap::new();
+    addresses
+        .iter()
+        .enumerate()
+        .map(|(rank, text)| {
+            let address: SocketAddr = text.parse().map_err(|_| {
+                invalid(format!(
+                    "address of rank {rank} is not ip:port (IPv6 as [ip]:port): {text:?}"
+                ))
+            })?;
+            if address.ip().is_unspecified() || address.port() == 0 {
+                return Err(invalid(format!(
+                    "address of rank {rank} cannot be connected to: {text}"
+                )));
+            }
+            if let Some(first) = seen.insert(address, rank) {
+                return Err(invalid(format!(
+                    "ranks {first} and {rank} have the same address {address}"
+                )));
+            }
+            Ok(address)
+        })
+        .collect()
+}
+
+/// Sets what every ring stream needs: non-blocking, no Nagle delay, and the liveness tier
+/// (keepalive probes and TCP_USER_TIMEOUT) so a vanished host is found by TCP itself.
+fn configure(stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_nonblocking(true)?;
+    stream.set_nodelay(true)?;
+    let socket = SockRef::from(stream);
+    socket.set_tcp_keepalive(
+        &TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_PROBES),
+    )?;
+    socket.set_tcp_user_timeout(Some(LIVENESS))
+}
+
+impl TcpCollective {
+    /// Listens on an ephemeral port of `host` and advertises that address.
+    ///
+    /// `host` must be an address other ranks can reach: `"0.0.0.0"` and `"::"` are refused (use
+    /// [`TcpCollective::bind_advertised`] to listen on every interface).
+    pub fn bind(host: &str) -> Result<RingListener, ConnectError> {
+        let ip = resolve(host)?;
+        if ip.is_unspecified() {
+            return Err(invalid(format!(
+                "cannot advertise {host}: other nodes cannot reach it; \
+                 use bind_advertised({host:?}, node_ip)"
+            )));
+        }
+        let listener = listen(host, ip)?;
+        let advertised = listener.local_addr().map_err(|e| ConnectError::Bind {
+            host: host.to_string(),
+            kind: e.kind(),
+            message: e.to_string(),
+        })?;
+        Ok(RingListener { listener, advertised })
+    }
+
+    /// Listens on an ephemeral port of `host` (such as `"0.0.0.0"`) and advertises `node_ip`
+    /// with that port, for hosts whose reachable address is not the one they listen on.
+    pub fn bind_advertised(host: &str, node_ip: &str) -> Result<RingListener, ConnectError> {
+        let ip = resolve(host)?;
+        let node: IpAddr = node_ip
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| invalid(format!("node_ip {node_ip:?} is not an IP address")))?;
+        if node.is_unspecified() {
+            return Err(invalid(format!(
+                "cannot advertise {node_ip}: other nodes cannot reach it"
+            )));
+        }
+        let listener = listen(host, ip)?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| ConnectError::Bind {
+                host: host.to_string(),
+                kind: e.kind(),
+                message: e.to_string(),
+            })?
+            .port();
+        Ok(RingListener { listener, advertised: SocketAddr::new(node, port) })
+    }
+
+    /// Joins the ring as `rank` of `addresses.len()`, connecting to rank + 1 and accepting
+    /// rank - 1 (mod world size).
+    ///
+    /// `addresses` holds every rank's [`RingListener::address`] in rank order, the same on every
+    /// rank. `job_token` is a secret shared by this job's ranks: it is proven with a MAC, never
+    /// sent, and a rank with another token is refused. `timeout` bounds the whole rendezvous,
+    /// then how long a collective waits on a peer that makes no progress (see
+    /// [`TcpCollective::set_timeout`]).
+    ///
+    /// The arguments are checked before any socket is opened. A world of one opens no sockets.
+    pub fn connect(
+        listener: RingListener,
+        rank: usize,
+        addresses: &[String],
+        job_token: &str,
+        timeout: Duration,
+    ) -> Result<TcpCollective, ConnectError> {
+        let world = addresses.len();
+        if world == 0 {
+            return Err(invalid("the address list is empty".into()));
+        }
+        if rank >= world {
+            return Err(invalid(format!("rank {rank} is out of range for {world} addresses")));
+        }
+        if u32::try_from(world).is_err() {
+            return Err(invalid(format!("a world of {world} ranks is too large")));
+        }
+        if job_token.is_empty() {
+            return Err(invalid("the job token is empty".into()));
+        }
+        if timeout.is_zero() {
+            return Err(invalid("the timeout is zero".into()));
+        }
+        let parsed = parse_addresses(addresses)?;
+        if parsed[rank] != listener.advertised {
+            return Err(invalid(format!(
+                "address of rank {rank} is {}, but this rank's listener advertises {}; \
+                 addresses must be gathered in rank order",
+                parsed[rank], listener.advertised
+            )));
+        }
+        let mut collective = TcpCollective {
+            rank,
+            world,
+            seq: 0,
+            timeout,
+            ring: None,
+            failed: None,
+            scratch: Scratch::default(),
+        };
+        if world == 1 {
+            return Ok(collective);
+        }
+
+        let _span = info_span!("connect", rank, world).entered();
+        let started = Instant::now();
+        let plan = Plan { rank, world, addresses: &parsed, token: job_token.as_bytes(), timeout };
+        let (left, right) = rendezvous(&listener.listener, &plan)?;
+        drop(listener);
+        let (left_rank, right_rank) = ((rank + world - 1) % world, (rank + 1) % world);
+        for (stream, peer) in [(&left, left_rank), (&right, right_rank)] {
+            configure(stream).map_err(|e| ConnectError::Io {
+                peer,
+                address: addresses[peer].clone(),
+                kind: e.kind(),
+                message: e.to_string(),
+            })?;
+        }
+        info!(elapsed = ?started.elapsed(), "ring formed");
+        collective.ring = Some(TcpRing::new(left, right, left_rank, right_rank, timeout));
+        Ok(collective)
+    }
+
+    /// Sets how long later collectives wait on a peer that makes no progress.
+    ///
+    /// This bounds inactivity, not the whole call: a collective fails when the peer it waits on
+    /// has sent or taken no byte for this long, so a large buffer on a slow link never times out
+    /// while it moves. A zero timeout is taken as one millisecond. A host that vanishes is found
+    /// sooner, by TCP itself, within about [`LIVENESS`].
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout.max(Duration::from_millis(1));
+        if let Some(ring) = &mut self.ring {
+            ring.set_timeout(self.timeout);
+        }
+    }
+
+    /// The current collective timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs one collective on the ring, recording a failure so that it sticks.
+    fn run<R>(
+        &mut self,
+        op: Op,
+        bytes: usize,
+        body: impl FnOnce(&mut TcpRing, u64, &mut Scratch) -> Result<R, CollectiveError>,
+    ) -> Result<R, CollectiveError> {
+        if let Some(error) = &self.failed {
+            return Err(error.clone());
+        }
+        let seq = self.seq;
+        self.seq += 1;
+        let _span = tracing::debug_span!(
+            "collective",
+            op = op.name(),
+            seq,
+            bytes,
+            rank = self.rank,
+            world = self.world
+        )
+        .entered();
+        let ring = self.ring.as_mut().expect("a world of more than one has a ring");
+        body(ring, seq, &mut self.scratch).inspect_err(|error| {
+            warn!(%error, "collective failed; closing the ring");
+            ring.abort(self.rank, error, seq);
+            self.failed = Some(error.clone());
+        })
+    }
+
+    fn allreduce<T: Element>(
+        &mut self,
+        op: Op,
+        buf: &mut [T],
+        combine: fn(T, T) -> T,
+    ) -> Result<(), CollectiveError> {
+        if self.world == 1 {
+            return Ok(());
+        }
+        let (rank, world) = (self.rank, self.world);
+        self.run(op, size_of_val(buf), |ring, seq, scratch| {
+            run::allreduce(ring, rank, world, op, seq, buf, combine, scratch)
+        })
+    }
+}
+
+/// On an error the buffer's contents are unspecified (partly reduced); the ring is closed.
+impl Collective for TcpCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn allreduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<(), CollectiveError> {
+        self.allreduce(Op::AllreduceSumF64, buf, fold::sum_f64)
+    }
+
+    fn allreduce_sum_i64(&mut self, buf: &mut [i64]) -> Result<(), CollectiveError> {
+        self.allreduce(Op::AllreduceSumI64, buf, fold::sum_i64)
+    }
+
+    fn allreduce_max_f64(&mut self, buf: &mut [f64]) -> Result<(), CollectiveError> {
+        self.allreduce(Op::AllreduceMaxF64, buf, fold::max_f64)
+    }
+
+    fn allgather_bytes(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+        if self.world == 1 {
+            return Ok(vec![local.to_vec()]);
+        }
+        let (rank, world) = (self.rank, self.world);
+        self.run(Op::AllgatherBytes, local.len(), |ring, seq, _| {
+            let mut blocks = vec![Vec::new(); world];
+            blocks[rank] = local.to_vec();
+            run::allgather(ring, rank, Op::AllgatherBytes, seq, local.len() as u64, &mut blocks)?;
+            Ok(blocks)
+        })
+    }
+}
