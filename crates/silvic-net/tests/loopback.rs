@@ -79,8 +79,7 @@ fn every_op_matches_the_reference_bitwise_on_every_rank_and_run() {
                 let max = reference(world, len, silvic_core::fold::max_f64);
                 let ints: Vec<u64> = (0..len)
                     .map(|i| {
-                        (0..world)
-                            .fold(0i64, |acc, r| acc.wrapping_add(i64::MAX - (i * r) as i64))
+                        (0..world).fold(0i64, |acc, r| acc.wrapping_add(i64::MAX - (i * r) as i64))
                             as u64
                     })
                     .collect();
@@ -102,9 +101,10 @@ fn a_million_elements_reduce_exactly() {
             ring.allreduce_sum_f64(&mut buf).unwrap();
             let mut ints: Vec<i64> = (0..len).map(|i| (i as i64) << 40).collect();
             ring.allreduce_sum_i64(&mut ints).unwrap();
-            let f_ok = buf.iter().enumerate().all(|(i, &x)| {
-                x == (world * (i % 1000) + world * (world - 1) / 2) as f64
-            });
+            let f_ok = buf
+                .iter()
+                .enumerate()
+                .all(|(i, &x)| x == (world * (i % 1000) + world * (world - 1) / 2) as f64);
             let i_ok = ints
                 .iter()
                 .enumerate()

@@ -1,0 +1,328 @@
+//! Failures with ranks as threads: every error kind names the right peer, failures travel
+//! around the ring, errors stick, and mistakes in setup fail fast with the reason.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::ring_of_threads;
+use silvic_net::{Collective, CollectiveError, ConnectError, RejectReason, TcpCollective};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn a_rank_that_drops_its_ring_fails_its_neighbours_naming_it() {
+    let results = ring_of_threads(3, LIMIT, |rank, mut ring| {
+        let mut buf = vec![1.0; 10_000];
+        ring.allreduce_sum_f64(&mut buf).unwrap();
+        if rank == 1 {
+            drop(ring);
+            return None;
+        }
+        let first = ring.allreduce_sum_f64(&mut buf).unwrap_err();
+        let second = ring.allgather_bytes(b"later").unwrap_err();
+        Some((first, second))
+    });
+    for rank in [0, 2] {
+        let (first, second) = results[rank].clone().unwrap();
+        assert_eq!(first.peer(), Some(1), "rank {rank}: {first}");
+        assert_eq!(first, second, "rank {rank}: the error must stick");
+    }
+}
+
+#[test]
+fn ranks_calling_different_ops_fail_out_of_step() {
+    let results = ring_of_threads(3, LIMIT, |rank, mut ring| {
+        let mut buf = vec![1.0; 100];
+        let error = if rank == 0 {
+            ring.allreduce_sum_f64(&mut buf).unwrap_err()
+        } else {
+            ring.allreduce_max_f64(&mut buf).unwrap_err()
+        };
+        (error, ring.allreduce_max_f64(&mut buf).unwrap_err())
+    });
+    // Rank 1 reads rank 0's frame and rank 0 reads rank 2's: both see the other op.
+    assert!(matches!(
+        results[1].0,
+        CollectiveError::OutOfStep {
+            peer: 0,
+            expected_op: silvic_net::Op::AllreduceMaxF64,
+            got_op: silvic_net::Op::AllreduceSumF64,
+            ..
+        }
+    ));
+    assert!(matches!(results[0].0, CollectiveError::OutOfStep { peer: 2, .. }));
+    for (rank, (error, later)) in results.iter().enumerate() {
+        let out_of_step = match error {
+            CollectiveError::Aborted { cause, .. } => &**cause,
+            other => other,
+        };
+        assert!(matches!(out_of_step, CollectiveError::OutOfStep { .. }), "rank {rank}: {error}");
+        assert_eq!(error, later, "rank {rank}: the error must stick");
+    }
+}
+
+#[test]
+fn ranks_passing_different_lengths_fail_with_a_length_mismatch() {
+    for len_of_rank_2 in [99, 10_000] {
+        let results = ring_of_threads(4, LIMIT, move |rank, mut ring| {
+            let mut buf = vec![1_i64; if rank == 2 { len_of_rank_2 } else { 1000 }];
+            ring.allreduce_sum_i64(&mut buf).unwrap_err()
+        });
+        assert_eq!(
+            results[3],
+            CollectiveError::LengthMismatch {
+                peer: 2,
+                expected: 8000,
+                got: len_of_rank_2 as u64 * 8
+            }
+        );
+        for (rank, error) in results.iter().enumerate() {
+            let cause = match error {
+                CollectiveError::Aborted { cause, .. } => &**cause,
+                other => other,
+            };
+            assert!(
+                matches!(cause, CollectiveError::LengthMismatch { .. }),
+                "rank {rank}: {error}"
+            );
+        }
+    }
+}
+
+#[test]
+fn allgather_of_different_lengths_fails_on_every_rank() {
+    let results = ring_of_threads(3, LIMIT, |rank, mut ring| {
+        ring.allgather_bytes(&vec![0; 10 + rank]).unwrap_err()
+    });
+    for (rank, error) in results.iter().enumerate() {
+        assert!(error.peer().is_some(), "rank {rank}: {error}");
+    }
+}
+
+#[test]
+fn a_silent_rank_times_out_its_neighbours_and_the_failure_travels() {
+    let started = Instant::now();
+    let results = ring_of_threads(3, LIMIT, move |rank, mut ring| {
+        ring.set_timeout(Duration::from_millis(1500));
+        if rank == 1 {
+            // Alive but silent for longer than the timeout.
+            thread::sleep(Duration::from_secs(4));
+            return None;
+        }
+        let mut buf = vec![1.0; 100_000];
+        let t = Instant::now();
+        let error = ring.allreduce_sum_f64(&mut buf).unwrap_err();
+        Some((error, t.elapsed()))
+    });
+    for rank in [0, 2] {
+        let (error, elapsed) = results[rank].clone().unwrap();
+        assert_eq!(error.peer(), Some(1), "rank {rank}: {error}");
+        assert!(elapsed >= Duration::from_millis(1400), "rank {rank} failed early: {elapsed:?}");
+        assert!(elapsed < Duration::from_millis(3500), "rank {rank} failed late: {elapsed:?}");
+    }
+    assert!(started.elapsed() < LIMIT);
+}
+
+#[test]
+fn a_wrong_job_token_fails_fast_with_the_reason_and_never_shows_the_token() {
+    let listeners: Vec<_> = (0..3).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let addresses = addresses.clone();
+            thread::spawn(move || {
+                let token = if rank == 1 { "wrong-secret-1" } else { "right-secret-0" };
+                let t = Instant::now();
+                let result = TcpCollective::connect(
+                    listener,
+                    rank,
+                    &addresses,
+                    token,
+                    Duration::from_secs(4),
+                );
+                (result.map(|_| ()), t.elapsed())
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    // Rank 1 is refused by rank 2 and refuses rank 0: both fail fast, naming the other side.
+    for (rank, peer) in [(1, 2), (0, 1)] {
+        let (result, elapsed) = &results[rank];
+        let error = result.clone().unwrap_err();
+        assert!(
+            matches!(error, ConnectError::Rejected { reason: RejectReason::TokenMismatch, .. }),
+            "rank {rank}: {error}"
+        );
+        assert_eq!(error.peer(), Some(peer));
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!("job token mismatch with rank {peer} at 127.0.0.1:")),
+            "{message}"
+        );
+        assert!(!message.contains("secret"), "the token leaked: {message}");
+        assert!(*elapsed < Duration::from_secs(2), "rank {rank} took {elapsed:?}");
+    }
+    // Rank 2 never gets a left neighbour with the right token: it waits out the timeout.
+    let (result, elapsed) = &results[2];
+    let error = result.clone().unwrap_err();
+    assert!(matches!(error, ConnectError::Timeout { peer: 1, .. }), "{error}");
+    assert!(!format!("{error:?}").contains("secret"));
+    assert!(*elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+#[test]
+fn a_wrong_world_size_is_refused_with_the_reason() {
+    let listeners: Vec<_> = (0..3).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let mut longer = addresses.clone();
+    longer.push("127.0.0.1:1".into());
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let list = if rank == 0 { longer.clone() } else { addresses.clone() };
+            thread::spawn(move || {
+                let t = Instant::now();
+                let r = TcpCollective::connect(listener, rank, &list, "t", Duration::from_secs(3));
+                (r.map(|_| ()), t.elapsed())
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let (result, elapsed) = &results[0];
+    let error = result.clone().unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConnectError::Rejected { peer: 1, reason: RejectReason::WorldMismatch, .. }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().ends_with("it has 3 ranks, this rank has 4"), "{error}");
+    assert!(*elapsed < Duration::from_secs(2), "{elapsed:?}");
+    for (rank, (result, _)) in results.iter().enumerate().skip(1) {
+        assert!(result.is_err(), "rank {rank} formed a ring with a rank of another world");
+    }
+}
+
+#[test]
+fn a_rank_that_never_shows_up_fails_connect_within_the_timeout() {
+    let listeners: Vec<_> = (0..3).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let timeout = Duration::from_secs(2);
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .filter(|(rank, _)| *rank != 2) // rank 2's listener is dropped: it never shows up
+        .map(|(rank, listener)| {
+            let addresses = addresses.clone();
+            thread::spawn(move || {
+                let t = Instant::now();
+                let r = TcpCollective::connect(listener, rank, &addresses, "t", timeout);
+                (rank, r.map(|_| ()), t.elapsed())
+            })
+        })
+        .collect();
+    for handle in handles {
+        let (rank, result, elapsed) = handle.join().unwrap();
+        let error = result.unwrap_err();
+        assert!(matches!(error, ConnectError::Timeout { peer: 2, .. }), "rank {rank}: {error}");
+        assert!(elapsed >= timeout && elapsed < timeout + Duration::from_secs(1), "{elapsed:?}");
+    }
+}
+
+#[test]
+fn silent_and_garbage_strays_do_not_stop_the_ring() {
+    let listeners: Vec<_> = (0..3).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let mut strays = Vec::new();
+    for address in &addresses {
+        for k in 0..4 {
+            let mut s = TcpStream::connect(address).unwrap();
+            if k % 2 == 1 {
+                s.write_all(&[0x42; 200]).unwrap();
+            }
+            strays.push(s); // silent ones stay open through the rendezvous
+        }
+    }
+    let ready = Arc::new(Barrier::new(3));
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let (addresses, ready) = (addresses.clone(), ready.clone());
+            thread::spawn(move || {
+                ready.wait();
+                let t = Instant::now();
+                let mut ring = TcpCollective::connect(
+                    listener,
+                    rank,
+                    &addresses,
+                    "t",
+                    Duration::from_secs(20),
+                )
+                .unwrap();
+                let formed = t.elapsed();
+                let mut buf = vec![rank as f64; 5000];
+                ring.allreduce_sum_f64(&mut buf).unwrap();
+                (formed, buf[4999])
+            })
+        })
+        .collect();
+    for handle in handles {
+        let (formed, value) = handle.join().unwrap();
+        assert_eq!(value, 3.0);
+        assert!(formed < Duration::from_secs(3), "strays delayed the ring: {formed:?}");
+    }
+    drop(strays);
+}
+
+#[test]
+fn unreachable_bind_addresses_are_refused_and_bind_advertised_works() {
+    for host in ["0.0.0.0", "::"] {
+        let error = TcpCollective::bind(host).unwrap_err();
+        assert!(matches!(error, ConnectError::InvalidArgument(_)), "{host}: {error}");
+        assert!(error.to_string().contains("bind_advertised"), "{error}");
+    }
+    let error = TcpCollective::bind_advertised("0.0.0.0", "0.0.0.0").unwrap_err();
+    assert!(matches!(error, ConnectError::InvalidArgument(_)));
+
+    let listeners: Vec<_> =
+        (0..2).map(|_| TcpCollective::bind_advertised("0.0.0.0", "127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    assert!(addresses.iter().all(|a| a.starts_with("127.0.0.1:")), "{addresses:?}");
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let addresses = addresses.clone();
+            thread::spawn(move || {
+                let mut ring = TcpCollective::connect(
+                    listener,
+                    rank,
+                    &addresses,
+                    "t",
+                    Duration::from_secs(20),
+                )
+                .unwrap();
+                ring.allgather_bytes(&[rank as u8]).unwrap()
+            })
+        })
+        .collect();
+    for handle in handles {
+        assert_eq!(handle.join().unwrap(), vec![vec![0], vec![1]]);
+    }
+}
+
+#[test]
+fn ipv6_addresses_are_bracketed() {
+    let listener = TcpCollective::bind("::1").unwrap();
+    assert!(listener.address().starts_with("[::1]:"), "{}", listener.address());
+}
