@@ -65,5 +65,10 @@ mod ring;
 mod tcp;
 
 pub use error::{ConnectError, RejectReason};
+
+/// The examples of README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
 pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
 pub use tcp::{LIVENESS, RingListener, TcpCollective};

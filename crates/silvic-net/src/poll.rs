@@ -78,19 +78,25 @@ struct Incoming {
     head: [u8; HEADER_LEN],
     got: usize,
     state: IncomingState,
+    abort: [u8; MAX_ABORT_LEN],
 }
 
 #[derive(Debug)]
 enum IncomingState {
     Header,
     Payload,
-    Abort { len: usize, buf: [u8; MAX_ABORT_LEN] },
+    Abort { len: usize },
     Done,
 }
 
 impl Incoming {
     fn new() -> Self {
-        Incoming { head: [0; HEADER_LEN], got: 0, state: IncomingState::Header }
+        Incoming {
+            head: [0; HEADER_LEN],
+            got: 0,
+            state: IncomingState::Header,
+            abort: [0; MAX_ABORT_LEN],
+        }
     }
 
     fn done(&self) -> bool {
@@ -111,7 +117,7 @@ impl Incoming {
             let buf: &mut [u8] = match &mut self.state {
                 IncomingState::Header => &mut self.head[self.got..],
                 IncomingState::Payload => sink.space(),
-                IncomingState::Abort { len, buf } => &mut buf[self.got..*len],
+                IncomingState::Abort { len } => &mut self.abort[self.got..*len],
                 IncomingState::Done => return Ok(moved),
             };
             if buf.is_empty() {
@@ -143,9 +149,7 @@ impl Incoming {
                 self.got = 0;
                 match (header.kind, expect) {
                     // decode() bounds an abort's length by MAX_ABORT_LEN.
-                    (Kind::Abort, _) => {
-                        IncomingState::Abort { len: header.len as usize, buf: [0; MAX_ABORT_LEN] }
-                    }
+                    (Kind::Abort, _) => IncomingState::Abort { len: header.len as usize },
                     (Kind::Data(_), Some(expected)) => {
                         header.expect(expected, peer)?;
                         IncomingState::Payload
@@ -158,8 +162,8 @@ impl Incoming {
                     }
                 }
             }
-            IncomingState::Abort { len, buf } => {
-                return Err(Abort::decode(&buf[..*len]).map_err(malformed)?.into_error());
+            IncomingState::Abort { len } => {
+                return Err(Abort::decode(&self.abort[..*len]).map_err(malformed)?.into_error());
             }
             IncomingState::Payload | IncomingState::Done => IncomingState::Done,
         };

@@ -211,7 +211,7 @@ fn describe(failure: Failure, claims: Option<Claims>) -> String {
 enum Dial<'t> {
     Wait(Instant),
     Connecting(Socket),
-    Talking { conn: Conn, role: Connector<'t>, deadline: Instant },
+    Talking { conn: Box<Conn>, role: Connector<'t>, deadline: Instant },
     Done(TcpStream),
 }
 
@@ -319,7 +319,7 @@ impl<'t> Dialer<'_, 't> {
                         plan.right() as u32,
                         nonce,
                     );
-                    let mut conn = Conn::new(socket.into());
+                    let mut conn = Box::new(Conn::new(socket.into()));
                     conn.queue(&hello);
                     let deadline = Instant::now() + HANDSHAKE_DEADLINE;
                     self.state = Dial::Talking { conn, role, deadline };

@@ -15,7 +15,7 @@ use tracing::{info, info_span, warn};
 use crate::error::ConnectError;
 use crate::poll::TcpRing;
 use crate::rendezvous::{Plan, rendezvous};
-use crate::ring::run::{self, Element, Scratch};
+use crate::ring::run::{self, Call, Element, Scratch};
 
 /// How long TCP itself waits on a host that stopped answering (keepalive probes unanswered, or
 /// data unacknowledged) before it fails the connection, whatever the collective timeout.
@@ -311,7 +311,7 @@ impl TcpCollective {
         }
         let (rank, world) = (self.rank, self.world);
         self.run(op, size_of_val(buf), |ring, seq, scratch| {
-            run::allreduce(ring, rank, world, op, seq, buf, combine, scratch)
+            run::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
         })
     }
 }
@@ -346,7 +346,8 @@ impl Collective for TcpCollective {
         self.run(Op::AllgatherBytes, local.len(), |ring, seq, _| {
             let mut blocks = vec![Vec::new(); world];
             blocks[rank] = local.to_vec();
-            run::allgather(ring, rank, Op::AllgatherBytes, seq, local.len() as u64, &mut blocks)?;
+            let call = Call { rank, world, op: Op::AllgatherBytes, seq };
+            run::allgather(ring, call, local.len() as u64, &mut blocks)?;
             Ok(blocks)
         })
     }

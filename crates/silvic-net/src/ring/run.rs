@@ -97,6 +97,15 @@ impl<T: Element> Sink for FoldSink<'_, T> {
     }
 }
 
+/// Which collective call a ring step belongs to, as this rank sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call {
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
+    pub(crate) op: Op,
+    pub(crate) seq: u64,
+}
+
 /// Reusable memory of a ring, kept between calls so steady-state collectives do not allocate.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
@@ -132,15 +141,13 @@ fn segments_mut<T>(buf: &mut [T], world: usize) -> Vec<&mut [T]> {
 /// `blocks[rank]` is this rank's on entry. `total` is the length the frames report.
 pub(crate) fn allgather(
     link: &mut dyn Link,
-    rank: usize,
-    op: Op,
-    seq: u64,
+    call: Call,
     total: u64,
     blocks: &mut [Vec<u8>],
 ) -> Result<(), CollectiveError> {
-    let world = blocks.len();
-    let block_len = blocks[rank].len() as u64;
-    let header = Header::data(op, seq, total, block_len);
+    let Call { rank, world, op, seq } = call;
+    debug_assert_eq!(blocks.len(), world);
+    let header = Header::data(op, seq, total, blocks[rank].len() as u64);
     for step in 0..world - 1 {
         let p = pass(rank, world, step, 0);
         let (send, recv) = send_and_recv(blocks, p.send, p.recv);
@@ -153,36 +160,30 @@ pub(crate) fn allgather(
 /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order.
 pub(crate) fn allreduce<T: Element>(
     link: &mut dyn Link,
-    rank: usize,
-    world: usize,
-    op: Op,
-    seq: u64,
+    call: Call,
     buf: &mut [T],
     combine: fn(T, T) -> T,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    let bytes = std::mem::size_of_val(buf);
-    if schedule::is_small(bytes) {
-        small_allreduce(link, rank, world, op, seq, buf, combine)
+    if schedule::is_small(std::mem::size_of_val(buf)) {
+        small_allreduce(link, call, buf, combine)
     } else {
-        ring_allreduce(link, rank, world, op, seq, buf, combine, scratch)
+        ring_allreduce(link, call, buf, combine, scratch)
     }
 }
 
 /// Below the cut: gather every rank's whole buffer, then fold each element in fold order.
 fn small_allreduce<T: Element>(
     link: &mut dyn Link,
-    rank: usize,
-    world: usize,
-    op: Op,
-    seq: u64,
+    call: Call,
     buf: &mut [T],
     combine: fn(T, T) -> T,
 ) -> Result<(), CollectiveError> {
+    let Call { rank, world, .. } = call;
     let mine: &[u8] = bytemuck::cast_slice(buf);
     let mut blocks = vec![Vec::new(); world];
     blocks[rank] = mine.to_vec();
-    allgather(link, rank, op, seq, mine.len() as u64, &mut blocks)?;
+    allgather(link, call, mine.len() as u64, &mut blocks)?;
     let value = |r: usize, i: usize| T::from_le(blocks[r][i * 8..i * 8 + 8].try_into().unwrap());
     let len = buf.len();
     for (i, out) in buf.iter_mut().enumerate() {
@@ -195,17 +196,14 @@ fn small_allreduce<T: Element>(
 
 /// At or above the cut: reduce-scatter, after which this rank owns segment `rank + 1` folded
 /// over every rank, then allgather the owned segments.
-#[allow(clippy::too_many_arguments)]
 fn ring_allreduce<T: Element>(
     link: &mut dyn Link,
-    rank: usize,
-    world: usize,
-    op: Op,
-    seq: u64,
+    call: Call,
     buf: &mut [T],
     combine: fn(T, T) -> T,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
+    let Call { rank, world, op, seq } = call;
     let total = std::mem::size_of_val(buf) as u64;
     let len = buf.len();
     scratch.fold.resize(FOLD_SCRATCH, 0);
@@ -214,19 +212,14 @@ fn ring_allreduce<T: Element>(
     for step in 0..world - 1 {
         let p = pass(rank, world, step, 0);
         let (send, recv) = send_and_recv(&mut segments, p.send, p.recv);
-        let mut sink = FoldSink {
-            dst: &mut **recv,
-            combine,
-            scratch: &mut scratch.fold,
-            received: 0,
-            pending: 0,
-        };
+        let mut sink =
+            FoldSink { dst: recv, combine, scratch: &mut scratch.fold, received: 0, pending: 0 };
         link.exchange(&header(p.send), bytemuck::cast_slice(send), &header(p.recv), &mut sink)?;
     }
     for step in 0..world - 1 {
         let p = pass(rank, world, step, 1);
         let (send, recv) = send_and_recv(&mut segments, p.send, p.recv);
-        let mut sink = CopySink { dst: bytemuck::cast_slice_mut(&mut **recv), filled: 0 };
+        let mut sink = CopySink { dst: bytemuck::cast_slice_mut(recv), filled: 0 };
         link.exchange(&header(p.send), bytemuck::cast_slice(send), &header(p.recv), &mut sink)?;
     }
     Ok(())
@@ -333,7 +326,7 @@ pub(crate) mod tests {
     #[test]
     fn ring_path_equals_the_fold_order_oracle() {
         for world in 1..=16 {
-            let base = 512 * 1 + world; // at or above the 4 KiB cut
+            let base = 512 + world; // at or above the 4 KiB cut
             for len in [base, base + 1, 512, 513, 1000, 4099] {
                 let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
                 let expected = bits(&reference(&inputs, fold::sum_f64));
@@ -342,10 +335,7 @@ pub(crate) mod tests {
                     let mut scratch = Scratch::default();
                     ring_allreduce(
                         link,
-                        r,
-                        world,
-                        Op::AllreduceSumF64,
-                        0,
+                        Call { rank: r, world, op: Op::AllreduceSumF64, seq: 0 },
                         &mut buf,
                         fold::sum_f64,
                         &mut scratch,
@@ -375,10 +365,7 @@ pub(crate) mod tests {
                         let (mut small, mut ring) = (inputs[r].clone(), inputs[r].clone());
                         small_allreduce(
                             link,
-                            r,
-                            world,
-                            Op::AllreduceSumF64,
-                            0,
+                            Call { rank: r, world, op: Op::AllreduceSumF64, seq: 0 },
                             &mut small,
                             combine,
                         )
@@ -386,10 +373,7 @@ pub(crate) mod tests {
                         let mut scratch = Scratch::default();
                         ring_allreduce(
                             link,
-                            r,
-                            world,
-                            Op::AllreduceSumF64,
-                            1,
+                            Call { rank: r, world, op: Op::AllreduceSumF64, seq: 1 },
                             &mut ring,
                             combine,
                             &mut scratch,
@@ -414,7 +398,8 @@ pub(crate) mod tests {
                 let results = on_ring(world, |r, link| {
                     let mut blocks = vec![Vec::new(); world];
                     blocks[r] = vec![r as u8; block];
-                    allgather(link, r, Op::AllgatherBytes, 3, block as u64, &mut blocks).unwrap();
+                    let call = Call { rank: r, world, op: Op::AllgatherBytes, seq: 3 };
+                    allgather(link, call, block as u64, &mut blocks).unwrap();
                     blocks
                 });
                 for blocks in results {
@@ -435,10 +420,7 @@ pub(crate) mod tests {
             let mut scratch = Scratch::default();
             allreduce(
                 link,
-                r,
-                world,
-                Op::AllreduceSumI64,
-                0,
+                Call { rank: r, world, op: Op::AllreduceSumI64, seq: 0 },
                 &mut ints,
                 fold::sum_i64,
                 &mut scratch,
@@ -450,10 +432,7 @@ pub(crate) mod tests {
             }
             allreduce(
                 link,
-                r,
-                world,
-                Op::AllreduceMaxF64,
-                1,
+                Call { rank: r, world, op: Op::AllreduceMaxF64, seq: 1 },
                 &mut maxes,
                 fold::max_f64,
                 &mut scratch,
@@ -477,10 +456,7 @@ pub(crate) mod tests {
             let mut buf = vec![1.0; if r == 0 { 1000 } else { 500 }];
             allreduce(
                 link,
-                r,
-                2,
-                Op::AllreduceSumF64,
-                0,
+                Call { rank: r, world: 2, op: Op::AllreduceSumF64, seq: 0 },
                 &mut buf,
                 fold::sum_f64,
                 &mut Scratch::default(),

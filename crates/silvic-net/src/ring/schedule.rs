@@ -99,6 +99,7 @@ mod tests {
         }
     }
 
+    #[allow(clippy::needless_range_loop)] // ranks index several tables at once
     /// Runs the schedule symbolically: each rank holds, per segment, the list of ranks folded
     /// into it so far.
     #[test]
@@ -131,6 +132,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::needless_range_loop)]
     fn allgather_passes_deliver_every_block_to_every_rank() {
         for world in 1..=16 {
             for start in [0, 1] {
