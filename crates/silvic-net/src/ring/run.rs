@@ -150,6 +150,7 @@ pub(crate) fn allgather(
     let header = Header::data(op, seq, total, blocks[rank].len() as u64);
     for step in 0..world - 1 {
         let p = pass(rank, world, step, 0);
+        tracing::debug!(step, send = p.send, recv = p.recv, "allgather step");
         let (send, recv) = send_and_recv(blocks, p.send, p.recv);
         recv.resize(send.len(), 0);
         link.exchange(&header, send, &header, &mut CopySink { dst: recv, filled: 0 })?;
@@ -211,6 +212,7 @@ fn ring_allreduce<T: Element>(
     let header = |j: usize| Header::data(op, seq, total, segment(len, world, j).len() as u64 * 8);
     for step in 0..world - 1 {
         let p = pass(rank, world, step, 0);
+        tracing::debug!(step, send = p.send, recv = p.recv, "reduce-scatter step");
         let (send, recv) = send_and_recv(&mut segments, p.send, p.recv);
         let mut sink =
             FoldSink { dst: recv, combine, scratch: &mut scratch.fold, received: 0, pending: 0 };
@@ -218,6 +220,7 @@ fn ring_allreduce<T: Element>(
     }
     for step in 0..world - 1 {
         let p = pass(rank, world, step, 1);
+        tracing::debug!(step, send = p.send, recv = p.recv, "allgather step");
         let (send, recv) = send_and_recv(&mut segments, p.send, p.recv);
         let mut sink = CopySink { dst: bytemuck::cast_slice_mut(recv), filled: 0 };
         link.exchange(&header(p.send), bytemuck::cast_slice(send), &header(p.recv), &mut sink)?;
