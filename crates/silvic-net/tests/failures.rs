@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::ring_of_threads;
+use common::{connect_each, ring_of_threads};
 use silvic_net::{Collective, CollectiveError, ConnectError, RejectReason, TcpCollective};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -130,31 +130,14 @@ fn a_silent_rank_times_out_its_neighbours_and_the_failure_travels() {
 
 #[test]
 fn a_wrong_job_token_fails_fast_with_the_reason_and_never_shows_the_token() {
-    let listeners: Vec<_> = (0..3).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
-    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
-    let handles: Vec<_> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(rank, listener)| {
-            let addresses = addresses.clone();
-            thread::spawn(move || {
-                let token = if rank == 1 { "wrong-secret-1" } else { "right-secret-0" };
-                let t = Instant::now();
-                let result = TcpCollective::connect(
-                    listener,
-                    rank,
-                    &addresses,
-                    token,
-                    Duration::from_secs(4),
-                );
-                (result.map(|_| ()), t.elapsed())
-            })
-        })
-        .collect();
-    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let (listeners, addresses) = common::listeners(3);
+    let results = connect_each(listeners.into_iter().enumerate().collect(), |rank| {
+        let token = if rank == 1 { "wrong-secret-1" } else { "right-secret-0" };
+        (addresses.clone(), token, Duration::from_secs(4))
+    });
     // Rank 1 is refused by rank 2: it fails fast, with the reason, naming rank 2.
-    let (result, elapsed) = &results[1];
-    let error = result.clone().unwrap_err();
+    let (_, result, elapsed) = &results[1];
+    let error = result.as_ref().unwrap_err();
     assert!(
         matches!(
             error,
@@ -168,8 +151,8 @@ fn a_wrong_job_token_fails_fast_with_the_reason_and_never_shows_the_token() {
     // Rank 0 is refused by rank 1 if it reaches rank 1 before rank 1 gives up, else it waits
     // for rank 1 until the timeout; rank 2 never gets a left neighbour with the right token.
     for rank in [0, 2] {
-        let (result, elapsed) = &results[rank];
-        let error = result.clone().unwrap_err();
+        let (_, result, elapsed) = &results[rank];
+        let error = result.as_ref().unwrap_err();
         assert!(
             matches!(
                 error,
@@ -180,33 +163,23 @@ fn a_wrong_job_token_fails_fast_with_the_reason_and_never_shows_the_token() {
         );
         assert!(*elapsed < Duration::from_secs(5), "rank {rank} took {elapsed:?}");
     }
-    for (result, _) in &results {
-        let error = result.clone().unwrap_err();
+    for (_, result, _) in &results {
+        let error = result.as_ref().unwrap_err();
         assert!(!format!("{error} {error:?}").contains("secret"), "the token leaked: {error:?}");
     }
 }
 
 #[test]
 fn a_wrong_world_size_is_refused_with_the_reason() {
-    let listeners: Vec<_> = (0..3).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
-    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let (listeners, addresses) = common::listeners(3);
     let mut longer = addresses.clone();
     longer.push("127.0.0.1:1".into());
-    let handles: Vec<_> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(rank, listener)| {
-            let list = if rank == 0 { longer.clone() } else { addresses.clone() };
-            thread::spawn(move || {
-                let t = Instant::now();
-                let r = TcpCollective::connect(listener, rank, &list, "t", Duration::from_secs(3));
-                (r.map(|_| ()), t.elapsed())
-            })
-        })
-        .collect();
-    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let (result, elapsed) = &results[0];
-    let error = result.clone().unwrap_err();
+    let results = connect_each(listeners.into_iter().enumerate().collect(), |rank| {
+        let list = if rank == 0 { longer.clone() } else { addresses.clone() };
+        (list, "t", Duration::from_secs(3))
+    });
+    let (_, result, elapsed) = &results[0];
+    let error = result.as_ref().unwrap_err();
     assert!(
         matches!(
             error,
@@ -216,31 +189,19 @@ fn a_wrong_world_size_is_refused_with_the_reason() {
     );
     assert!(error.to_string().ends_with("it has 3 ranks, this rank has 4"), "{error}");
     assert!(*elapsed < Duration::from_secs(2), "{elapsed:?}");
-    for (rank, (result, _)) in results.iter().enumerate().skip(1) {
+    for (rank, result, _) in &results[1..] {
         assert!(result.is_err(), "rank {rank} formed a ring with a rank of another world");
     }
 }
 
 #[test]
 fn a_rank_that_never_shows_up_fails_connect_within_the_timeout() {
-    let listeners: Vec<_> = (0..3).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
-    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let (listeners, addresses) = common::listeners(3);
     let timeout = Duration::from_secs(2);
-    let handles: Vec<_> = listeners
-        .into_iter()
-        .enumerate()
-        .filter(|(rank, _)| *rank != 2) // rank 2's listener is dropped: it never shows up
-        .map(|(rank, listener)| {
-            let addresses = addresses.clone();
-            thread::spawn(move || {
-                let t = Instant::now();
-                let r = TcpCollective::connect(listener, rank, &addresses, "t", timeout);
-                (rank, r.map(|_| ()), t.elapsed())
-            })
-        })
-        .collect();
-    for handle in handles {
-        let (rank, result, elapsed) = handle.join().unwrap();
+    // Rank 2's listener is dropped: it never shows up.
+    let present = listeners.into_iter().enumerate().filter(|(rank, _)| *rank != 2).collect();
+    let results = connect_each(present, |_| (addresses.clone(), "t", timeout));
+    for (rank, result, elapsed) in results {
         let error = result.unwrap_err();
         assert!(matches!(error, ConnectError::Timeout { peer: 2, .. }), "rank {rank}: {error}");
         assert!(elapsed >= timeout && elapsed < timeout + Duration::from_secs(1), "{elapsed:?}");

@@ -51,3 +51,33 @@ pub fn ring_of_threads_with<R: Send + 'static>(
     }
     out.into_iter().map(|r| r.unwrap()).collect()
 }
+
+/// `world` listeners on 127.0.0.1 and their addresses, in rank order.
+pub fn listeners(world: usize) -> (Vec<silvic_net::RingListener>, Vec<String>) {
+    let listeners: Vec<_> = (0..world).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses = listeners.iter().map(|l| l.address()).collect();
+    (listeners, addresses)
+}
+
+/// What a rank's connect returned, and how long it took.
+pub type Joined = (usize, Result<TcpCollective, silvic_net::ConnectError>, Duration);
+
+/// Connects every `(rank, listener)` in its own thread, with the address list, token and
+/// timeout `setup(rank)` gives. Each connect is bounded by its own timeout.
+pub fn connect_each(
+    ranks: Vec<(usize, silvic_net::RingListener)>,
+    setup: impl Fn(usize) -> (Vec<String>, &'static str, Duration),
+) -> Vec<Joined> {
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .map(|(rank, listener)| {
+            let (addresses, token, timeout) = setup(rank);
+            thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let result = TcpCollective::connect(listener, rank, &addresses, token, timeout);
+                (rank, result, started.elapsed())
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
