@@ -1,0 +1,33 @@
+"""silvic-net from Python: ring allreduce and allgather over TCP, one rank per process.
+
+A thin binding of the Rust crate ``silvic-net``; its documentation reads true here::
+
+    from silvic_net import TcpCollective
+
+    listener = TcpCollective.bind_advertised("0.0.0.0", node_ip)  # or TcpCollective.bind(node_ip)
+    addresses = gather(listener.address())  # every rank's, in rank order, by your launcher
+    ring = TcpCollective.connect(listener, rank, addresses, job_token, timeout=1800.0)
+    ring.set_timeout(60.0)
+    ring.allreduce_sum_f64(histogram)  # 1-D C-contiguous numpy float64, reduced in place
+    parts = ring.allgather_bytes(record)  # list of bytes, indexed by rank
+
+For Ray actors, :mod:`silvic_net.ray` does the gathering in one call.
+"""
+
+from silvic_net._native import (
+    LIVENESS,
+    CollectiveError,
+    ConnectError,
+    RingListener,
+    TcpCollective,
+    __version__,
+)
+
+__all__ = [
+    "LIVENESS",
+    "CollectiveError",
+    "ConnectError",
+    "RingListener",
+    "TcpCollective",
+    "__version__",
+]

@@ -1,0 +1,98 @@
+"""Type stubs of the native module; import from ``silvic_net``."""
+
+from typing import Final, Optional, Sequence, final
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: Final[str]
+LIVENESS: Final[float]
+"""Seconds within which TCP itself fails a connection to a host that stopped answering."""
+
+class CollectiveError(Exception):
+    """A collective failed; the ring is closed and every later call raises the same error.
+
+    ``kind`` is one of ``"io"``, ``"peer_closed"``, ``"timeout"``, ``"out_of_step"``,
+    ``"length_mismatch"``, ``"malformed_frame"``, ``"aborted"`` (another rank failed first and
+    told this one why: ``origin`` is that rank, ``cause`` what it saw) or ``"other"``.
+    ``peer`` is the rank involved (for ``"aborted"``, the rank the origin's error named).
+    """
+
+    kind: Optional[str]
+    peer: Optional[int]
+    origin: Optional[int]
+    cause: Optional[CollectiveError]
+
+class ConnectError(Exception):
+    """Binding or joining a ring failed.
+
+    ``kind`` is one of ``"invalid_argument"``, ``"bind"``, ``"rejected"`` (``reason`` says why:
+    ``"token_mismatch"``, ``"version_mismatch"``, ``"world_mismatch"``, ``"wrong_rank"``),
+    ``"handshake"``, ``"timeout"``, ``"io"`` or ``"other"``. ``peer`` and ``address`` name the
+    neighbour involved, when there is one.
+    """
+
+    kind: Optional[str]
+    peer: Optional[int]
+    address: Optional[str]
+    reason: Optional[str]
+
+@final
+class RingListener:
+    """A bound listening socket, to be handed to :meth:`TcpCollective.connect` once."""
+
+    def address(self) -> str:
+        """The address other ranks connect to: ``"ip:port"``, or ``"[ip]:port"`` for IPv6."""
+
+@final
+class TcpCollective:
+    """One rank of a TCP ring. Used by one thread at a time; not picklable."""
+
+    @staticmethod
+    def bind(host: str) -> RingListener:
+        """Listen on an ephemeral port of ``host`` (an address other ranks can reach)."""
+
+    @staticmethod
+    def bind_advertised(host: str, node_ip: str) -> RingListener:
+        """Listen on ``host`` (such as ``"0.0.0.0"``) and advertise ``node_ip`` with its port."""
+
+    @staticmethod
+    def connect(
+        listener: RingListener,
+        rank: int,
+        addresses: Sequence[str],
+        job_token: str,
+        timeout: float,
+    ) -> TcpCollective:
+        """Join the ring as ``rank`` of ``len(addresses)``; consumes ``listener``.
+
+        ``timeout`` (seconds) bounds the rendezvous, then each collective's wait on a silent
+        peer. The GIL is released while the ring forms. Raises :class:`ConnectError`.
+        """
+
+    def set_timeout(self, timeout: float) -> None:
+        """Set how long later collectives wait (seconds) on a peer that makes no progress."""
+
+    @property
+    def timeout(self) -> float:
+        """The current collective timeout, in seconds."""
+
+    @property
+    def rank(self) -> int:
+        """This rank, from 0 to ``world_size - 1``."""
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks in the ring."""
+
+    def allreduce_sum_f64(self, buf: npt.NDArray[np.float64]) -> None:
+        """Sum ``buf`` (1-D, C-contiguous, writeable float64) across ranks, in place."""
+
+    def allreduce_sum_i64(self, buf: npt.NDArray[np.int64]) -> None:
+        """Sum ``buf`` (1-D, C-contiguous, writeable int64) across ranks, in place; sums wrap."""
+
+    def allreduce_max_f64(self, buf: npt.NDArray[np.float64]) -> None:
+        """Element-wise maximum of ``buf`` (float64) across ranks, in place; NaN propagates."""
+
+    def allgather_bytes(self, local: bytes) -> list[bytes]:
+        """Every rank's ``local``, indexed by rank. Every rank passes the same length."""

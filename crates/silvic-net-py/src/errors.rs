@@ -1,0 +1,108 @@
+//! The two Python exceptions, and the one place where Rust errors become them.
+//!
+//! Each exception carries the Rust error's `Display` text as its message and its fields as
+//! attributes (`kind`, `peer`, ...), so a Python caller can branch on the kind without parsing
+//! text. The attributes live in the instance `__dict__`, which pickles: a Ray actor's error
+//! reaches the driver with them intact.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use silvic_net::{CollectiveError as RustCollectiveError, ConnectError as RustConnectError};
+
+create_exception!(
+    silvic_net,
+    CollectiveError,
+    PyException,
+    "A collective failed: a peer closed, timed out, fell out of step, or another rank failed \
+     first.\n\nAttributes: `kind` (str), `peer` (int or None: the rank involved), `origin` \
+     (int or None: where an `aborted` failure began) and `cause` (CollectiveError or None: what \
+     the origin saw). The ring is closed after it: every later call raises the same error."
+);
+
+create_exception!(
+    silvic_net,
+    ConnectError,
+    PyException,
+    "Binding or joining a ring failed.\n\nAttributes: `kind` (str), `peer` (int or None: the \
+     neighbour involved), `address` (str or None: its address) and `reason` (str or None: why \
+     a handshake was rejected, such as \"token_mismatch\")."
+);
+
+/// The attribute names both exceptions define, set to `None` on the class so that an instance
+/// a user raises by hand still has them.
+pub(crate) const COLLECTIVE_ATTRS: [&str; 4] = ["kind", "peer", "origin", "cause"];
+/// See [`COLLECTIVE_ATTRS`].
+pub(crate) const CONNECT_ATTRS: [&str; 4] = ["kind", "peer", "address", "reason"];
+
+fn collective_kind(error: &RustCollectiveError) -> &'static str {
+    match error {
+        RustCollectiveError::Io { .. } => "io",
+        RustCollectiveError::PeerClosed { .. } => "peer_closed",
+        RustCollectiveError::Timeout { .. } => "timeout",
+        RustCollectiveError::OutOfStep { .. } => "out_of_step",
+        RustCollectiveError::LengthMismatch { .. } => "length_mismatch",
+        RustCollectiveError::MalformedFrame { .. } => "malformed_frame",
+        RustCollectiveError::Aborted { .. } => "aborted",
+        _ => "other",
+    }
+}
+
+fn collective_exception(py: Python<'_>, error: &RustCollectiveError) -> PyResult<PyErr> {
+    let exception = CollectiveError::new_err(error.to_string());
+    let value = exception.value(py);
+    value.setattr("kind", collective_kind(error))?;
+    value.setattr("peer", error.peer())?;
+    if let RustCollectiveError::Aborted { origin, cause } = error {
+        value.setattr("origin", *origin)?;
+        value.setattr("cause", collective_exception(py, cause)?.into_value(py))?;
+    }
+    Ok(exception)
+}
+
+/// The Python [`CollectiveError`] for `error`.
+pub(crate) fn collective(py: Python<'_>, error: &RustCollectiveError) -> PyErr {
+    collective_exception(py, error).unwrap_or_else(|e| e)
+}
+
+fn connect_exception(py: Python<'_>, error: &RustConnectError) -> PyResult<PyErr> {
+    let (kind, address, reason) = match error {
+        RustConnectError::InvalidArgument(_) => ("invalid_argument", None, None),
+        RustConnectError::Bind { .. } => ("bind", None, None),
+        RustConnectError::Rejected { address, reason, .. } => {
+            ("rejected", Some(address.as_str()), Some(reject_reason(reason)))
+        }
+        RustConnectError::Handshake { address, .. } => ("handshake", Some(address.as_str()), None),
+        RustConnectError::Timeout { address, .. } => ("timeout", Some(address.as_str()), None),
+        RustConnectError::Io { address, .. } => ("io", Some(address.as_str()), None),
+        _ => ("other", None, None),
+    };
+    let exception = ConnectError::new_err(error.to_string());
+    let value = exception.value(py);
+    value.setattr("kind", kind)?;
+    value.setattr("peer", error.peer())?;
+    value.setattr("address", address)?;
+    value.setattr("reason", reason)?;
+    Ok(exception)
+}
+
+fn reject_reason(reason: &silvic_net::RejectReason) -> &'static str {
+    match reason {
+        silvic_net::RejectReason::TokenMismatch => "token_mismatch",
+        silvic_net::RejectReason::VersionMismatch => "version_mismatch",
+        silvic_net::RejectReason::WorldMismatch => "world_mismatch",
+        silvic_net::RejectReason::WrongRank => "wrong_rank",
+        _ => "other",
+    }
+}
+
+/// The Python [`ConnectError`] for `error`.
+pub(crate) fn connect(py: Python<'_>, error: &RustConnectError) -> PyErr {
+    connect_exception(py, error).unwrap_or_else(|e| e)
+}
+
+/// A [`ConnectError`] of kind `invalid_argument` for a misuse only Python can make (such as a
+/// listener given to `connect` twice), in the same shape as the Rust crate's own.
+pub(crate) fn invalid_argument(py: Python<'_>, message: String) -> PyErr {
+    connect(py, &RustConnectError::InvalidArgument(message))
+}

@@ -1,0 +1,293 @@
+//! silvic-net for Python: the `silvic_net._native` extension module behind the `silvic_net`
+//! package.
+//!
+//! A thin mirror of the Rust API: `TcpCollective.bind`, `bind_advertised`,
+//! `RingListener.address`, `TcpCollective.connect`, `set_timeout` and the four collectives, with
+//! `CollectiveError` and `ConnectError` as Python exceptions. It adds no behaviour of its own:
+//! every check, timeout and failure path is the Rust crate's. What it adds is only what Python
+//! needs:
+//!
+//! - **Buffers.** Allreduces take a 1-D, C-contiguous, writeable numpy array of the exact dtype
+//!   (float64 or int64) and reduce it in place. Anything else raises `TypeError` (not an array,
+//!   another dtype) or `ValueError` (another shape, strided, read-only) before a byte is sent,
+//!   so a bad argument never desynchronises the ring.
+//! - **The GIL.** It is released while connecting and during every collective, so other Python
+//!   threads run while a rank waits on the network. A `TcpCollective` is used by one thread at a
+//!   time: a second thread calling it meanwhile gets a `RuntimeError` (already borrowed), and the
+//!   array must not be written by another thread while a collective runs on it.
+//! - **The listener moves.** `connect` consumes a `RingListener` as the Rust function takes it by
+//!   value; giving the same listener to `connect` again raises `ConnectError` (kind
+//!   `invalid_argument`).
+//!
+//! Not here: no retry, no default timeout, no gathering of addresses (that is the pure-Python
+//! `silvic_net.ray` helper), and no way to interrupt a blocked call from Python (Ctrl-C is seen
+//! when the call returns, which the timeout bounds).
+#![deny(missing_docs)]
+
+mod errors;
+
+use std::time::Duration;
+
+use numpy::{Element, PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray};
+use numpy::{PyReadwriteArray1, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use silvic_net::Collective;
+
+/// A bound listening socket, to be handed to TcpCollective.connect once.
+///
+/// Gather every rank's address(), in rank order, and give the list to every rank.
+#[pyclass(module = "silvic_net", frozen)]
+#[derive(Debug)]
+struct RingListener {
+    /// `None` once `connect` has taken it.
+    inner: std::sync::Mutex<Option<silvic_net::RingListener>>,
+    address: String,
+}
+
+#[pymethods]
+impl RingListener {
+    /// The address other ranks connect to: "ip:port", or "[ip]:port" for IPv6.
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        let used = self.inner.lock().map(|inner| inner.is_none()).unwrap_or(true);
+        format!(
+            "RingListener(address={:?}, used={})",
+            self.address,
+            if used { "True" } else { "False" }
+        )
+    }
+}
+
+/// One rank of a TCP ring: allreduce and allgather across every rank's process.
+///
+/// Build it with TcpCollective.bind (or bind_advertised), gather every rank's
+/// listener.address() in rank order, then TcpCollective.connect on every rank at once.
+#[pyclass(module = "silvic_net")]
+#[derive(Debug)]
+struct TcpCollective {
+    inner: silvic_net::TcpCollective,
+}
+
+/// A duration in seconds from Python, refusing what `Duration` cannot hold.
+fn seconds(name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name} must be a finite, non-negative number of seconds, got {value}"
+        ))
+    })
+}
+
+/// Borrows `buf` as a writeable 1-D C-contiguous array of `T`, or says why it is not one.
+fn writeable<'py, T: Element>(
+    buf: &Bound<'py, PyAny>,
+    op: &str,
+    dtype: &str,
+) -> PyResult<PyReadwriteArray1<'py, T>> {
+    let Ok(array) = buf.cast::<PyUntypedArray>() else {
+        return Err(PyTypeError::new_err(format!(
+            "{op} needs a 1-D numpy array of {dtype}, got {}",
+            buf.get_type().name()?
+        )));
+    };
+    let got = array.dtype();
+    if !got.is_equiv_to(&T::get_dtype(buf.py())) {
+        return Err(PyTypeError::new_err(format!(
+            "{op} needs a numpy array of dtype {dtype}, got dtype {}",
+            got.str()?
+        )));
+    }
+    if array.ndim() != 1 {
+        return Err(PyValueError::new_err(format!(
+            "{op} needs a 1-D array, got {} dimensions (pass a.reshape(-1) of a C-contiguous array)",
+            array.ndim()
+        )));
+    }
+    if !array.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "{op} needs a contiguous array, got a strided view (pass numpy.ascontiguousarray(a) \
+             and read the result from it)"
+        )));
+    }
+    let typed = array.cast::<PyArray1<T>>()?;
+    typed.try_readwrite().map_err(|e| match e {
+        numpy::BorrowError::NotWriteable => {
+            PyValueError::new_err(format!("{op} reduces in place and needs a writeable array"))
+        }
+        other => PyRuntimeError::new_err(format!("{op}: {other}")),
+    })
+}
+
+impl TcpCollective {
+    fn allreduce<T: Element + Send>(
+        &mut self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        op: &str,
+        dtype: &str,
+        reduce: fn(
+            &mut silvic_net::TcpCollective,
+            &mut [T],
+        ) -> Result<(), silvic_net::CollectiveError>,
+    ) -> PyResult<()> {
+        let mut array = writeable::<T>(buf, op, dtype)?;
+        let slice = array
+            .as_slice_mut()
+            .map_err(|e| PyValueError::new_err(format!("{op} needs a contiguous array: {e}")))?;
+        let inner = &mut self.inner;
+        py.detach(|| reduce(inner, slice)).map_err(|e| errors::collective(py, &e))
+    }
+}
+
+#[pymethods]
+impl TcpCollective {
+    /// Listens on an ephemeral port of host and advertises that address.
+    ///
+    /// host must be an address other ranks can reach: "0.0.0.0" and "::" are refused (use
+    /// bind_advertised to listen on every interface). Raises ConnectError.
+    #[staticmethod]
+    fn bind(py: Python<'_>, host: &str) -> PyResult<RingListener> {
+        let listener =
+            silvic_net::TcpCollective::bind(host).map_err(|e| errors::connect(py, &e))?;
+        Ok(RingListener { address: listener.address(), inner: Some(listener).into() })
+    }
+
+    /// Listens on an ephemeral port of host (such as "0.0.0.0") and advertises node_ip with
+    /// that port, for hosts whose reachable address is not the one they listen on.
+    /// Raises ConnectError.
+    #[staticmethod]
+    fn bind_advertised(py: Python<'_>, host: &str, node_ip: &str) -> PyResult<RingListener> {
+        let listener = silvic_net::TcpCollective::bind_advertised(host, node_ip)
+            .map_err(|e| errors::connect(py, &e))?;
+        Ok(RingListener { address: listener.address(), inner: Some(listener).into() })
+    }
+
+    /// Joins the ring as rank of len(addresses), connecting to rank + 1 and accepting rank - 1.
+    ///
+    /// addresses holds every rank's listener.address() in rank order, the same list on every
+    /// rank. job_token is a secret shared by this ring's ranks: it is proven with a MAC, never
+    /// sent, and a rank with another token is refused. timeout (seconds) bounds the whole
+    /// rendezvous, then how long a collective waits on a peer that makes no progress.
+    ///
+    /// Consumes listener: a listener can be given to connect once. The GIL is released while
+    /// the ring forms. Raises ConnectError (with .kind, .peer, .address, .reason).
+    #[staticmethod]
+    fn connect(
+        py: Python<'_>,
+        listener: &Bound<'_, RingListener>,
+        rank: usize,
+        addresses: Vec<String>,
+        job_token: String,
+        timeout: f64,
+    ) -> PyResult<TcpCollective> {
+        let timeout = seconds("timeout", timeout)?;
+        let taken = listener.get().inner.lock().ok().and_then(|mut inner| inner.take());
+        let Some(taken) = taken else {
+            return Err(errors::invalid_argument(
+                py,
+                format!(
+                    "the listener for {} was already given to connect; bind a new one for each ring",
+                    listener.get().address
+                ),
+            ));
+        };
+        py.detach(|| {
+            silvic_net::TcpCollective::connect(taken, rank, &addresses, &job_token, timeout)
+        })
+        .map(|inner| TcpCollective { inner })
+        .map_err(|e| errors::connect(py, &e))
+    }
+
+    /// Sets how long later collectives wait (seconds) on a peer that makes no progress: an
+    /// inactivity bound, not a deadline for the whole call. Zero is taken as one millisecond.
+    fn set_timeout(&mut self, timeout: f64) -> PyResult<()> {
+        self.inner.set_timeout(seconds("timeout", timeout)?);
+        Ok(())
+    }
+
+    /// The current collective timeout, in seconds.
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.inner.timeout().as_secs_f64()
+    }
+
+    /// This rank, from 0 to world_size - 1.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    /// The number of ranks in the ring.
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+
+    /// Sums buf (1-D C-contiguous writeable numpy float64) across ranks, in place.
+    ///
+    /// The result is bitwise identical on every rank. Raises TypeError or ValueError for a bad
+    /// array (before anything is sent) and CollectiveError if the ring fails.
+    fn allreduce_sum_f64(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.allreduce(py, buf, "allreduce_sum_f64", "float64", |c, b| c.allreduce_sum_f64(b))
+    }
+
+    /// Sums buf (1-D C-contiguous writeable numpy int64) across ranks, in place; sums wrap.
+    ///
+    /// Raises TypeError or ValueError for a bad array (before anything is sent) and
+    /// CollectiveError if the ring fails.
+    fn allreduce_sum_i64(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.allreduce(py, buf, "allreduce_sum_i64", "int64", |c, b| c.allreduce_sum_i64(b))
+    }
+
+    /// Element-wise maximum of buf (1-D C-contiguous writeable numpy float64) across ranks, in
+    /// place; NaN propagates.
+    ///
+    /// Raises TypeError or ValueError for a bad array (before anything is sent) and
+    /// CollectiveError if the ring fails.
+    fn allreduce_max_f64(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.allreduce(py, buf, "allreduce_max_f64", "float64", |c, b| c.allreduce_max_f64(b))
+    }
+
+    /// Every rank's bytes, as a list indexed by rank. Every rank passes the same length.
+    ///
+    /// Raises CollectiveError if the ring fails (a rank passing another length included).
+    fn allgather_bytes<'py>(
+        &mut self,
+        py: Python<'py>,
+        local: &[u8],
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let inner = &mut self.inner;
+        let blocks =
+            py.detach(|| inner.allgather_bytes(local)).map_err(|e| errors::collective(py, &e))?;
+        Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("TcpCollective(rank={}, world_size={})", self.inner.rank(), self.inner.world_size())
+    }
+}
+
+/// The native half of the `silvic_net` package; import `silvic_net`, not this module.
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<TcpCollective>()?;
+    m.add_class::<RingListener>()?;
+    for (name, class, attrs) in [
+        ("CollectiveError", py.get_type::<errors::CollectiveError>(), errors::COLLECTIVE_ATTRS),
+        ("ConnectError", py.get_type::<errors::ConnectError>(), errors::CONNECT_ATTRS),
+    ] {
+        for attr in attrs {
+            class.setattr(attr, py.None())?;
+        }
+        m.add(name, class)?;
+    }
+    m.add("LIVENESS", silvic_net::LIVENESS.as_secs_f64())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
