@@ -2,8 +2,11 @@
 //!
 //! Each exception carries the Rust error's `Display` text as its message and its fields as
 //! attributes (`kind`, `peer`, ...), so a Python caller can branch on the kind without parsing
-//! text. The attributes live in the instance `__dict__`, which pickles: a Ray actor's error
-//! reaches the driver with them intact.
+//! text. The attributes live in the instance `__dict__` (never on the class), which pickles:
+//! a Ray actor's error reaches the driver with them intact, and the `RayTaskError(...)` that
+//! `ray.get` raises finds them through its `cause` (it looks up on the cause what it lacks
+//! itself). For that reason the Rust `Aborted { cause }` is `origin_error` here: Ray's wrapper
+//! has a `cause` of its own.
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -16,8 +19,9 @@ create_exception!(
     PyException,
     "A collective failed: a peer closed, timed out, fell out of step, or another rank failed \
      first.\n\nAttributes: `kind` (str), `peer` (int or None: the rank involved), `origin` \
-     (int or None: where an `aborted` failure began) and `cause` (CollectiveError or None: what \
-     the origin saw). The ring is closed after it: every later call raises the same error."
+     (int or None: where an `aborted` failure began) and `origin_error` (CollectiveError or \
+     None: what the origin saw). The ring is closed after it: every later call raises the same \
+     error."
 );
 
 create_exception!(
@@ -28,12 +32,6 @@ create_exception!(
      neighbour involved), `address` (str or None: its address) and `reason` (str or None: why \
      a handshake was rejected, such as \"token_mismatch\")."
 );
-
-/// The attribute names both exceptions define, set to `None` on the class so that an instance
-/// a user raises by hand still has them.
-pub(crate) const COLLECTIVE_ATTRS: [&str; 4] = ["kind", "peer", "origin", "cause"];
-/// See [`COLLECTIVE_ATTRS`].
-pub(crate) const CONNECT_ATTRS: [&str; 4] = ["kind", "peer", "address", "reason"];
 
 fn collective_kind(error: &RustCollectiveError) -> &'static str {
     match error {
@@ -55,7 +53,10 @@ fn collective_exception(py: Python<'_>, error: &RustCollectiveError) -> PyResult
     value.setattr("peer", error.peer())?;
     if let RustCollectiveError::Aborted { origin, cause } = error {
         value.setattr("origin", *origin)?;
-        value.setattr("cause", collective_exception(py, cause)?.into_value(py))?;
+        value.setattr("origin_error", collective_exception(py, cause)?.into_value(py))?;
+    } else {
+        value.setattr("origin", py.None())?;
+        value.setattr("origin_error", py.None())?;
     }
     Ok(exception)
 }

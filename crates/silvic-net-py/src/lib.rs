@@ -278,15 +278,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<TcpCollective>()?;
     m.add_class::<RingListener>()?;
-    for (name, class, attrs) in [
-        ("CollectiveError", py.get_type::<errors::CollectiveError>(), errors::COLLECTIVE_ATTRS),
-        ("ConnectError", py.get_type::<errors::ConnectError>(), errors::CONNECT_ATTRS),
-    ] {
-        for attr in attrs {
-            class.setattr(attr, py.None())?;
-        }
-        m.add(name, class)?;
-    }
+    m.add("CollectiveError", py.get_type::<errors::CollectiveError>())?;
+    m.add("ConnectError", py.get_type::<errors::ConnectError>())?;
     m.add("LIVENESS", silvic_net::LIVENESS.as_secs_f64())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -14,14 +14,16 @@ class CollectiveError(Exception):
 
     ``kind`` is one of ``"io"``, ``"peer_closed"``, ``"timeout"``, ``"out_of_step"``,
     ``"length_mismatch"``, ``"malformed_frame"``, ``"aborted"`` (another rank failed first and
-    told this one why: ``origin`` is that rank, ``cause`` what it saw) or ``"other"``.
+    told this one why: ``origin`` is that rank, ``origin_error`` what it saw) or ``"other"``.
     ``peer`` is the rank involved (for ``"aborted"``, the rank the origin's error named).
+    The attributes are set on every error the binding raises (not on one built by hand), and
+    the ``RayTaskError(CollectiveError)`` that ``ray.get`` raises shows them too.
     """
 
-    kind: Optional[str]
+    kind: str
     peer: Optional[int]
     origin: Optional[int]
-    cause: Optional[CollectiveError]
+    origin_error: Optional[CollectiveError]
 
 class ConnectError(Exception):
     """Binding or joining a ring failed.
@@ -32,7 +34,7 @@ class ConnectError(Exception):
     neighbour involved, when there is one.
     """
 
-    kind: Optional[str]
+    kind: str
     peer: Optional[int]
     address: Optional[str]
     reason: Optional[str]

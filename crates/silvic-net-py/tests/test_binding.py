@@ -1,0 +1,250 @@
+"""The binding on its own: rings of threads in this process, on 127.0.0.1.
+
+Every rank of a ring here is a thread of one Python process, so these tests also prove the GIL
+is released while connecting and during collectives: otherwise the first rank to enter
+``connect`` would hold it and the ring could never form.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
+import numpy as np
+import pytest
+
+from silvic_net import CollectiveError, ConnectError, RingListener, TcpCollective
+
+T = TypeVar("T")
+TIMEOUT = 10.0  # seconds; every ring below forms or fails well within it
+
+
+def on_every_rank(world: int, fn: Callable[[int], T], limit: float = 30.0) -> list[T | BaseException]:
+    """Runs fn(rank) on `world` threads at once; each result, or the exception it raised."""
+
+    def run(rank: int) -> T | BaseException:
+        try:
+            return fn(rank)
+        except BaseException as e:  # noqa: BLE001 - handed back to the test to inspect
+            return e
+
+    with ThreadPoolExecutor(max_workers=world) as pool:
+        futures = [pool.submit(run, rank) for rank in range(world)]
+        return [f.result(timeout=limit) for f in futures]
+
+
+def form(
+    world: int, tokens: list[str] | None = None, timeout: float = TIMEOUT
+) -> list[TcpCollective | BaseException]:
+    listeners = [TcpCollective.bind("127.0.0.1") for _ in range(world)]
+    addresses = [listener.address() for listener in listeners]
+    tokens = tokens or ["job-token"] * world
+    return on_every_rank(
+        world,
+        lambda rank: TcpCollective.connect(
+            listeners[rank], rank, addresses, tokens[rank], timeout=timeout
+        ),
+    )
+
+
+def ring_of(world: int) -> list[TcpCollective]:
+    rings = form(world)
+    for ring in rings:
+        if isinstance(ring, BaseException):
+            raise ring
+    return rings  # type: ignore[return-value]
+
+
+def test_world_of_one_returns_its_input_and_mirrors_the_rust_api() -> None:
+    listener = TcpCollective.bind("127.0.0.1")
+    assert isinstance(listener, RingListener)
+    host, port = listener.address().rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+    ring = TcpCollective.connect(listener, 0, [listener.address()], "token", timeout=5.0)
+    assert (ring.rank, ring.world_size, ring.timeout) == (0, 1, 5.0)
+    ring.set_timeout(2.5)
+    assert ring.timeout == 2.5
+    a = np.array([1.5, -2.0, np.nan])
+    ring.allreduce_max_f64(a)
+    np.testing.assert_array_equal(a, [1.5, -2.0, np.nan])
+    b = np.array([7, -1], dtype=np.int64)
+    ring.allreduce_sum_i64(b)
+    assert b.tolist() == [7, -1]
+    assert ring.allgather_bytes(b"record") == [b"record"]
+    assert repr(ring) == "TcpCollective(rank=0, world_size=1)"
+
+
+def test_rings_of_threads_sum_gather_and_agree_bitwise() -> None:
+    world = 3
+    rings = ring_of(world)
+    sizes = [0, 1, 2, 3, 4, 511, 512, 513, 4096, 100_003]
+
+    def work(rank: int) -> list[bytes]:
+        ring = rings[rank]
+        assert (ring.rank, ring.world_size) == (rank, world)
+        digests = []
+        for i, n in enumerate(sizes):
+            inputs = [np.random.default_rng([i, r]).standard_normal(n) for r in range(world)]
+            exact = [np.floor(x * 1000) for x in inputs]  # integers: the sum is exact
+            a = exact[rank].copy()
+            ring.allreduce_sum_f64(a)
+            np.testing.assert_array_equal(a, sum(exact))
+            m = inputs[rank].copy()
+            ring.allreduce_max_f64(m)
+            np.testing.assert_array_equal(m, np.maximum.reduce(inputs) if n else m)
+            s = inputs[rank].copy()
+            ring.allreduce_sum_f64(s)  # not exact: every rank must still get the same bits
+            np.testing.assert_allclose(s, sum(inputs), rtol=1e-12, atol=1e-12)
+            digests.append(s.tobytes())
+            big = np.full(n, 2**62 + rank, dtype=np.int64)
+            ring.allreduce_sum_i64(big)  # wraps, as two's complement
+            expected = (world * 2**62 + sum(range(world)) + 2**63) % 2**64 - 2**63
+            assert big.tolist() == [expected] * n
+            parts = ring.allgather_bytes(bytes([rank, i % 256]) * n)
+            assert parts == [bytes([r, i % 256]) * n for r in range(world)]
+        return digests
+
+    results = on_every_rank(world, work)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    assert results[0] == results[1] == results[2]
+
+
+def test_max_propagates_nan_and_sums_keep_their_place() -> None:
+    rings = ring_of(2)
+    inputs = [np.array([1.0, np.nan, -np.inf, 3.0]), np.array([2.0, 0.0, -5.0, np.nan])]
+
+    def work(rank: int) -> np.ndarray:
+        view = np.zeros((2, 4))
+        view[1] = inputs[rank]
+        rings[rank].allreduce_max_f64(view[1])  # a contiguous row of a larger array, in place
+        return view
+
+    for view in on_every_rank(2, work):
+        assert isinstance(view, np.ndarray)
+        np.testing.assert_array_equal(view[0], 0.0)
+        np.testing.assert_array_equal(view[1], [2.0, np.nan, -5.0, np.nan])
+
+
+@pytest.mark.parametrize(
+    ("method", "buf", "error", "words"),
+    [
+        ("allreduce_sum_f64", np.zeros(4, dtype=np.float32), TypeError, "dtype float64, got dtype float32"),
+        ("allreduce_sum_f64", np.zeros(4, dtype=np.int64), TypeError, "dtype float64, got dtype int64"),
+        ("allreduce_max_f64", [1.0, 2.0], TypeError, "numpy array of float64, got list"),
+        ("allreduce_sum_i64", np.zeros(4), TypeError, "dtype int64, got dtype float64"),
+        ("allreduce_sum_i64", np.zeros(4, dtype=np.int32), TypeError, "dtype int64, got dtype int32"),
+        ("allreduce_sum_f64", np.zeros(4, dtype=">f8"), TypeError, "dtype float64, got dtype >f8"),
+        ("allreduce_sum_f64", np.zeros((2, 2)), ValueError, "1-D array, got 2 dimensions"),
+        ("allreduce_sum_f64", np.zeros(8)[::2], ValueError, "contiguous"),
+        ("allreduce_sum_i64", np.zeros(8, dtype=np.int64)[::-1], ValueError, "contiguous"),
+        ("allgather_bytes", "text", TypeError, "bytes"),
+    ],
+)
+def test_bad_buffers_raise_before_anything_is_sent(
+    method: str, buf: object, error: type[Exception], words: str
+) -> None:
+    rings = ring_of(2)
+    with pytest.raises(error, match=words):
+        getattr(rings[0], method)(buf)
+    # Nothing went on the wire: the next collective is still in step on both ranks.
+    results = on_every_rank(2, lambda rank: rings[rank].allgather_bytes(b"ok%d" % rank))
+    assert results == [[b"ok0", b"ok1"]] * 2
+
+
+def test_read_only_array_is_refused() -> None:
+    ring = ring_of(1)[0]
+    frozen = np.zeros(3)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        ring.allreduce_sum_f64(frozen)
+
+
+def test_length_mismatch_across_ranks_raises_collective_error_and_sticks() -> None:
+    world = 3
+    rings = ring_of(world)
+
+    def work(rank: int) -> None:
+        rings[rank].allreduce_sum_f64(np.ones(10 + (rank == 1)))
+
+    errors = on_every_rank(world, work)
+    assert all(isinstance(e, CollectiveError) for e in errors), errors
+    kinds = {e.kind for e in errors}  # type: ignore[union-attr]
+    assert "length_mismatch" in kinds and kinds <= {"length_mismatch", "aborted"}, kinds
+    for rank, e in enumerate(errors):
+        assert isinstance(e, CollectiveError)
+        assert e.peer is not None and 0 <= e.peer < world
+        assert "passed 8" in str(e) and "bytes where this rank passed" in str(e), str(e)
+        if e.kind == "aborted":
+            assert isinstance(e.origin_error, CollectiveError) and e.origin_error.kind == "length_mismatch"
+            assert e.origin is not None and e.origin != rank
+        # The ring is closed: the same error again, at once.
+        with pytest.raises(CollectiveError) as again:
+            rings[rank].allgather_bytes(b"x")
+        assert str(again.value) == str(e)
+
+
+def test_wrong_token_is_rejected_with_the_reason_and_never_shown() -> None:
+    secret = "the-other-token"
+    # The ranks told "rejected" fail at once; rank 0 keeps accepting (a stray connection must not
+    # break a ring) until the rendezvous timeout, kept short here.
+    results = form(3, tokens=["job-token", "job-token", secret], timeout=2.0)
+    assert all(isinstance(r, ConnectError) for r in results), results
+    rejected = [r for r in results if r.kind == "rejected"]  # type: ignore[union-attr]
+    assert rejected, [str(r) for r in results]
+    for error in rejected:
+        assert isinstance(error, ConnectError)
+        assert error.reason == "token_mismatch"
+        assert "job token mismatch with rank" in str(error)
+        assert error.peer in (0, 1, 2) and error.address and error.address.startswith("127.0.0.1:")
+    for error in results:
+        assert "job-token" not in str(error) and secret not in str(error)
+
+
+def test_connect_argument_errors() -> None:
+    with pytest.raises(ConnectError, match="cannot advertise 0.0.0.0") as unspecified:
+        TcpCollective.bind("0.0.0.0")
+    assert (unspecified.value.kind, unspecified.value.peer) == ("invalid_argument", None)
+    with pytest.raises(ConnectError, match="not an IP address"):
+        TcpCollective.bind_advertised("0.0.0.0", "not-an-ip")
+
+    listener = TcpCollective.bind("127.0.0.1")
+    with pytest.raises(ValueError, match="finite, non-negative"):
+        TcpCollective.connect(listener, 0, [listener.address()], "t", timeout=float("nan"))
+    with pytest.raises(ConnectError, match="rank 1 is out of range for 1 addresses"):
+        TcpCollective.connect(listener, 1, [listener.address()], "t", timeout=1.0)
+    # That connect consumed the listener, as the Rust function takes it by value.
+    with pytest.raises(ConnectError, match="already given to connect") as reused:
+        TcpCollective.connect(listener, 0, [listener.address()], "t", timeout=1.0)
+    assert reused.value.kind == "invalid_argument"
+    assert "used=True" in repr(listener)
+
+    other = TcpCollective.bind("127.0.0.1")
+    with pytest.raises(ConnectError, match="addresses must be gathered in rank order"):
+        TcpCollective.connect(other, 0, ["127.0.0.1:1"], "t", timeout=1.0)
+    with pytest.raises(TypeError):
+        TcpCollective.connect(TcpCollective.bind("127.0.0.1"), 0, "127.0.0.1:1", "t", 1.0)
+
+
+def test_rendezvous_timeout_names_the_missing_peer() -> None:
+    listener = TcpCollective.bind("127.0.0.1")
+    absent = TcpCollective.bind("127.0.0.1")  # bound, so the port is real, but never connects
+    addresses = [listener.address(), absent.address()]
+    with pytest.raises(ConnectError) as timed_out:
+        TcpCollective.connect(listener, 0, addresses, "t", timeout=0.5)
+    assert timed_out.value.kind == "timeout"
+    assert timed_out.value.peer == 1 and timed_out.value.address == absent.address()
+
+
+def test_errors_pickle_with_their_attributes() -> None:
+    rings = ring_of(2)
+    errors = on_every_rank(2, lambda rank: rings[rank].allgather_bytes(b"x" * (rank + 1)))
+    for e in errors:
+        assert isinstance(e, CollectiveError)
+        copy = pickle.loads(pickle.dumps(e))
+        assert type(copy) is CollectiveError
+        assert (str(copy), copy.kind, copy.peer, copy.origin) == (str(e), e.kind, e.peer, e.origin)
+

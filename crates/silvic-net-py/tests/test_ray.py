@@ -1,0 +1,111 @@
+"""silvic_net.ray on a real local Ray cluster: rings of 4 actors, each actor its own process."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from silvic_net import CollectiveError  # noqa: E402
+from silvic_net.ray import form_ring  # noqa: E402
+
+WORLD = 4
+
+
+@pytest.fixture
+def workers(ray_cluster: Any) -> Iterator[list[Any]]:
+    """Four fresh actors, killed afterwards so the next test gets their CPUs back."""
+    from ray_actors import Worker
+
+    actors = [Worker.remote() for _ in range(WORLD)]
+    try:
+        yield actors
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+
+
+def test_four_actors_run_hundreds_of_checked_collectives(workers: list[Any]) -> None:
+    addresses = form_ring(workers, timeout=30.0)
+    assert len(addresses) == WORLD and len(set(addresses)) == WORLD
+    assert all(a.startswith("127.0.0.1:") for a in addresses), addresses
+    assert ray.get([w.where.remote() for w in workers], timeout=30) == [
+        (rank, WORLD, 30.0) for rank in range(WORLD)
+    ]
+
+    results = ray.get([w.mixed.remote(seed=7, iterations=300) for w in workers], timeout=120)
+    assert [r["rank"] for r in results] == list(range(WORLD))
+    assert all(r["checked"] >= 300 for r in results), results
+    assert len({r["digest"] for r in results}) == 1, "inexact sums differ between ranks"
+
+    # A second ring on the same actors: a fresh token and listeners; the old ring is closed.
+    second = form_ring(workers, timeout=30.0)
+    assert set(second).isdisjoint(addresses)
+    results = ray.get([w.mixed.remote(seed=8, iterations=40) for w in workers], timeout=60)
+    assert len({r["digest"] for r in results}) == 1
+
+
+def test_killed_actor_fails_every_survivor_fast_and_they_live_on(workers: list[Any]) -> None:
+    form_ring(workers, timeout=30.0)
+    # A long collective timeout: the survivors must learn of the death from the sockets, not
+    # from a timeout.
+    ray.get([w.set_timeout.remote(60.0) for w in workers], timeout=30)
+    pids = ray.get([w.pid.remote() for w in workers], timeout=30)
+    loops = [w.allreduce_until_error.remote(n=1 << 20, seconds=60.0) for w in workers]  # 8 MiB
+    time.sleep(1.5)  # well into the loop
+
+    victim = 2
+    killed_at = time.time()
+    ray.kill(workers[victim], no_restart=True)
+    survivors = [rank for rank in range(WORLD) if rank != victim]
+    results = ray.get([loops[rank] for rank in survivors], timeout=30)
+
+    report = []
+    for rank, result in zip(survivors, results):
+        assert result["rank"] == rank
+        assert result["kind"] is not None, f"rank {rank} never failed: {result}"
+        assert result["done"] > 0, "the kill came before the loop started"
+        assert result["peer"] is not None and result["peer"] != rank, result
+        assert f"rank {result['peer']}" in result["message"], result
+        if result["kind"] == "aborted":  # told by a neighbour, which names the origin and cause
+            assert result["origin"] in survivors and result["cause_kind"] is not None, result
+        latency = result["at"] - killed_at
+        assert latency < 5.0, f"rank {rank} failed {latency:.2f} s after the kill: {result}"
+        report.append(
+            f"rank {rank}: {result['kind']} peer={result['peer']} origin={result['origin']} "
+            f"after {result['done']} allreduces, {latency * 1000:.0f} ms after ray.kill: "
+            f"{result['message']}"
+        )
+    print("\n" + "\n".join(report))
+
+    # Nothing exited a survivor's process: each answers again, from the same process, and its
+    # ring keeps returning the same error at once.
+    again = ray.get([workers[rank].call_again.remote() for rank in survivors], timeout=30)
+    for rank, result, first in zip(survivors, again, results):
+        assert result["message"] == first["message"]
+        assert result["seconds"] < 0.5
+    assert ray.get([workers[rank].pid.remote() for rank in survivors], timeout=30) == [
+        pids[rank] for rank in survivors
+    ]
+
+
+def test_collective_error_reaches_the_driver_with_its_attributes(workers: list[Any]) -> None:
+    form_ring(workers, timeout=30.0)
+    # Rank 3 passes another length; every rank's call fails, and the error crosses Ray intact.
+    refs = [w.allreduce_until_error.remote(n=1000 + (rank == 3), seconds=10.0) for rank, w in
+            enumerate(workers)]
+    results = ray.get(refs, timeout=30)
+    assert all(r["done"] == 0 for r in results), results
+    kinds = {r["kind"] for r in results}
+    assert "length_mismatch" in kinds and kinds <= {"length_mismatch", "aborted"}, results
+
+    # Raised in the actor and not caught there: the driver sees a CollectiveError.
+    with pytest.raises(CollectiveError) as raised:
+        ray.get(workers[0].allgather.remote(b"x"), timeout=30)
+    # Ray raises RayTaskError(CollectiveError), which finds the attributes on its cause.
+    assert str(raised.value.cause) == results[0]["message"]
+    assert (raised.value.kind, raised.value.peer) == (results[0]["kind"], results[0]["peer"])
+    assert raised.value.origin == results[0]["origin"]
