@@ -5,6 +5,8 @@ from typing import Final, Optional, Sequence, final
 import numpy as np
 import numpy.typing as npt
 
+__all__ = ["TcpCollective", "RingListener", "CollectiveError", "ConnectError", "LIVENESS", "__version__"]
+
 __version__: Final[str]
 LIVENESS: Final[float]
 """Seconds within which TCP itself fails a connection to a host that stopped answering."""

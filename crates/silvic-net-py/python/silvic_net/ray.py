@@ -51,7 +51,7 @@ class RingMember:
         """
         import ray
 
-        node_ip = ray.util.get_node_ip_address()
+        node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         listener: RingListener
         if listen_host is None:
             listener = TcpCollective.bind(node_ip)
@@ -77,7 +77,7 @@ class RingMember:
     @property
     def ring(self) -> TcpCollective:
         """This actor's rank of the ring formed by :func:`form_ring`."""
-        ring = self.__dict__.get(_RING)
+        ring: Optional[TcpCollective] = self.__dict__.get(_RING)
         if ring is None:
             raise RuntimeError(
                 "this actor is in no ring yet: call silvic_net.ray.form_ring(actors) on the driver"
@@ -137,4 +137,5 @@ def _get_all(refs: list[Any], timeout: float, ray: Any) -> list[Any]:
         done, pending = ray.wait(pending, num_returns=1, timeout=remaining)
         for ref in done:
             ray.get(ref)  # raises that actor's error now, not after the others time out
-    return ray.get(refs)
+    results: list[Any] = ray.get(refs)
+    return results
