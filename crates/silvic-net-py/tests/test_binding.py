@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
@@ -248,3 +249,32 @@ def test_errors_pickle_with_their_attributes() -> None:
         assert type(copy) is CollectiveError
         assert (str(copy), copy.kind, copy.peer, copy.origin) == (str(e), e.kind, e.peer, e.origin)
 
+
+
+def test_a_ring_in_use_refuses_a_second_thread() -> None:
+    rings = ring_of(2)
+    started = threading.Event()
+    result: list[object] = []
+
+    def rank0_allreduce() -> None:
+        started.set()
+        buf = np.ones(8)
+        rings[0].allreduce_sum_f64(buf)  # waits, GIL released, until rank 1 joins
+        result.append(buf.tolist())
+
+    thread = threading.Thread(target=rank0_allreduce)
+    thread.start()
+    started.wait(timeout=5)
+    deadline = time.monotonic() + 5
+    refused: RuntimeError | None = None
+    while refused is None and time.monotonic() < deadline:
+        try:
+            rings[0].allgather_bytes(b"meanwhile")  # the other thread holds rank 0's ring
+        except RuntimeError as e:
+            refused = e
+        else:
+            pytest.fail("a second thread used a ring while a collective ran on it")
+    assert refused is not None and "borrowed" in str(refused)
+    rings[1].allreduce_sum_f64(np.ones(8))
+    thread.join(timeout=10)
+    assert result == [[2.0] * 8]

@@ -28,6 +28,13 @@ def workers(ray_cluster: Any) -> Iterator[list[Any]]:
             ray.kill(actor, no_restart=True)
 
 
+def test_form_ring_refuses_what_is_no_ring_member() -> None:
+    with pytest.raises(ValueError, match="at least one actor"):
+        form_ring([])
+    with pytest.raises(TypeError, match="RingMember"):
+        form_ring([object()])
+
+
 def test_four_actors_run_hundreds_of_checked_collectives(workers: list[Any]) -> None:
     addresses = form_ring(workers, timeout=30.0)
     assert len(addresses) == WORLD and len(set(addresses)) == WORLD
@@ -68,7 +75,8 @@ def test_killed_actor_fails_every_survivor_fast_and_they_live_on(workers: list[A
         assert result["rank"] == rank
         assert result["kind"] is not None, f"rank {rank} never failed: {result}"
         assert result["done"] > 0, "the kill came before the loop started"
-        assert result["peer"] is not None and result["peer"] != rank, result
+        # Every error names the dead rank: its neighbours saw it close, the others were told.
+        assert result["peer"] == victim, result
         assert f"rank {result['peer']}" in result["message"], result
         if result["kind"] == "aborted":  # told by a neighbour, which names the origin and cause
             assert result["origin"] in survivors and result["cause_kind"] is not None, result

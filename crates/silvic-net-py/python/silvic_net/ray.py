@@ -108,6 +108,12 @@ def form_ring(
 
     if not actors:
         raise ValueError("form_ring needs at least one actor")
+    for actor in actors:
+        if not hasattr(actor, "silvic_net_bind"):
+            raise TypeError(
+                f"form_ring needs handles of actors whose class mixes in "
+                f"silvic_net.ray.RingMember, got {actor!r}"
+            )
     grace = max(10.0, 0.1 * timeout)
     addresses: list[str] = _get_all(
         [actor.silvic_net_bind.remote(listen_host) for actor in actors], timeout + grace, ray
