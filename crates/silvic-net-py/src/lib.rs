@@ -23,6 +23,7 @@
 //! `silvic_net.ray` helper), and no way to interrupt a blocked call from Python (Ctrl-C is seen
 //! when the call returns, which the timeout bounds).
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod errors;
 
