@@ -37,9 +37,12 @@ def on_every_rank(world: int, fn: Callable[[int], T], limit: float = 30.0) -> li
 
 
 def form(
-    world: int, tokens: list[str] | None = None, timeout: float = TIMEOUT
+    world: int,
+    tokens: list[str] | None = None,
+    timeout: float = TIMEOUT,
+    bind: Callable[[], RingListener] = lambda: TcpCollective.bind("127.0.0.1"),
 ) -> list[TcpCollective | BaseException]:
-    listeners = [TcpCollective.bind("127.0.0.1") for _ in range(world)]
+    listeners = [bind() for _ in range(world)]
     addresses = [listener.address() for listener in listeners]
     tokens = tokens or ["job-token"] * world
     return on_every_rank(
@@ -50,8 +53,10 @@ def form(
     )
 
 
-def ring_of(world: int) -> list[TcpCollective]:
-    rings = form(world)
+def ring_of(
+    world: int, bind: Callable[[], RingListener] = lambda: TcpCollective.bind("127.0.0.1")
+) -> list[TcpCollective]:
+    rings = form(world, bind=bind)
     for ring in rings:
         if isinstance(ring, BaseException):
             raise ring
@@ -112,6 +117,27 @@ def test_rings_of_threads_sum_gather_and_agree_bitwise() -> None:
         if isinstance(result, BaseException):
             raise result
     assert results[0] == results[1] == results[2]
+
+
+@pytest.mark.parametrize(
+    ("bind", "prefix"),
+    [
+        (lambda: TcpCollective.bind_advertised("0.0.0.0", "127.0.0.1"), "127.0.0.1:"),
+        (lambda: TcpCollective.bind("::1"), "[::1]:"),
+    ],
+    ids=["bind_advertised", "ipv6"],
+)
+def test_advertised_and_ipv6_listeners_form_rings(
+    bind: Callable[[], RingListener], prefix: str
+) -> None:
+    try:
+        probe = bind()
+    except ConnectError as e:
+        pytest.skip(f"this host cannot listen there: {e}")
+    assert probe.address().startswith(prefix), probe.address()
+    rings = ring_of(3, bind=bind)
+    results = on_every_rank(3, lambda rank: rings[rank].allgather_bytes(b"%d" % rank))
+    assert results == [[b"0", b"1", b"2"]] * 3
 
 
 def test_max_propagates_nan_and_sums_keep_their_place() -> None:

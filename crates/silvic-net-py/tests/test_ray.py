@@ -48,8 +48,10 @@ def test_four_actors_run_hundreds_of_checked_collectives(workers: list[Any]) -> 
     assert all(r["checked"] >= 300 for r in results), results
     assert len({r["digest"] for r in results}) == 1, "inexact sums differ between ranks"
 
-    # A second ring on the same actors: a fresh token and listeners; the old ring is closed.
-    second = form_ring(workers, timeout=30.0)
+    # A second ring on the same actors: a fresh token and listeners (on every interface this
+    # time, advertising the node IP); the old ring is closed.
+    second = form_ring(workers, timeout=30.0, listen_host="0.0.0.0")
+    assert all(a.startswith("127.0.0.1:") for a in second), second
     assert set(second).isdisjoint(addresses)
     results = ray.get([w.mixed.remote(seed=8, iterations=40) for w in workers], timeout=60)
     assert len({r["digest"] for r in results}) == 1
