@@ -1,0 +1,235 @@
+//! One rank as a process: binds, prints its address, reads every rank's, connects, runs a
+//! bounded, seeded workload and reports each step on stdout.
+//!
+//! Arguments are `key=value` words (see [`RankArgs`]). The lines it prints:
+//!
+//! ```text
+//! ADDR <ip:port>                          after bind; then it reads "ADDRS <a0> <a1> ..." on stdin
+//! READY <stats>                           after connect
+//! OK <index> <ms>                         a call returned a verified result (every `report`-th)
+//! STATS <label> <stats>                   after warm-up and at the end: "rss_kb=.. hwm_kb=.. fds=.."
+//! ERR <index> <ms> peer=<p> kind=<k> <message>   a call failed; the rank then checks that the
+//! STICKY <same|differs: ...>              next call returns the same error, and exits 0
+//! WRONG <index> <what>                    a result was wrong: exit 3
+//! EXIT <index>                            it left on purpose (exit_after), dropping the ring
+//! DONE <count> <ms>                       every call succeeded
+//! CONNECT_ERR <message>                   connect failed: exit 2
+//! ```
+
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use silvic_net::{CollectiveError, TcpCollective};
+
+use crate::data::{Call, Kind, mixed_call, run_and_check};
+
+/// What a rank process runs.
+#[derive(Debug, Clone)]
+pub struct RankArgs {
+    /// This rank.
+    pub rank: usize,
+    /// Host to listen on, such as "0.0.0.0".
+    pub host: String,
+    /// Address to advertise (bind_advertised's node_ip).
+    pub advertise: String,
+    /// Job token.
+    pub token: String,
+    /// Rendezvous timeout, seconds.
+    pub connect_timeout: f64,
+    /// Collective timeout, seconds.
+    pub timeout: f64,
+    /// "repeat" (the same kind and size every call) or "mixed" (a seeded mix).
+    pub workload: String,
+    /// For repeat: the kind.
+    pub kind: Kind,
+    /// For repeat: bytes per call; for mixed: the largest size.
+    pub bytes: usize,
+    /// Number of calls.
+    pub count: u64,
+    /// Seeds the data (and the mix).
+    pub seed: u64,
+    /// Sleep between calls, milliseconds (the trainer's compute).
+    pub gap_ms: u64,
+    /// Leave (drop the ring, exit 0) instead of running call `exit_after`.
+    pub exit_after: Option<u64>,
+    /// Print OK for every `report`-th call.
+    pub report: u64,
+    /// Print STATS after this many calls.
+    pub warmup: u64,
+}
+
+impl RankArgs {
+    /// Parses `key=value` words.
+    pub fn parse(words: &[String]) -> Result<RankArgs, String> {
+        let mut a = RankArgs {
+            rank: 0,
+            host: "0.0.0.0".into(),
+            advertise: String::new(),
+            token: "testbed-token".into(),
+            connect_timeout: 30.0,
+            timeout: 600.0,
+            workload: "repeat".into(),
+            kind: Kind::SumF64,
+            bytes: 1 << 20,
+            count: 10,
+            seed: 1,
+            gap_ms: 0,
+            exit_after: None,
+            report: 1,
+            warmup: 0,
+        };
+        for word in words {
+            let (k, v) = word.split_once('=').ok_or_else(|| format!("not key=value: {word}"))?;
+            let num = |v: &str| v.parse::<u64>().map_err(|e| format!("{k}={v}: {e}"));
+            let secs = |v: &str| v.parse::<f64>().map_err(|e| format!("{k}={v}: {e}"));
+            match k {
+                "rank" => a.rank = num(v)? as usize,
+                "host" => a.host = v.into(),
+                "advertise" => a.advertise = v.into(),
+                "token" => a.token = v.into(),
+                "connect_timeout" => a.connect_timeout = secs(v)?,
+                "timeout" => a.timeout = secs(v)?,
+                "workload" => a.workload = v.into(),
+                "kind" => a.kind = Kind::parse(v).ok_or_else(|| format!("unknown kind {v}"))?,
+                "bytes" => a.bytes = num(v)? as usize,
+                "count" => a.count = num(v)?,
+                "seed" => a.seed = num(v)?,
+                "gap_ms" => a.gap_ms = num(v)?,
+                "exit_after" => a.exit_after = Some(num(v)?),
+                "report" => a.report = num(v)?.max(1),
+                "warmup" => a.warmup = num(v)?,
+                _ => return Err(format!("unknown argument {k}")),
+            }
+        }
+        if a.advertise.is_empty() {
+            return Err("advertise=<ip> is required".into());
+        }
+        Ok(a)
+    }
+
+    fn call(&self, index: u64) -> Call {
+        match self.workload.as_str() {
+            "mixed" => mixed_call(self.seed, index, self.bytes),
+            _ => Call { kind: self.kind, bytes: self.bytes, key: self.seed ^ index << 20 },
+        }
+    }
+}
+
+/// This process's resident set, its peak and its open descriptors, from /proc/self.
+pub fn stats() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .unwrap_or("?")
+            .to_string()
+    };
+    let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    format!("rss_kb={} hwm_kb={} fds={fds}", field("VmRSS:"), field("VmHWM:"))
+}
+
+/// A short name for the error's variant, with the origin for an abort.
+pub fn kind_name(e: &CollectiveError) -> String {
+    match e {
+        CollectiveError::Io { kind, .. } => format!("io:{kind:?}"),
+        CollectiveError::PeerClosed { .. } => "peer_closed".into(),
+        CollectiveError::Timeout { .. } => "timeout".into(),
+        CollectiveError::OutOfStep { .. } => "out_of_step".into(),
+        CollectiveError::LengthMismatch { .. } => "length_mismatch".into(),
+        CollectiveError::MalformedFrame { .. } => "malformed".into(),
+        CollectiveError::Aborted { origin, cause } => {
+            format!("aborted(origin={origin},{})", kind_name(cause))
+        }
+        _ => "other".into(),
+    }
+}
+
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, $($t)*);
+        let _ = out.flush();
+    }};
+}
+
+/// Runs a rank; returns the process exit code.
+pub fn main(words: &[String]) -> i32 {
+    let args = match RankArgs::parse(words) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rank: {e}");
+            return 64;
+        }
+    };
+    let listener = match TcpCollective::bind_advertised(&args.host, &args.advertise) {
+        Ok(l) => l,
+        Err(e) => {
+            say!("CONNECT_ERR bind: {e}");
+            return 2;
+        }
+    };
+    say!("ADDR {}", listener.address());
+    let mut line = String::new();
+    if std::io::stdin().lock().read_line(&mut line).is_err() {
+        return 2;
+    }
+    let addresses: Vec<String> =
+        line.trim().strip_prefix("ADDRS ").unwrap_or("").split(' ').map(String::from).collect();
+    let connect_timeout = Duration::from_secs_f64(args.connect_timeout);
+    let mut ring =
+        match TcpCollective::connect(listener, args.rank, &addresses, &args.token, connect_timeout)
+        {
+            Ok(r) => r,
+            Err(e) => {
+                say!("CONNECT_ERR {e}");
+                return 2;
+            }
+        };
+    ring.set_timeout(Duration::from_secs_f64(args.timeout));
+    say!("READY {}", stats());
+    let started = Instant::now();
+    for index in 0..args.count {
+        if args.exit_after == Some(index) {
+            drop(ring);
+            say!("EXIT {index}");
+            return 0;
+        }
+        if index > 0 && args.gap_ms > 0 {
+            std::thread::sleep(Duration::from_millis(args.gap_ms));
+        }
+        let call = args.call(index);
+        let t = Instant::now();
+        match run_and_check(&mut ring, call) {
+            Ok(Ok(())) => {
+                if (index + 1) % args.report == 0 {
+                    say!("OK {index} {}", t.elapsed().as_millis());
+                }
+            }
+            Ok(Err(what)) => {
+                say!("WRONG {index} {call:?}: {what}");
+                return 3;
+            }
+            Err(e) => {
+                let peer = e.peer().map_or("none".to_string(), |p| p.to_string());
+                say!(
+                    "ERR {index} {} peer={peer} kind={} {e}",
+                    t.elapsed().as_millis(),
+                    kind_name(&e)
+                );
+                match run_and_check(&mut ring, args.call(index + 1)) {
+                    Err(again) if again == e => say!("STICKY same"),
+                    other => say!("STICKY differs: {other:?}"),
+                }
+                return 0;
+            }
+        }
+        if index + 1 == args.warmup {
+            say!("STATS warm {}", stats());
+        }
+    }
+    say!("STATS end {}", stats());
+    say!("DONE {} {}", args.count, started.elapsed().as_millis());
+    0
+}
