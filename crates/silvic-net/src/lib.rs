@@ -59,6 +59,7 @@ compile_error!(
 mod error;
 pub mod frame;
 pub mod handshake;
+mod liveness;
 mod poll;
 mod rendezvous;
 mod ring;

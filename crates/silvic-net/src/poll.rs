@@ -24,6 +24,7 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use silvic_core::CollectiveError;
 
 use crate::frame::{Abort, FrameError, HEADER_LEN, Header, Kind, MAX_ABORT_LEN};
+use crate::liveness::Liveness;
 use crate::ring::{Link, Sink};
 
 /// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
@@ -54,6 +55,11 @@ pub(crate) struct TcpRing {
     coalesced: Vec<u8>,
     /// The reverse direction of the right stream, where only an abort may arrive.
     reverse: Incoming,
+    /// The right neighbour closed the reverse direction: nothing more can come from it.
+    right_closed: bool,
+    /// TCP_USER_TIMEOUT of the right stream, raised while the right neighbour is alive but
+    /// not reading.
+    liveness: Liveness,
 }
 
 /// The frame being written to the right.
@@ -222,6 +228,8 @@ impl TcpRing {
             at_frame_boundary: true,
             coalesced: Vec::with_capacity(HEADER_LEN + COALESCE),
             reverse: Incoming::new(),
+            right_closed: false,
+            liveness: Liveness::new(),
         }
     }
 
@@ -273,6 +281,7 @@ impl TcpRing {
         loop {
             if self.write_some(out).map_err(|e| (Side::Right, e))? {
                 right_active = Instant::now();
+                self.liveness.restore(&self.right);
             }
             if !incoming.done()
                 && incoming
@@ -298,19 +307,34 @@ impl TcpRing {
                     return Err((side, CollectiveError::Timeout { peer, waited: self.timeout }));
                 }
             }
-            let deadline = left_deadline.into_iter().chain(right_deadline).min();
-            let right_events =
-                if out.done() { PollFlags::empty() } else { PollFlags::OUT | PollFlags::IN };
+            let last_progress = left_active.max(right_active);
+            let deadline = left_deadline
+                .into_iter()
+                .chain(right_deadline)
+                .chain([self.liveness.next_check(last_progress)])
+                .min();
+            // The reverse direction is watched for an abort all along, not only while
+            // writing, so a failure reaches this rank from both sides of the ring.
+            let reverse = if self.right_closed { PollFlags::empty() } else { PollFlags::IN };
+            let right_events = if out.done() { reverse } else { PollFlags::OUT | reverse };
             let left_events = if incoming.done() { PollFlags::empty() } else { PollFlags::IN };
             let mut fds =
                 [PollFd::new(&self.right, right_events), PollFd::new(&self.left, left_events)];
             wait(&mut fds, deadline)
                 .map_err(|e| (Side::Left, CollectiveError::io(self.left_rank, &e)))?;
-            if fds[0].revents().intersects(PollFlags::IN) {
-                self.reverse
-                    .read_from(&self.right, self.right_rank, None, &mut NoPayload)
-                    .map_err(|e| (Side::Right, e))?;
+            let right_revents = fds[0].revents();
+            if right_revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
+                match self.reverse.read_from(&self.right, self.right_rank, None, &mut NoPayload) {
+                    Ok(_) => {}
+                    // A neighbour that finished its last call and left closes cleanly; that
+                    // fails this rank only if it still has bytes to send it.
+                    Err(CollectiveError::PeerClosed { .. }) if out.done() => {
+                        self.right_closed = true
+                    }
+                    Err(e) => return Err((Side::Right, e)),
+                }
             }
+            self.liveness.check(&self.right, last_progress, self.timeout);
         }
     }
 

@@ -20,9 +20,13 @@ use crate::ring::run::{self, Call, Element, Scratch};
 /// How long TCP itself waits on a host that stopped answering (keepalive probes unanswered, or
 /// data unacknowledged) before it fails the connection, whatever the collective timeout.
 pub const LIVENESS: Duration = Duration::from_secs(60);
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+/// A stream idle this long gets a keepalive probe. Short, because a probe is also how a rank
+/// that only waits learns that its peer's host answers with resets (a peer that lost its
+/// connection state, a firewall): the reset comes back within moments of the probe. Vanished
+/// hosts are still given [`LIVENESS`] (TCP_USER_TIMEOUT bounds keepalive too).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-const KEEPALIVE_PROBES: u32 = 9;
+const KEEPALIVE_PROBES: u32 = 11;
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
 ///

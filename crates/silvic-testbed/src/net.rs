@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Every namespace this module creates starts with this.
 pub const PREFIX: &str = "svt-";
@@ -69,7 +70,9 @@ pub fn available() -> Result<(), String> {
     for (tool, arg) in [("ip", "-V"), ("nft", "--version"), ("tc", "-V")] {
         run(tool, &[arg], None).map_err(|e| format!("`{tool}` is not usable: {e}"))?;
     }
-    let probe = format!("{PREFIX}{}-probe", std::process::id());
+    static PROBES: AtomicUsize = AtomicUsize::new(0);
+    let n = PROBES.fetch_add(1, Ordering::Relaxed);
+    let probe = format!("{PREFIX}{}-probe{n}", std::process::id());
     run("ip", &["netns", "add", &probe], None)
         .map_err(|e| format!("cannot create a network namespace: {e}"))?;
     let _ = run("ip", &["netns", "del", &probe], None);

@@ -1,0 +1,392 @@
+//! Faults on a multi-host network: four hosts (network namespaces on a bridge), one rank process
+//! per host listening on 0.0.0.0 and advertising its host's address, collectives running while
+//! a fault hits rank 2's host. Every rank's outcome and time to error is printed as a table row
+//! ("FAULT | rank | outcome | seconds") and asserted: survivors fail naming a peer within the
+//! bound of the fault, and no rank ever returns a wrong result.
+//!
+//! Needs root, `ip`, `nft` and `tc`; skips with a message otherwise (fails instead when
+//! SILVIC_TESTBED_REQUIRE_NETNS is set, as in CI). The three cases bound by the one-minute
+//! liveness tier run concurrently in one test, so the whole file takes about two minutes.
+
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+use silvic_net::LIVENESS;
+use silvic_testbed::net::{Net, can_run, host_ip};
+use silvic_testbed::ring::{End, Layout, World};
+
+const WORLD: usize = 4;
+const VICTIM: usize = 2;
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_silvic-testbed"))
+}
+
+fn words(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// Starts the world on a fresh network, or panics with what failed.
+fn start(
+    tag: &str,
+    args: &[String],
+    extra: impl Fn(usize) -> Vec<String>,
+    layout: &Layout,
+) -> World {
+    let net = Net::create(tag, WORLD).unwrap_or_else(|e| panic!("{tag}: network: {e}"));
+    World::start(exe(), WORLD, Some(net), layout, args, extra)
+        .unwrap_or_else(|e| panic!("{tag}: start: {e}"))
+}
+
+/// Every rank's end and its time after `t0`; prints the table rows.
+fn outcomes(
+    fault: &str,
+    world: &mut World,
+    t0: Instant,
+    limit: Duration,
+) -> Vec<(End, Option<Duration>)> {
+    let ends = world.ends(t0 + limit);
+    ends.into_iter()
+        .enumerate()
+        .map(|(rank, (end, line))| {
+            let after = line.map(|l| l.at.saturating_duration_since(t0));
+            let shown = match &end {
+                End::Failed { peer, kind, message } => format!("peer={peer:?} {kind}: {message}"),
+                other => format!("{other:?}"),
+            };
+            let secs = after.map_or("-".into(), |d| format!("{:.2}", d.as_secs_f64()));
+            println!("FAULT {fault} | rank {rank} | {shown} | {secs}");
+            (end, after)
+        })
+        .collect()
+}
+
+/// Every rank but `except` failed naming a peer within `bound`; no rank returned a wrong
+/// result. Returns the worst time.
+fn assert_survivors_fail(
+    fault: &str,
+    ends: &[(End, Option<Duration>)],
+    except: &[usize],
+    bound: Duration,
+) -> Duration {
+    let mut worst = Duration::ZERO;
+    for (rank, (end, after)) in ends.iter().enumerate() {
+        assert!(
+            !matches!(end, End::Wrong(_)),
+            "{fault}: rank {rank} returned a wrong result: {end:?}"
+        );
+        if except.contains(&rank) {
+            continue;
+        }
+        let End::Failed { peer, .. } = end else {
+            panic!("{fault}: rank {rank} should have failed, got {end:?}");
+        };
+        assert!(peer.is_some(), "{fault}: rank {rank}'s error names no peer: {end:?}");
+        let after = after.expect("a failure has a time");
+        assert!(after <= bound, "{fault}: rank {rank} took {after:?} to fail (bound {bound:?})");
+        worst = worst.max(after);
+    }
+    println!("FAULT {fault} | worst time to error {:.2} s", worst.as_secs_f64());
+    worst
+}
+
+/// A steady stream of 1 MiB allreduces with a little compute between them; the collective
+/// timeout is 10 minutes, so only the liveness tier or the ring's own errors can end it early.
+fn steady() -> Vec<String> {
+    words(&["kind=sum_f64", "bytes=1048576", "count=100000", "gap_ms=5", "timeout=600"])
+}
+
+fn after_warmup(world: &mut World) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    world.wait_oks(&[0, 1, 2, 3], 3, deadline).unwrap_or_else(|e| panic!("warm-up: {e}"));
+}
+
+#[test]
+fn netns_sigkill_of_a_rank_fails_every_survivor_within_seconds() {
+    if !can_run("netns_sigkill") {
+        return;
+    }
+    let mut world = start("kill", &steady(), |_| vec![], &Layout::default());
+    after_warmup(&mut world);
+    let t0 = Instant::now();
+    world.ranks[VICTIM].signal(Signal::KILL).unwrap();
+    let ends = outcomes("sigkill", &mut world, t0, Duration::from_secs(60));
+    assert_survivors_fail("sigkill", &ends, &[VICTIM], Duration::from_secs(5));
+}
+
+#[test]
+fn netns_rank_exiting_between_collectives_fails_the_next_one_everywhere() {
+    if !can_run("netns_exit") {
+        return;
+    }
+    let mut args = steady();
+    args.push("gap_ms=200".into());
+    let mut world = start(
+        "exit",
+        &args,
+        |r| if r == VICTIM { words(&["exit_after=5"]) } else { vec![] },
+        &Layout::default(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = world.ranks[VICTIM].wait_for(&["EXIT"], deadline).unwrap();
+    let ends = outcomes("exit", &mut world, exit.at, Duration::from_secs(60));
+    assert_eq!(ends[VICTIM].0, End::Exited);
+    assert_survivors_fail("exit", &ends, &[VICTIM], Duration::from_secs(5));
+}
+
+#[test]
+fn netns_connection_reset_fails_every_rank_within_seconds() {
+    if !can_run("netns_reset") {
+        return;
+    }
+    let mut world = start("reset", &steady(), |_| vec![], &Layout::default());
+    after_warmup(&mut world);
+    let victim = host_ip(VICTIM);
+    let rules = format!(
+        "table inet svt {{ chain forward_filter {{ type filter hook forward priority 0;
+           ip saddr {victim} meta l4proto tcp counter reject with tcp reset
+           ip daddr {victim} meta l4proto tcp counter reject with tcp reset
+         }}
+         }}"
+    );
+    let net = world.net.as_ref().unwrap();
+    let t0 = Instant::now();
+    net.nft(&net.switch.clone(), &rules).unwrap();
+    let ends = outcomes("reset", &mut world, t0, Duration::from_secs(90));
+    let packets = world.net.as_ref().unwrap().nft_packets(&world.net.as_ref().unwrap().switch);
+    assert!(packets > 0, "the reject rule never matched");
+    // A rank that sends gets the reset at once; one that only waits gets it in answer to its
+    // first keepalive probe (after 5 s idle), and the ring's abort frames carry it on.
+    assert_survivors_fail("reset", &ends, &[], Duration::from_secs(8));
+}
+
+/// How a liveness case cuts the victim off.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    LinkDown,
+    DropAll,
+}
+
+fn liveness_case(cut: Cut) -> Duration {
+    let tag = match cut {
+        Cut::LinkDown => "down",
+        Cut::DropAll => "drop",
+    };
+    let mut world = start(tag, &steady(), |_| vec![], &Layout::default());
+    after_warmup(&mut world);
+    let net = world.net.as_ref().unwrap();
+    let t0 = Instant::now();
+    match cut {
+        Cut::LinkDown => net.link_down(VICTIM).unwrap(),
+        Cut::DropAll => {
+            let victim = host_ip(VICTIM);
+            let rules = format!(
+                "table bridge svt {{ chain forward_filter {{ type filter hook forward priority 0;
+                   ip saddr {victim} counter drop
+                   ip daddr {victim} counter drop
+                 }}
+         }}"
+            );
+            net.nft(&net.switch, &rules).unwrap();
+        }
+    }
+    let fault = format!("{cut:?}");
+    let ends = outcomes(&fault, &mut world, t0, LIVENESS + Duration::from_secs(90));
+    // The victim is cut off too; it must not hang either (it fails by the same tier).
+    let bound = LIVENESS + Duration::from_secs(30);
+    let worst = assert_survivors_fail(&fault, &ends, &[], bound);
+    if let Cut::DropAll = cut {
+        let net = world.net.as_ref().unwrap();
+        assert!(net.nft_packets(&net.switch) > 0, "the drop rule never matched");
+    }
+    worst
+}
+
+/// Rank 2 stopped for 100 s, longer than the liveness bound and shorter than the collective
+/// timeout, in the middle of 16 MiB allreduces: nobody may fail, and after SIGCONT every rank
+/// finishes every call with correct results.
+fn sigstop_case() -> Duration {
+    let pause = Duration::from_secs(100);
+    assert!(pause > LIVENESS + Duration::from_secs(30));
+    let args = words(&["kind=sum_f64", "bytes=16777216", "count=12", "timeout=300"]);
+    // Socket buffers of at most 1 MiB (Linux allows 6 MiB by default), so that a 4 MiB ring
+    // step cannot vanish into them: the stopped rank's window must close, as it does for the
+    // far larger histograms of a real job.
+    let net = Net::create("stop", WORLD).unwrap_or_else(|e| panic!("stop: network: {e}"));
+    for ns in &net.hosts {
+        net.exec(ns, "sysctl", &["-qw", "net.ipv4.tcp_rmem=4096 131072 1048576"]).unwrap();
+        net.exec(ns, "sysctl", &["-qw", "net.ipv4.tcp_wmem=4096 16384 1048576"]).unwrap();
+    }
+    let mut world = World::start(exe(), WORLD, Some(net), &Layout::default(), &args, |_| vec![])
+        .unwrap_or_else(|e| panic!("stop: start: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    world.wait_oks(&[VICTIM], 3, deadline).unwrap_or_else(|e| panic!("sigstop warm-up: {e}"));
+    world.ranks[VICTIM].signal(Signal::STOP).unwrap();
+    let t0 = Instant::now();
+    // The premise: the stopped rank's left neighbour is probing a closed window (timer 4 in
+    // its /proc/net/tcp) well before the liveness bound would have expired.
+    thread::sleep(Duration::from_secs(20));
+    let net = world.net.as_ref().unwrap();
+    let table = net.exec(&net.hosts[VICTIM - 1], "cat", &["/proc/net/tcp"]).unwrap();
+    let probing = table
+        .lines()
+        .skip(1)
+        .any(|row| row.split_whitespace().nth(5).is_some_and(|tr| tr.starts_with("04:")));
+    assert!(probing, "no zero-window probing towards the stopped rank:\n{table}");
+    // While it is stopped, nobody may give up.
+    for (rank, child) in world.ranks.iter_mut().enumerate() {
+        if rank == VICTIM {
+            continue;
+        }
+        while let Some(line) = child.next_line(t0 + pause) {
+            assert!(
+                !line.text.starts_with("ERR"),
+                "rank {rank} failed during the pause: {}",
+                line.text
+            );
+            assert!(!line.text.starts_with("WRONG"), "rank {rank}: {}", line.text);
+        }
+    }
+    thread::sleep((t0 + pause).saturating_duration_since(Instant::now()));
+    world.ranks[VICTIM].signal(Signal::CONT).unwrap();
+    let resumed = Instant::now();
+    let ends = outcomes("sigstop", &mut world, resumed, Duration::from_secs(180));
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        assert_eq!(end, &End::Done, "sigstop: rank {rank} did not finish every call");
+    }
+    t0.elapsed()
+}
+
+#[test]
+fn netns_liveness_link_down_and_drop_fail_within_a_minute_but_sigstop_is_waited_for() {
+    if !can_run("netns_liveness") {
+        return;
+    }
+    let down = thread::spawn(|| liveness_case(Cut::LinkDown));
+    let drop = thread::spawn(|| liveness_case(Cut::DropAll));
+    let stop = thread::spawn(sigstop_case);
+    let results = [("link down", down.join()), ("drop", drop.join()), ("sigstop", stop.join())];
+    let mut failed = Vec::new();
+    for (name, r) in results {
+        match r {
+            Ok(t) => println!("{name}: ok ({:.1} s)", t.as_secs_f64()),
+            Err(_) => failed.push(name),
+        }
+    }
+    assert!(failed.is_empty(), "cases failed (see their panics above): {failed:?}");
+}
+
+/// The OK lines' per-call milliseconds of every rank.
+fn call_millis(world: &World) -> Vec<u64> {
+    world
+        .ranks
+        .iter()
+        .flat_map(|r| r.seen.iter())
+        .filter_map(|l| l.text.strip_prefix("OK "))
+        .filter_map(|rest| rest.split_whitespace().nth(1)?.parse().ok())
+        .collect()
+}
+
+fn mixed(count: u64, max_bytes: usize) -> Vec<String> {
+    vec![
+        "workload=mixed".into(),
+        format!("bytes={max_bytes}"),
+        format!("count={count}"),
+        "seed=4".into(),
+        "timeout=120".into(),
+    ]
+}
+
+fn assert_all_done(fault: &str, world: &mut World, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    let ends = outcomes(fault, world, t0, limit);
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        assert_eq!(end, &End::Done, "{fault}: rank {rank} did not finish every call correctly");
+    }
+    let mut ms = call_millis(world);
+    ms.sort_unstable();
+    let median = ms.get(ms.len() / 2).copied().unwrap_or(0);
+    println!(
+        "FAULT {fault} | calls {} | median {median} ms | slowest {} ms",
+        ms.len(),
+        ms.last().unwrap_or(&0)
+    );
+    t0.elapsed()
+}
+
+/// 2 % of the bridged TCP packets dropped (nft numgen), one packet in eight of every host sent
+/// through a slower HTB class so that it falls behind the next ones (reordering), and host 2's
+/// port shaped to 100 Mbit/s with tbf: every call still returns the right result.
+#[test]
+fn netns_loss_reordering_and_a_slow_port_leave_results_correct() {
+    if !can_run("netns_lossy") {
+        return;
+    }
+    let net = Net::create("lossy", WORLD).unwrap_or_else(|e| panic!("lossy: network: {e}"));
+    let loss = "table bridge svt {
+        chain forward_filter {
+          type filter hook forward priority 0;
+          meta l4proto tcp numgen random mod 100 < 2 counter drop
+        }
+      }";
+    net.nft(&net.switch, loss).unwrap();
+    let reorder = "table inet svt {
+        chain output_class {
+          type filter hook output priority 0;
+          meta l4proto tcp meta priority set numgen random mod 8 map { 0 : 1:20, 1-7 : 1:10 }
+        }
+      }";
+    for ns in &net.hosts {
+        let tc = |args: &str| net.exec(ns, "tc", &args.split(' ').collect::<Vec<_>>()).unwrap();
+        tc("qdisc add dev eth0 root handle 1: htb default 10");
+        tc("class add dev eth0 parent 1: classid 1:10 htb rate 1gbit");
+        tc("class add dev eth0 parent 1: classid 1:20 htb rate 50mbit ceil 50mbit");
+        net.nft(ns, reorder).unwrap();
+    }
+    let sw = net.switch.clone();
+    net.exec(
+        &sw,
+        "tc",
+        &[
+            "qdisc", "add", "dev", "p2", "root", "tbf", "rate", "100mbit", "burst", "128kb",
+            "latency", "100ms",
+        ],
+    )
+    .unwrap();
+    let args = [mixed(150, 4 << 20), words(&["report=1"])].concat();
+    let mut world = World::start(exe(), WORLD, Some(net), &Layout::default(), &args, |_| vec![])
+        .unwrap_or_else(|e| panic!("lossy: start: {e}"));
+    assert_all_done("loss+reorder+tbf", &mut world, Duration::from_secs(400));
+    let net = world.net.as_ref().unwrap();
+    let dropped = net.nft_packets(&net.switch);
+    let (mut ofo, mut retrans) = (0, 0);
+    for h in 0..WORLD {
+        let c = net.tcp_counters(h);
+        ofo += c.get("TCPOFOQueue").copied().unwrap_or(0);
+        retrans += c.get("RetransSegs").copied().unwrap_or(0);
+    }
+    println!(
+        "FAULT loss+reorder+tbf | dropped {dropped} | out-of-order queued {ofo} | retransmitted {retrans}"
+    );
+    assert!(dropped > 0, "no packet was dropped");
+    assert!(ofo > 0, "no segment arrived out of order");
+    assert!(retrans > 0, "nothing was retransmitted");
+}
+
+/// Every ring connection through a relay that holds each chunk 20 ms plus up to 10 ms of
+/// jitter: every call still returns the right result, each a few relay crossings slower.
+#[test]
+fn netns_delay_and_jitter_through_a_relay_leave_results_correct() {
+    if !can_run("netns_relay") {
+        return;
+    }
+    let args = [mixed(60, 4 << 20), words(&["report=1"])].concat();
+    let layout = Layout { relay: Some((20, 10)) };
+    let mut world = start("relay", &args, |_| vec![], &layout);
+    assert_all_done("delay 20 ms + jitter 10 ms", &mut world, Duration::from_secs(300));
+    // Every call crosses the relay at least world - 1 times in sequence (a ring allgather).
+    let fastest = call_millis(&world).into_iter().min().unwrap_or(0);
+    assert!(fastest >= 3 * 20, "a call took {fastest} ms: the relay did not delay it");
+}
