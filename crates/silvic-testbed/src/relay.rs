@@ -1,6 +1,6 @@
 //! A delaying TCP relay: the delay and jitter this kernel's missing netem would have added.
 //!
-//! It reads "FWD <listen ip:port> <target ip:port>" lines on stdin, answers "LISTENING <addr>"
+//! It reads `FWD <listen ip:port> <target ip:port>` lines on stdin, answers `LISTENING <addr>`
 //! for each, and forwards every connection it accepts to the target, holding each chunk it reads
 //! for `delay + U(0, jitter)` before writing it on. Release times never go backwards, so bytes
 //! stay in order (a stream cannot be reordered); jitter shows as bursts and gaps, as on a

@@ -48,7 +48,8 @@ fn outcomes(
     limit: Duration,
 ) -> Vec<(End, Option<Duration>)> {
     let ends = world.ends(t0 + limit);
-    ends.into_iter()
+    let ends = ends
+        .into_iter()
         .enumerate()
         .map(|(rank, (end, line))| {
             let after = line.map(|l| l.at.saturating_duration_since(t0));
@@ -60,7 +61,17 @@ fn outcomes(
             println!("FAULT {fault} | rank {rank} | {shown} | {secs}");
             (end, after)
         })
-        .collect()
+        .collect::<Vec<_>>();
+    // A failed rank calls once more: the error must stick, the same value.
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        if let End::Failed { .. } = end {
+            let child = &mut world.ranks[rank];
+            let sticky =
+                child.wait_for(&["STICKY"], Instant::now() + Duration::from_secs(10)).unwrap();
+            assert_eq!(sticky.text, "STICKY same", "{fault}: rank {rank}'s error did not stick");
+        }
+    }
+    ends
 }
 
 /// Every rank but `except` failed naming a peer within `bound`; no rank returned a wrong
@@ -159,7 +170,7 @@ fn netns_connection_reset_fails_every_rank_within_seconds() {
     assert!(packets > 0, "the reject rule never matched");
     // A rank that sends gets the reset at once; one that only waits gets it in answer to its
     // first keepalive probe (after 5 s idle), and the ring's abort frames carry it on.
-    assert_survivors_fail("reset", &ends, &[], Duration::from_secs(8));
+    assert_survivors_fail("reset", &ends, &[], Duration::from_secs(10));
 }
 
 /// How a liveness case cuts the victim off.
