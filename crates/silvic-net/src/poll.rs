@@ -278,6 +278,9 @@ impl TcpRing {
         sink: &mut dyn Sink,
     ) -> Result<(), (Side, CollectiveError)> {
         let (mut left_active, mut right_active) = (Instant::now(), Instant::now());
+        // Once this step's frame from the left is in, the left is still watched for an abort
+        // frame (see `abort_ahead`) until something else shows up there.
+        let mut watch_left = true;
         loop {
             if self.write_some(out).map_err(|e| (Side::Right, e))? {
                 right_active = Instant::now();
@@ -317,12 +320,17 @@ impl TcpRing {
             // writing, so a failure reaches this rank from both sides of the ring.
             let reverse = if self.right_closed { PollFlags::empty() } else { PollFlags::IN };
             let right_events = if out.done() { reverse } else { PollFlags::OUT | reverse };
-            let left_events = if incoming.done() { PollFlags::empty() } else { PollFlags::IN };
+            let left_events =
+                if incoming.done() && !watch_left { PollFlags::empty() } else { PollFlags::IN };
             let mut fds =
                 [PollFd::new(&self.right, right_events), PollFd::new(&self.left, left_events)];
             wait(&mut fds, deadline)
                 .map_err(|e| (Side::Left, CollectiveError::io(self.left_rank, &e)))?;
-            let right_revents = fds[0].revents();
+            let (right_revents, left_revents) = (fds[0].revents(), fds[1].revents());
+            if incoming.done() && !left_revents.is_empty() {
+                watch_left = false;
+                self.abort_ahead().map_err(|e| (Side::Left, e))?;
+            }
             if right_revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
                 match self.reverse.read_from(&self.right, self.right_rank, None, &mut NoPayload) {
                     Ok(_) => {}
@@ -335,6 +343,34 @@ impl TcpRing {
                 }
             }
             self.liveness.check(&self.right, last_progress, self.timeout);
+        }
+    }
+
+    /// Looks past this step's frame from the left, without consuming anything else: if the
+    /// next frame there is an abort (the left neighbour failed after sending its part), reads
+    /// it and returns it. A rank still writing to the right learns of the failure at once
+    /// instead of waiting out its own timeout. A data frame of the next step, a partial
+    /// header or a close are left for later; the caller stops watching the left then.
+    fn abort_ahead(&mut self) -> Result<(), CollectiveError> {
+        let mut head = [0u8; HEADER_LEN];
+        if !matches!(self.left.peek(&mut head), Ok(HEADER_LEN)) {
+            return Ok(());
+        }
+        match Header::decode(&head) {
+            Ok(header) if header.kind == Kind::Abort => {
+                let mut abort = Incoming::new();
+                // Bounded: the abort is at most MAX_ABORT_LEN bytes, already sent whole or
+                // followed by a close; a rest that does not come is left to the timeout.
+                let deadline = Instant::now() + FINISH_FRAME_BOUND;
+                while Instant::now() < deadline {
+                    abort.read_from(&self.left, self.left_rank, None, &mut NoPayload)?;
+                    let mut fds = [PollFd::new(&self.left, PollFlags::IN)];
+                    wait(&mut fds, Some(deadline))
+                        .map_err(|e| CollectiveError::io(self.left_rank, &e))?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 
