@@ -55,8 +55,6 @@ pub(crate) struct TcpRing {
     coalesced: Vec<u8>,
     /// The reverse direction of the right stream, where only an abort may arrive.
     reverse: Incoming,
-    /// The right neighbour closed the reverse direction: nothing more can come from it.
-    right_closed: bool,
     /// TCP_USER_TIMEOUT of the right stream, raised while the right neighbour is alive but
     /// not reading.
     liveness: Liveness,
@@ -228,7 +226,6 @@ impl TcpRing {
             at_frame_boundary: true,
             coalesced: Vec::with_capacity(HEADER_LEN + COALESCE),
             reverse: Incoming::new(),
-            right_closed: false,
             liveness: Liveness::new(),
         }
     }
@@ -316,10 +313,8 @@ impl TcpRing {
                 .chain(right_deadline)
                 .chain([self.liveness.next_check(last_progress)])
                 .min();
-            // The reverse direction is watched for an abort all along, not only while
-            // writing, so a failure reaches this rank from both sides of the ring.
-            let reverse = if self.right_closed { PollFlags::empty() } else { PollFlags::IN };
-            let right_events = if out.done() { reverse } else { PollFlags::OUT | reverse };
+            let right_events =
+                if out.done() { PollFlags::empty() } else { PollFlags::OUT | PollFlags::IN };
             let left_events =
                 if incoming.done() && !watch_left { PollFlags::empty() } else { PollFlags::IN };
             let mut fds =
@@ -329,18 +324,12 @@ impl TcpRing {
             let (right_revents, left_revents) = (fds[0].revents(), fds[1].revents());
             if incoming.done() && !left_revents.is_empty() {
                 watch_left = false;
-                self.abort_ahead().map_err(|e| (Side::Left, e))?;
+                self.abort_ahead(expect.seq).map_err(|e| (Side::Left, e))?;
             }
-            if right_revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
-                match self.reverse.read_from(&self.right, self.right_rank, None, &mut NoPayload) {
-                    Ok(_) => {}
-                    // A neighbour that finished its last call and left closes cleanly; that
-                    // fails this rank only if it still has bytes to send it.
-                    Err(CollectiveError::PeerClosed { .. }) if out.done() => {
-                        self.right_closed = true
-                    }
-                    Err(e) => return Err((Side::Right, e)),
-                }
+            if right_revents.intersects(PollFlags::IN) {
+                self.reverse
+                    .read_from(&self.right, self.right_rank, None, &mut NoPayload)
+                    .map_err(|e| (Side::Right, e))?;
             }
             self.liveness.check(&self.right, last_progress, self.timeout);
         }
@@ -351,13 +340,15 @@ impl TcpRing {
     /// it and returns it. A rank still writing to the right learns of the failure at once
     /// instead of waiting out its own timeout. A data frame of the next step, a partial
     /// header or a close are left for later; the caller stops watching the left then.
-    fn abort_ahead(&mut self) -> Result<(), CollectiveError> {
+    /// Only an abort of this same call (`seq`) counts: one from a later call would fail a call
+    /// that can still complete here.
+    fn abort_ahead(&mut self, seq: u64) -> Result<(), CollectiveError> {
         let mut head = [0u8; HEADER_LEN];
         if !matches!(self.left.peek(&mut head), Ok(HEADER_LEN)) {
             return Ok(());
         }
         match Header::decode(&head) {
-            Ok(header) if header.kind == Kind::Abort => {
+            Ok(header) if header.kind == Kind::Abort && header.seq == seq => {
                 let mut abort = Incoming::new();
                 // Bounded: the abort is at most MAX_ABORT_LEN bytes, already sent whole or
                 // followed by a close; a rest that does not come is left to the timeout.
