@@ -161,7 +161,7 @@ fn a_wrong_job_token_fails_fast_with_the_reason_and_never_shows_the_token() {
             ),
             "rank {rank}: {error}"
         );
-        assert!(*elapsed < Duration::from_secs(5), "rank {rank} took {elapsed:?}");
+        assert!(*elapsed < Duration::from_secs(7), "rank {rank} took {elapsed:?}");
     }
     for (_, result, _) in &results {
         let error = result.as_ref().unwrap_err();
