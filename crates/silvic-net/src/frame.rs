@@ -221,7 +221,10 @@ impl Abort {
             CollectiveError::Io { message, .. } => (CAUSE_IO, message.clone()),
             CollectiveError::PeerClosed { .. } => (CAUSE_CLOSED, String::new()),
             CollectiveError::Timeout { waited, .. } => {
-                (CAUSE_TIMEOUT, waited.as_millis().to_string())
+                // Decoded as a u64 of milliseconds: a longer wait (a timeout of Duration::MAX)
+                // is sent as the longest one that fits.
+                let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+                (CAUSE_TIMEOUT, ms.to_string())
             }
             CollectiveError::OutOfStep { expected_op, expected_seq, got_op, got_seq, .. } => {
                 let (expected, got) =
@@ -417,6 +420,18 @@ mod tests {
         let back = Abort::decode(&out[HEADER_LEN..n]).unwrap();
         assert_eq!(back.origin, 7);
         assert_eq!(back.cause.peer(), Some(1));
+    }
+
+    #[test]
+    fn a_timeout_too_long_for_the_wire_is_sent_as_the_longest_that_fits() {
+        // Found by the abort_decode fuzz target: a wait above u64::MAX milliseconds (a timeout
+        // of Duration::MAX) was sent as text the receiver could not parse.
+        let cause = CollectiveError::Timeout { peer: 1, waited: Duration::MAX };
+        let mut out = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let n = Abort { origin: 0, cause }.encode(3, &mut out);
+        let back = Abort::decode(&out[HEADER_LEN..n]).expect("decodes");
+        let longest = Duration::from_millis(u64::MAX);
+        assert_eq!(back.cause, CollectiveError::Timeout { peer: 1, waited: longest });
     }
 
     #[test]

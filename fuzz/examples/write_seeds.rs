@@ -1,0 +1,103 @@
+//! Writes the seed corpora under `fuzz/corpus/<target>/`: valid frames, aborts and handshake
+//! messages built with silvic-net's own encoders, plus a few near misses, so every target starts
+//! from inputs that reach past the first check.
+//!
+//! Run from anywhere: `cargo run --manifest-path fuzz/Cargo.toml --example write_seeds`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use silvic_net::frame::{Abort, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, MAX_LEN};
+use silvic_net::handshake::{Acceptor, Connector, Message, MessageKind, Next, VERSION};
+use silvic_net::{CollectiveError, Op};
+use silvic_net_fuzz::REASONS;
+
+const OPS: [Op; 4] =
+    [Op::AllreduceSumF64, Op::AllreduceSumI64, Op::AllreduceMaxF64, Op::AllgatherBytes];
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(name), bytes).unwrap();
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus");
+
+    let frames = root.join("frame_decode");
+    for (i, op) in OPS.into_iter().enumerate() {
+        let h = Header::data(op, i as u64, 4096, 1024).encode();
+        write(&frames, &format!("data-{i}"), &h);
+        write(&frames, &format!("data-{i}-expected"), &[h, h].concat());
+        let other = Header::data(op, i as u64 + 1, 4096, 1024).encode();
+        write(&frames, &format!("data-{i}-out-of-step"), &[&h[..], &other, &[3]].concat());
+    }
+    let big = Header::data(Op::AllgatherBytes, u64::MAX, MAX_LEN, MAX_LEN).encode();
+    write(&frames, "data-max-len", &big);
+    let abort = Header { kind: Kind::Abort, seq: 9, total: 0, len: MAX_ABORT_LEN as u64 };
+    write(&frames, "abort-max-len", &abort.encode());
+    let mut too_long = big;
+    too_long[24..].copy_from_slice(&(MAX_LEN + 1).to_be_bytes());
+    write(&frames, "data-too-long", &too_long);
+    write(&frames, "zeros", &[0; HEADER_LEN]);
+
+    let aborts = root.join("abort_decode");
+    let causes = [
+        CollectiveError::Io {
+            peer: 1,
+            kind: std::io::ErrorKind::ConnectionReset,
+            message: "connection reset by peer (os error 104)".into(),
+        },
+        CollectiveError::PeerClosed { peer: 2 },
+        CollectiveError::Timeout { peer: 3, waited: Duration::from_secs(60) },
+        CollectiveError::OutOfStep {
+            peer: 0,
+            expected_op: Op::AllreduceSumF64,
+            expected_seq: 7,
+            got_op: Op::AllgatherBytes,
+            got_seq: 8,
+        },
+        CollectiveError::LengthMismatch { peer: 1, expected: 4096, got: 8192 },
+        CollectiveError::MalformedFrame { peer: 2, reason: "bad magic [00, 00]".into() },
+        CollectiveError::MalformedFrame { peer: 2, reason: "é".repeat(300) },
+    ];
+    for (i, cause) in causes.iter().enumerate() {
+        let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let n = Abort { origin: 3, cause: cause.clone() }.encode(5, &mut frame);
+        write(&aborts, &format!("payload-{i}"), &[&[0u8][..], &frame[HEADER_LEN..n]].concat());
+    }
+    // Structured mode (odd first byte): the bytes pick an error to send.
+    for i in 0..8u8 {
+        write(&aborts, &format!("error-{i}"), &[1, 0, 0, 0, 0, i, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    }
+
+    let messages = root.join("handshake_decode");
+    let token = b"job-token";
+    let (mut connector, hello) = Connector::start(token, 4, 1, 2, [0x11; 16]);
+    let mut acceptor = Acceptor::new(token, 4, 2, 1, [0x22; 16]);
+    let Next::Send(challenge) = acceptor.on_message(&hello) else { unreachable!() };
+    let Next::Send(proof) = connector.on_message(&challenge) else { unreachable!() };
+    let Next::SendAndDone(welcome) = acceptor.on_message(&proof) else { unreachable!() };
+    for (name, m) in
+        [("hello", hello), ("challenge", challenge), ("proof", proof), ("welcome", welcome)]
+    {
+        write(&messages, name, &m.encode());
+    }
+    for (i, reason) in REASONS.into_iter().enumerate() {
+        let m = Message { kind: MessageKind::Reject(reason), ..hello };
+        write(&messages, &format!("reject-{i}"), &m.encode());
+    }
+    let other_version = Message { version: VERSION + 1, ..hello };
+    write(&messages, "hello-other-version", &other_version.encode());
+
+    let roles = root.join("handshake_roles");
+    // All-zero choices are the honest exchange; the later bytes steer picks towards replays,
+    // wrong tokens, flips and arbitrary messages.
+    write(&roles, "honest", &[]);
+    write(&roles, "honest-world-4", &[3, b'j', b'o', b'b', 0, 0, 0, 0, 2, 0, 0, 0, 1]);
+    for pick in 4..8u8 {
+        let mut bytes = vec![0u8; 48];
+        bytes.extend([0, pick, 7, 0, pick, 9, pick, 0, 0, pick, 3]);
+        write(&roles, &format!("picks-{pick}"), &bytes);
+    }
+    println!("seeds written under {}", root.display());
+}

@@ -1,0 +1,454 @@
+//! The oracles behind silvic-net's fuzz targets, shared by the libFuzzer targets in
+//! `fuzz_targets/` and by `tests/corpus.rs`, which replays every checked-in corpus file as a
+//! plain test on the stable toolchain.
+//!
+//! Each function takes the fuzzer's bytes and panics (an assertion) when silvic-net breaks a
+//! property; bytes that say nothing are returned from early. What is checked:
+//!
+//! - [`frame_decode`]: `Header::decode` never panics, accepts exactly the canonical encodings
+//!   (decode then encode gives the same 32 bytes), bounds every length it accepts, and
+//!   `Header::expect` accepts exactly the header it was asked to expect.
+//! - [`abort_decode`]: `Abort::decode` never panics, and anything it accepts re-encodes into a
+//!   frame that decodes to the same abort; and every error a rank can send survives the trip
+//!   through an abort frame (up to the documented losses: the I/O kind, milliseconds, the cut).
+//! - [`handshake_decode`]: `Message::decode` never panics and round-trips byte for byte.
+//! - [`handshake_roles`]: `Acceptor` and `Connector` driven by a mix of honest, replayed,
+//!   mutated, wrong-token and arbitrary messages never panic, succeed at most once, succeed only
+//!   on the MAC a token holder computes for this very exchange, and do succeed when every
+//!   message is honest.
+
+use libfuzzer_sys::arbitrary::{Result as ArbitraryResult, Unstructured};
+use silvic_net::frame::{
+    ABORT, Abort, FRAME_MAGIC, FrameError, HEADER_LEN, Header, Kind, MAX_ABORT_LEN,
+    MAX_ABORT_MESSAGE, MAX_LEN,
+};
+use silvic_net::handshake::{
+    Acceptor, Connector, Failure, MAGIC, MESSAGE_LEN, Message, MessageError, MessageKind, Next,
+    RejectReason, VERSION,
+};
+use silvic_net::{CollectiveError, Op};
+use std::time::Duration;
+
+/// `Header::decode` on 32 bytes, and `Header::expect` between two decoded headers.
+pub fn frame_decode(data: &[u8]) {
+    let Some((first, rest)) = data.split_first_chunk::<HEADER_LEN>() else { return };
+    let decoded = Header::decode(first);
+    match decoded {
+        Ok(h) => {
+            assert_eq!(&h.encode(), first, "an accepted header is its own encoding");
+            let max = if h.kind == Kind::Abort { MAX_ABORT_LEN as u64 } else { MAX_LEN };
+            assert!(h.len <= max, "accepted a length of {} above {max}", h.len);
+        }
+        Err(FrameError::BadMagic(m)) => assert!(m == first[..2] && m != FRAME_MAGIC),
+        Err(FrameError::UnknownKind(k)) => assert!(k == first[2] && !matches!(k, 1..=4 | ABORT)),
+        Err(FrameError::Reserved) => assert_ne!(first[3..8], [0; 5]),
+        Err(FrameError::TooLong(len)) => {
+            let max = if first[2] == ABORT { MAX_ABORT_LEN as u64 } else { MAX_LEN };
+            assert!(len > max && len.to_be_bytes() == first[24..]);
+        }
+        Err(e) => panic!("a header cannot fail with {e:?}"),
+    }
+    let Some((second, rest)) = rest.split_first_chunk::<HEADER_LEN>() else { return };
+    let (Ok(got), Ok(expected)) = (decoded, Header::decode(second)) else { return };
+    let peer = rest.first().copied().unwrap_or(0) as usize;
+    let verdict = got.expect(&expected, peer);
+    let both_data = matches!((got.kind, expected.kind), (Kind::Data(_), Kind::Data(_)));
+    assert_eq!(verdict.is_ok(), both_data && got == expected, "expect({got:?}, {expected:?})");
+    if let Err(e) = verdict {
+        assert_eq!(e.peer(), Some(peer), "the error names the peer");
+    }
+}
+
+/// Abort payloads: arbitrary bytes decoded (first byte even), or an arbitrary error encoded and
+/// decoded again (first byte odd).
+pub fn abort_decode(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    if mode % 2 == 0 {
+        abort_bytes(rest);
+    } else {
+        let _ = abort_error(&mut Unstructured::new(rest));
+    }
+}
+
+fn encode_abort(abort: &Abort, seq: u64) -> Vec<u8> {
+    let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+    let n = abort.encode(seq, &mut frame);
+    frame[..n].to_vec()
+}
+
+/// Splits an encoded abort frame and decodes both halves, checking the header says what it is.
+fn decode_abort_frame(frame: &[u8], seq: u64) -> Result<Abort, FrameError> {
+    let head: &[u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().expect("a frame has a header");
+    let header = Header::decode(head).expect("an encoded abort header decodes");
+    assert_eq!(header.kind, Kind::Abort);
+    assert_eq!((header.seq, header.total), (seq, 0));
+    assert_eq!(header.len as usize, frame.len() - HEADER_LEN, "the header gives the length");
+    Abort::decode(&frame[HEADER_LEN..])
+}
+
+fn abort_bytes(payload: &[u8]) {
+    let Ok(abort) = Abort::decode(payload) else { return };
+    assert!(payload.len() <= MAX_ABORT_LEN);
+    let frame = encode_abort(&abort, 7);
+    let again = decode_abort_frame(&frame, 7).expect("a decoded abort re-encodes validly");
+    // The message is text: bytes that are not UTF-8 are replaced, which may lengthen it past the
+    // cut. Otherwise the abort comes back as it was.
+    if std::str::from_utf8(&payload[11..]).is_ok() {
+        assert_eq!(again, abort);
+    }
+    // Either way, one trip reaches the canonical form.
+    assert_eq!(encode_abort(&again, 7), frame, "encode(decode(encode(a))) == encode(a)");
+}
+
+fn rank(u: &mut Unstructured<'_>) -> ArbitraryResult<usize> {
+    // A world has at most u32::MAX ranks, so a rank is below u32::MAX.
+    Ok(u.int_in_range(0..=u32::MAX - 1)? as usize)
+}
+
+fn op(u: &mut Unstructured<'_>) -> ArbitraryResult<Op> {
+    Ok(*u.choose(&[
+        Op::AllreduceSumF64,
+        Op::AllreduceSumI64,
+        Op::AllreduceMaxF64,
+        Op::AllgatherBytes,
+    ])?)
+}
+
+/// Any error a rank can hold, with ranks that fit a world.
+fn any_error(u: &mut Unstructured<'_>, depth: u8) -> ArbitraryResult<CollectiveError> {
+    let peer = rank(u)?;
+    Ok(match u.int_in_range(0..=6)? {
+        0 => CollectiveError::Io {
+            peer,
+            kind: *u.choose(&[std::io::ErrorKind::ConnectionReset, std::io::ErrorKind::Other])?,
+            message: u.arbitrary()?,
+        },
+        1 => CollectiveError::PeerClosed { peer },
+        2 => CollectiveError::Timeout { peer, waited: u.arbitrary()? },
+        3 => CollectiveError::OutOfStep {
+            peer,
+            expected_op: op(u)?,
+            expected_seq: u.arbitrary()?,
+            got_op: op(u)?,
+            got_seq: u.arbitrary()?,
+        },
+        4 => {
+            CollectiveError::LengthMismatch { peer, expected: u.arbitrary()?, got: u.arbitrary()? }
+        }
+        5 if depth < 2 => {
+            CollectiveError::Aborted { origin: rank(u)?, cause: Box::new(any_error(u, depth + 1)?) }
+        }
+        _ => CollectiveError::MalformedFrame { peer, reason: u.arbitrary()? },
+    })
+}
+
+/// What the receiving rank must see for `cause`: the same error, less what the frame documents
+/// it drops (the I/O kind, sub-millisecond time, text past [`MAX_ABORT_MESSAGE`] bytes).
+fn as_received(cause: &CollectiveError) -> CollectiveError {
+    let cut = |text: &str| {
+        let mut n = text.len().min(MAX_ABORT_MESSAGE);
+        while !text.is_char_boundary(n) {
+            n -= 1;
+        }
+        text[..n].to_string()
+    };
+    match cause.clone() {
+        CollectiveError::Io { peer, message, .. } => {
+            CollectiveError::Io { peer, kind: std::io::ErrorKind::Other, message: cut(&message) }
+        }
+        CollectiveError::Timeout { peer, waited } => {
+            let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+            CollectiveError::Timeout { peer, waited: Duration::from_millis(ms) }
+        }
+        CollectiveError::MalformedFrame { peer, reason } => {
+            CollectiveError::MalformedFrame { peer, reason: cut(&reason) }
+        }
+        other @ (CollectiveError::PeerClosed { .. }
+        | CollectiveError::OutOfStep { .. }
+        | CollectiveError::LengthMismatch { .. }) => other,
+        // A relayed abort inside an abort: sent as text, naming the rank it names.
+        other => CollectiveError::MalformedFrame {
+            peer: other.peer().expect("an abort names a rank"),
+            reason: cut(&other.to_string()),
+        },
+    }
+}
+
+fn abort_error(u: &mut Unstructured<'_>) -> ArbitraryResult<()> {
+    let me = rank(u)?;
+    let error = any_error(u, 0)?;
+    let seq: u64 = u.arbitrary()?;
+    let abort = Abort::for_error(me, &error);
+    let frame = encode_abort(&abort, seq);
+    let received = decode_abort_frame(&frame, seq)
+        .unwrap_or_else(|e| panic!("the abort for {error:?} does not decode: {e}"));
+    assert_eq!(received.origin, abort.origin);
+    assert_eq!(received.cause, as_received(&abort.cause), "sent {error:?}");
+    match &error {
+        CollectiveError::Aborted { origin, .. } => assert_eq!(received.origin, *origin),
+        _ => assert_eq!(received.origin, me),
+    }
+    Ok(())
+}
+
+/// `Message::decode` on 72 bytes.
+pub fn handshake_decode(data: &[u8]) {
+    let Some(bytes) = data.first_chunk::<MESSAGE_LEN>() else { return };
+    match Message::decode(bytes) {
+        Ok(m) => {
+            assert_eq!(&m.encode(), bytes, "an accepted message is its own encoding");
+            assert!(!matches!(m.kind, MessageKind::Reject(_)) || bytes[10] == 5);
+        }
+        Err(MessageError::BadMagic) => assert_ne!(bytes[..8], MAGIC),
+        Err(MessageError::Malformed) => assert_eq!(bytes[..8], MAGIC),
+    }
+}
+
+/// How the fuzzer picks the next message a role under test receives.
+#[derive(Debug, Clone, Copy)]
+enum Pick {
+    /// What the honest other side says next.
+    Honest,
+    /// The honest message with one byte changed.
+    Flipped,
+    /// A message the honest other side sent earlier.
+    Replay,
+    /// What a peer with another job token says at this point.
+    WrongToken,
+    /// Any 72 bytes that decode.
+    Arbitrary,
+}
+
+fn pick(u: &mut Unstructured<'_>) -> ArbitraryResult<Pick> {
+    // The empty input (all zero choices) is the honest exchange.
+    Ok(match u.int_in_range(0..=7u8)? {
+        0..=3 => Pick::Honest,
+        4 => Pick::Flipped,
+        5 => Pick::Replay,
+        6 => Pick::WrongToken,
+        _ => Pick::Arbitrary,
+    })
+}
+
+/// Applies `pick` to `honest`, the message the honest side would send now.
+fn choose(
+    u: &mut Unstructured<'_>,
+    pick: Pick,
+    honest: Option<Message>,
+    sent: &[Message],
+    wrong: Option<Message>,
+) -> ArbitraryResult<Option<Message>> {
+    Ok(match pick {
+        Pick::Honest => honest,
+        Pick::Flipped => honest.and_then(|m| {
+            let mut bytes = m.encode();
+            let at = u.choose_index(MESSAGE_LEN).ok()?;
+            bytes[at] ^= u.int_in_range(1..=255u8).ok()?;
+            Message::decode(&bytes).ok()
+        }),
+        Pick::Replay => (!sent.is_empty()).then(|| sent[u.choose_index(sent.len()).unwrap_or(0)]),
+        Pick::WrongToken => wrong,
+        Pick::Arbitrary => {
+            let bytes: [u8; MESSAGE_LEN] = u.arbitrary()?;
+            let mut bytes = bytes;
+            if u.arbitrary()? {
+                bytes[..8].copy_from_slice(&MAGIC); // mostly past the magic check
+                bytes[68..].fill(0);
+            }
+            Message::decode(&bytes).ok()
+        }
+    })
+}
+
+fn reply_of(next: &Next) -> Option<Message> {
+    match next {
+        Next::Send(m) | Next::SendAndDone(m) | Next::Fail(_, Some(m)) => Some(*m),
+        Next::Done | Next::Fail(_, None) => None,
+    }
+}
+
+/// Checks what one step of a role returned, given whether it had already finished.
+fn check_step(next: &Next, finished: bool) {
+    if finished {
+        assert!(matches!(next, Next::Fail(..)), "a finished role went on: {next:?}");
+    }
+    if let Next::Fail(failure, reply) = next {
+        match (failure, reply) {
+            (Failure::Refused(reason), Some(m)) => {
+                assert_eq!(m.kind, MessageKind::Reject(*reason), "a refusal says why")
+            }
+            (Failure::Refused(_), None) => panic!("a refusal is sent to the other side"),
+            (_, Some(m)) => panic!("only a refusal sends a message, not {m:?}"),
+            (_, None) => {}
+        }
+    }
+}
+
+/// The parameters both roles share, drawn from the input.
+struct Setup {
+    token: Vec<u8>,
+    other_token: Vec<u8>,
+    world: u32,
+    connector: u32,
+    acceptor: u32,
+    nonce_c: [u8; 16],
+    nonce_a: [u8; 16],
+}
+
+fn setup(u: &mut Unstructured<'_>) -> ArbitraryResult<Setup> {
+    let mut token: Vec<u8> = u.arbitrary()?;
+    if token.is_empty() {
+        token = b"job-token".to_vec();
+    }
+    let mut other_token = token.clone();
+    other_token.push(u.arbitrary()?);
+    let world = u.int_in_range(2..=u32::MAX)?;
+    let connector = u.int_in_range(0..=world - 1)?;
+    Ok(Setup {
+        token,
+        other_token,
+        world,
+        connector,
+        acceptor: (connector + 1) % world,
+        nonce_c: u.arbitrary()?,
+        nonce_a: u.arbitrary()?,
+    })
+}
+
+/// Drives the Acceptor and the Connector under test, each through up to six messages.
+pub fn handshake_roles(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let Ok(s) = setup(&mut u) else { return };
+    let _ = drive_acceptor(&mut u, &s);
+    let _ = drive_connector(&mut u, &s);
+}
+
+/// The proof a holder of the token sends after `hello` and `challenge`.
+fn honest_proof(s: &Setup, hello: &Message, challenge: &Message) -> Option<Message> {
+    let (mut c, _) = Connector::start(&s.token, s.world, s.connector, s.acceptor, hello.nonce);
+    match c.on_message(challenge) {
+        Next::Send(proof) => Some(proof),
+        _ => None,
+    }
+}
+
+fn drive_acceptor(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
+    let mut under_test = Acceptor::new(&s.token, s.world, s.acceptor, s.connector, s.nonce_a);
+    let (mut honest, hello) =
+        Connector::start(&s.token, s.world, s.connector, s.acceptor, s.nonce_c);
+    let (mut wrong, wrong_hello) =
+        Connector::start(&s.other_token, s.world, s.connector, s.acceptor, s.nonce_c);
+    let (mut honest_next, mut wrong_next) = (Some(hello), Some(wrong_hello));
+    let (mut sent, mut finished, mut all_honest) = (Vec::new(), false, true);
+    let mut accepted_hello: Option<Message> = None;
+    let mut challenge: Option<Message> = None;
+    for _ in 0..6 {
+        let p = pick(u)?;
+        all_honest &= matches!(p, Pick::Honest);
+        let Some(m) = choose(u, p, honest_next, &sent, wrong_next)? else { break };
+        let next = under_test.on_message(&m);
+        check_step(&next, finished);
+        if let Some(honest_msg) = honest_next {
+            sent.push(honest_msg);
+        }
+        match &next {
+            Next::Send(reply) => {
+                assert_eq!(reply.kind, MessageKind::Challenge);
+                assert_eq!(reply.nonce, s.nonce_a, "the challenge carries the acceptor's nonce");
+                assert_eq!((m.kind, m.version), (MessageKind::Hello, VERSION));
+                assert_eq!((m.rank, m.world), (s.connector, s.world));
+                accepted_hello = Some(m);
+                challenge = Some(*reply);
+            }
+            Next::SendAndDone(welcome) => {
+                assert_eq!(welcome.kind, MessageKind::Welcome);
+                let (hello, challenge) = (accepted_hello.unwrap(), challenge.unwrap());
+                let proof = honest_proof(s, &hello, &challenge).expect("an honest proof exists");
+                assert_eq!(m.kind, MessageKind::Proof);
+                assert_eq!(m.mac, proof.mac, "the acceptor took a proof without the token");
+            }
+            Next::Done => panic!("an acceptor always answers a proof with a welcome"),
+            Next::Fail(..) => {}
+        }
+        if all_honest && !finished {
+            assert!(!matches!(next, Next::Fail(..)), "the honest exchange failed: {next:?}");
+        }
+        finished |= matches!(next, Next::SendAndDone(_) | Next::Fail(..));
+        // The honest and the wrong-token connectors hear what the acceptor answered.
+        let reply = reply_of(&next);
+        honest_next = reply.and_then(|r| reply_of(&honest.on_message(&r)));
+        wrong_next = reply.and_then(|r| reply_of(&wrong.on_message(&r)));
+    }
+    if all_honest {
+        assert!(finished, "six honest messages complete a handshake");
+    }
+    Ok(())
+}
+
+fn drive_connector(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
+    let (mut under_test, hello) =
+        Connector::start(&s.token, s.world, s.connector, s.acceptor, s.nonce_c);
+    assert_eq!((hello.kind, hello.nonce), (MessageKind::Hello, s.nonce_c));
+    let mut honest = Acceptor::new(&s.token, s.world, s.acceptor, s.connector, s.nonce_a);
+    let mut wrong = Acceptor::new(&s.other_token, s.world, s.acceptor, s.connector, s.nonce_a);
+    let mut honest_next = reply_of(&honest.on_message(&hello));
+    let mut wrong_next = reply_of(&wrong.on_message(&hello));
+    let (mut sent, mut finished, mut all_honest) = (Vec::new(), false, true);
+    let mut accepted_challenge: Option<Message> = None;
+    let mut proof: Option<Message> = None;
+    for _ in 0..6 {
+        let p = pick(u)?;
+        all_honest &= matches!(p, Pick::Honest);
+        let Some(m) = choose(u, p, honest_next, &sent, wrong_next)? else { break };
+        let next = under_test.on_message(&m);
+        check_step(&next, finished);
+        if let Some(honest_msg) = honest_next {
+            sent.push(honest_msg);
+        }
+        match &next {
+            Next::Send(reply) => {
+                assert_eq!(reply.kind, MessageKind::Proof);
+                assert_eq!((m.kind, m.version), (MessageKind::Challenge, VERSION));
+                assert_eq!((m.rank, m.world), (s.acceptor, s.world));
+                accepted_challenge = Some(m);
+                proof = Some(*reply);
+            }
+            Next::Done => {
+                // The welcome a holder of the token sends for exactly this exchange.
+                let challenge = accepted_challenge.expect("a welcome follows a challenge");
+                let mut a =
+                    Acceptor::new(&s.token, s.world, s.acceptor, s.connector, challenge.nonce);
+                assert!(matches!(a.on_message(&hello), Next::Send(_)));
+                let Next::SendAndDone(welcome) = a.on_message(&proof.unwrap()) else {
+                    panic!("the connector's own proof does not verify")
+                };
+                assert_eq!(m.kind, MessageKind::Welcome);
+                assert_eq!(m.mac, welcome.mac, "the connector took a welcome without the token");
+            }
+            Next::SendAndDone(_) => panic!("a connector has nothing to send after a welcome"),
+            Next::Fail(Failure::RefusedBy(reason), _) => {
+                assert_eq!(m.kind, MessageKind::Reject(*reason));
+            }
+            Next::Fail(..) => {}
+        }
+        if all_honest && !finished {
+            assert!(!matches!(next, Next::Fail(..)), "the honest exchange failed: {next:?}");
+        }
+        finished |= matches!(next, Next::Done | Next::Fail(..));
+        let reply = reply_of(&next);
+        honest_next = reply.and_then(|r| reply_of(&honest.on_message(&r)));
+        wrong_next = reply.and_then(|r| reply_of(&wrong.on_message(&r)));
+    }
+    if all_honest {
+        assert!(finished, "six honest messages complete a handshake");
+    }
+    Ok(())
+}
+
+/// Reject reasons, for seeds.
+pub const REASONS: [RejectReason; 4] = [
+    RejectReason::TokenMismatch,
+    RejectReason::VersionMismatch,
+    RejectReason::WorldMismatch,
+    RejectReason::WrongRank,
+];
