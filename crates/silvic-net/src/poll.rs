@@ -296,8 +296,11 @@ impl TcpRing {
 
             // Wait on whichever peer this step still needs; the right stream's reverse
             // direction is watched while writing, for an abort.
-            let left_deadline = (!incoming.done()).then(|| left_active + self.timeout);
-            let right_deadline = (!out.done()).then(|| right_active + self.timeout);
+            // A timeout too long for an Instant (Duration::MAX) has no deadline.
+            let left_deadline =
+                (!incoming.done()).then(|| left_active.checked_add(self.timeout)).flatten();
+            let right_deadline =
+                (!out.done()).then(|| right_active.checked_add(self.timeout)).flatten();
             let now = Instant::now();
             for (deadline, side, peer) in [
                 (left_deadline, Side::Left, self.left_rank),

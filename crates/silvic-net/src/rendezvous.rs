@@ -389,7 +389,8 @@ pub(crate) fn rendezvous(
     listener: &TcpListener,
     plan: &Plan<'_>,
 ) -> Result<(TcpStream, TcpStream), ConnectError> {
-    let deadline = Instant::now() + plan.timeout;
+    // A timeout too long for an Instant (Duration::MAX) has no deadline.
+    let deadline = Instant::now().checked_add(plan.timeout);
     listener.set_nonblocking(true).map_err(|e| ConnectError::Io {
         peer: plan.left(),
         address: plan.addresses[plan.left()].to_string(),
@@ -410,7 +411,7 @@ pub(crate) fn rendezvous(
             return Ok((left.take().expect("checked"), right));
         }
         let now = Instant::now();
-        if now >= deadline {
+        if deadline.is_some_and(|d| now >= d) {
             return Err(timeout_error(plan, &dialer, left.is_some(), refused, &last_refusal));
         }
         pending.retain(|p| {
@@ -421,7 +422,7 @@ pub(crate) fn rendezvous(
             alive
         });
 
-        let wake = [Some(deadline), dialer.wake_at()]
+        let wake = [deadline, dialer.wake_at()]
             .into_iter()
             .chain(pending.iter().map(|p| Some(p.deadline)))
             .flatten()

@@ -261,8 +261,9 @@ impl TcpCollective {
     ///
     /// This bounds inactivity, not the whole call: a collective fails when the peer it waits on
     /// has sent or taken no byte for this long, so a large buffer on a slow link never times out
-    /// while it moves. A zero timeout is taken as one millisecond. A host that vanishes is found
-    /// sooner, by TCP itself, within about [`LIVENESS`].
+    /// while it moves. A zero timeout is taken as one millisecond, and `Duration::MAX` waits
+    /// without end. A host that vanishes is found sooner, by TCP itself, within about
+    /// [`LIVENESS`].
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout.max(Duration::from_millis(1));
         if let Some(ring) = &mut self.ring {
