@@ -1,0 +1,756 @@
+//! The flood test: hundreds of strangers hit one rank's listener while it forms the ring.
+//!
+//! A world of three ranks runs as threads in this process; rank 1 is the target, so its real
+//! left neighbour is rank 0. A second process (this test binary started again, running
+//! [`flood_child`]) opens the strangers, so that this process's descriptors and memory are the
+//! rank's alone. The strangers, in a first wave before the real neighbour starts and then as a
+//! stream while it connects:
+//!
+//! - silent ones, which connect and say nothing;
+//! - garbage, and a partial message (the magic and a few bytes, then silence);
+//! - half a handshake: a valid Hello, then silence;
+//! - replays of a handshake captured on the wire from a real ring of the same job;
+//! - a peer that claims the right rank (0) with the wrong token;
+//! - valid Hellos with wrong claims: another rank, another world size, another version;
+//! - connections reset at once.
+//!
+//! Asserted: the real ring forms within the rendezvous timeout and computes right; no stranger
+//! is ever welcomed, and each is refused for the right reason when it is refused at all;
+//! descriptors stay within the handshake bound (`MAX_PENDING`) and memory within a few MiB;
+//! once the ring is formed the listener is closed (a new connection is refused) and every
+//! stranger still held has been closed. Every wait is bounded: a hang fails the test.
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use silvic_net::handshake::{
+    Connector, MAGIC, MESSAGE_LEN, Message, MessageKind, Next, RejectReason, VERSION,
+};
+use silvic_net::{Collective, TcpCollective};
+
+const WORLD: usize = 3;
+/// The rank under attack; its left neighbour is rank 0.
+const TARGET: usize = 1;
+const TOKEN: &str = "flood-job-token";
+/// The rendezvous timeout every rank is given.
+const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(60);
+/// Strangers of each kind in the first wave.
+const PER_KIND: usize = 60;
+/// Threads of the second wave, the stream of strangers the real neighbour connects through.
+const STREAM_THREADS: usize = 2;
+/// The most strangers each stream thread opens.
+const STREAM_MAX: usize = 1500;
+/// Strangers the stream opens before the real neighbour starts.
+const STREAM_HEAD_START: usize = 200;
+/// What the rendezvous holds at most (`MAX_PENDING` in src/rendezvous.rs).
+const MAX_PENDING: usize = 256;
+/// Descriptors the process may open beyond the handshakes it holds: the ring's six streams, a
+/// dialling socket per rank, the child's pipes, the monitor's directory handle.
+const FD_SLACK: usize = 16;
+/// How much the process's resident memory may grow during the flood.
+const RSS_GROWTH_LIMIT_KIB: u64 = 2 * 1024;
+
+const CHILD_ENV: &str = "SILVIC_FLOOD_TARGET";
+const REPLAY_ENV: &str = "SILVIC_FLOOD_REPLAY";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Silent,
+    Garbage,
+    Partial,
+    HalfHandshake,
+    Replay,
+    WrongToken,
+    WrongClaims,
+    Reset,
+}
+
+const KINDS: [Kind; 8] = [
+    Kind::Silent,
+    Kind::Garbage,
+    Kind::Partial,
+    Kind::HalfHandshake,
+    Kind::Replay,
+    Kind::WrongToken,
+    Kind::WrongClaims,
+    Kind::Reset,
+];
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").count()
+}
+
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let line = status.lines().find(|l| l.starts_with(field)).expect("field in /proc/self/status");
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("a number of kB")
+}
+
+/// Resets the kernel's record of peak resident memory (VmHWM) to the current value.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Samples descriptors and resident memory until stopped; returns the peaks.
+struct Monitor {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<(usize, u64)>,
+}
+
+impl Monitor {
+    fn start() -> Monitor {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = thread::spawn(move || {
+            let (mut fds, mut rss) = (0, 0);
+            while !flag.load(Ordering::Relaxed) {
+                fds = fds.max(open_fds());
+                rss = rss.max(status_kib("VmRSS:"));
+                thread::sleep(Duration::from_millis(1));
+            }
+            (fds, rss)
+        });
+        Monitor { stop, handle }
+    }
+
+    fn stop(self) -> (usize, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().expect("monitor")
+    }
+}
+
+/// Kills the child process if the test ends early.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
+}
+
+/// Copies `from` to `to` until either closes, keeping the first `keep` bytes in `record`.
+fn pump(mut from: TcpStream, mut to: TcpStream, record: Arc<Mutex<Vec<u8>>>, keep: usize) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let mut r = record.lock().unwrap();
+                let room = keep.saturating_sub(r.len()).min(n);
+                r.extend_from_slice(&buf[..room]);
+                drop(r);
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// Runs a real ring of this job (same token, world and ranks) with rank 0's connection to rank 1
+/// through a recording relay, and returns what rank 0 sent in its handshake: Hello and Proof.
+fn capture_a_valid_handshake() -> Vec<u8> {
+    let listeners: Vec<_> = (0..WORLD).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let relay = TcpListener::bind("127.0.0.1:0").unwrap();
+    relay.set_nonblocking(true).unwrap();
+    let mut via_relay = addresses.clone();
+    via_relay[1] = relay.local_addr().unwrap().to_string();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let records: Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>> = Arc::default();
+    let relay_thread = {
+        let (stop, records, upstream) = (stop.clone(), records.clone(), addresses[1].clone());
+        thread::spawn(move || {
+            let mut pumps = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match relay.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).unwrap();
+                        let server = TcpStream::connect(&upstream).unwrap();
+                        let record = Arc::new(Mutex::new(Vec::new()));
+                        records.lock().unwrap().push(record.clone());
+                        let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                        let none = Arc::new(Mutex::new(Vec::new()));
+                        pumps.push(thread::spawn(move || pump(client, server, record, 144)));
+                        pumps.push(thread::spawn(move || pump(s2, c2, none, 0)));
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        thread::sleep(Duration::from_millis(2))
+                    }
+                    Err(e) => panic!("relay accept: {e}"),
+                }
+            }
+            for p in pumps {
+                p.join().unwrap();
+            }
+        })
+    };
+
+    let (done, results) = mpsc::channel();
+    for (rank, listener) in listeners.into_iter().enumerate() {
+        let list = if rank == 0 { via_relay.clone() } else { addresses.clone() };
+        let done = done.clone();
+        thread::spawn(move || {
+            let outcome = TcpCollective::connect(listener, rank, &list, TOKEN, RENDEZVOUS_TIMEOUT)
+                .map_err(|e| e.to_string())
+                .and_then(|mut ring| {
+                    let mut x = vec![1.0; 100];
+                    ring.allreduce_sum_f64(&mut x).map_err(|e| e.to_string())?;
+                    Ok(x[0])
+                });
+            let _ = done.send((rank, outcome));
+        });
+    }
+    for _ in 0..WORLD {
+        let (rank, outcome) =
+            results.recv_timeout(Duration::from_secs(60)).expect("the capture ring finishes");
+        assert_eq!(outcome, Ok(3.0), "capture ring, rank {rank}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    relay_thread.join().unwrap();
+    let records = records.lock().unwrap();
+    let captured = records.last().expect("rank 0 went through the relay").lock().unwrap().clone();
+    assert_eq!(captured.len(), 2 * MESSAGE_LEN, "rank 0 sent a whole handshake");
+    let hello = Message::decode(captured[..MESSAGE_LEN].try_into().unwrap()).unwrap();
+    let proof = Message::decode(captured[MESSAGE_LEN..].try_into().unwrap()).unwrap();
+    assert_eq!((hello.kind, hello.rank, hello.world), (MessageKind::Hello, 0, WORLD as u32));
+    assert_eq!(proof.kind, MessageKind::Proof);
+    captured
+}
+
+/// One line the child reports per kind: `FLOOD <kind> key=value ...`.
+#[derive(Debug, Default)]
+struct Tally {
+    opened: usize,
+    refused_by_kernel: usize,
+    challenged: usize,
+    rejected: usize,
+    closed: usize,
+    still_open: usize,
+    welcomed: usize,
+    unexpected: usize,
+}
+
+impl Tally {
+    fn parse(line: &str) -> (String, Tally) {
+        let mut parts = line.split_whitespace().skip(1);
+        let kind = parts.next().unwrap().to_string();
+        let mut t = Tally::default();
+        for part in parts {
+            let (key, value) = part.split_once('=').unwrap();
+            let value: usize = value.parse().unwrap();
+            match key {
+                "opened" => t.opened = value,
+                "refused_by_kernel" => t.refused_by_kernel = value,
+                "challenged" => t.challenged = value,
+                "rejected" => t.rejected = value,
+                "closed" => t.closed = value,
+                "still_open" => t.still_open = value,
+                "welcomed" => t.welcomed = value,
+                "unexpected" => t.unexpected = value,
+                other => panic!("unknown key {other}"),
+            }
+        }
+        (kind, t)
+    }
+
+    fn line(&self, kind: &str) -> String {
+        format!(
+            "FLOOD {kind} opened={} refused_by_kernel={} challenged={} rejected={} closed={} \
+             still_open={} welcomed={} unexpected={}",
+            self.opened,
+            self.refused_by_kernel,
+            self.challenged,
+            self.rejected,
+            self.closed,
+            self.still_open,
+            self.welcomed,
+            self.unexpected
+        )
+    }
+}
+
+fn next_line(lines: &Receiver<String>, prefix: &str, deadline: Instant) -> String {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.starts_with(prefix) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no {prefix:?} line from the flooding process: {e}"),
+        }
+    }
+}
+
+enum Event {
+    /// A rank's connect returned, at this instant.
+    Connected(usize, Result<Instant, String>),
+    /// A rank's collectives finished with this allgather.
+    Finished(usize, Result<Vec<Vec<u8>>, String>),
+}
+
+/// Starts `rank`: it connects, reports, and waits for `go` before its collectives, so that the
+/// memory measured is the rendezvous's.
+fn start_rank(
+    rank: usize,
+    listener: silvic_net::RingListener,
+    addresses: Vec<String>,
+    events: mpsc::Sender<Event>,
+    go: Receiver<()>,
+) {
+    thread::spawn(move || {
+        let mut ring =
+            match TcpCollective::connect(listener, rank, &addresses, TOKEN, RENDEZVOUS_TIMEOUT) {
+                Ok(ring) => {
+                    let _ = events.send(Event::Connected(rank, Ok(Instant::now())));
+                    ring
+                }
+                Err(e) => {
+                    let _ = events.send(Event::Connected(rank, Err(e.to_string())));
+                    return;
+                }
+            };
+        if go.recv().is_err() {
+            return;
+        }
+        let outcome = (|| {
+            let mut sums = vec![rank as f64 + 1.0; 50_000];
+            ring.allreduce_sum_f64(&mut sums).map_err(|e| e.to_string())?;
+            if sums.iter().any(|&x| x != 6.0) {
+                return Err("wrong allreduce result".to_string());
+            }
+            ring.allgather_bytes(&[rank as u8; 5]).map_err(|e| e.to_string())
+        })();
+        let _ = events.send(Event::Finished(rank, outcome));
+    });
+}
+
+#[test]
+fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
+    let limit = Instant::now() + Duration::from_secs(150);
+    let replay = capture_a_valid_handshake();
+
+    let listeners: Vec<_> = (0..WORLD).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let target = addresses[TARGET].clone();
+
+    let fds_before = open_fds();
+    let peak_reset = reset_peak_rss();
+    let rss_before = status_kib("VmRSS:");
+    let mut monitor = Some(Monitor::start());
+
+    // Ranks 1 and 2 start: rank 1 is accepting (and rank 2 dialling the absent rank 0).
+    let (events, event_rx) = mpsc::channel();
+    let mut listeners: Vec<Option<_>> = listeners.into_iter().map(Some).collect();
+    let mut go = Vec::new();
+    let mut start = |rank: usize, listener| {
+        let (go_tx, go_rx) = mpsc::channel();
+        go.push(go_tx);
+        start_rank(rank, listener, addresses.clone(), events.clone(), go_rx);
+    };
+    for rank in [1, 2] {
+        start(rank, listeners[rank].take().unwrap());
+    }
+
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "flood_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, &target)
+        .env(REPLAY_ENV, hex(&replay))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the flooding process");
+    let mut child = ChildGuard(child);
+    let mut child_stdin: ChildStdin = child.0.stdin.take().unwrap();
+    let (line_tx, lines) = mpsc::channel();
+    let stdout = child.0.stdout.take().unwrap();
+    thread::spawn(move || {
+        // The child's lines follow the test harness's own ("test flood_child ... ").
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("FLOOD ") {
+                let _ = line_tx.send(line[at..].to_string());
+            }
+        }
+    });
+
+    eprintln!("{}", next_line(&lines, "FLOOD wave1", limit));
+    eprintln!("{}", next_line(&lines, "FLOOD streaming", limit));
+    // The real neighbour arrives in the middle of the flood.
+    let rank0_started = Instant::now();
+    start(0, listeners[0].take().unwrap());
+
+    let mut connected = [None; WORLD];
+    let mut finished: Vec<Option<Vec<Vec<u8>>>> = vec![None; WORLD];
+    let mut refused_after = None;
+    let mut peaks = None;
+    while finished.iter().any(Option::is_none) {
+        if peaks.is_none() && connected.iter().all(Option::is_some) {
+            // The ring is formed: take the rendezvous's peaks, then let the ranks compute.
+            let (fds, sampled_rss) = monitor.take().unwrap().stop();
+            let rss = if peak_reset { status_kib("VmHWM:") } else { sampled_rss };
+            peaks = Some((fds, rss));
+            for g in &go {
+                g.send(()).unwrap();
+            }
+        }
+        let left = limit.saturating_duration_since(Instant::now());
+        match event_rx.recv_timeout(left).expect("every rank connects and finishes in time") {
+            Event::Connected(rank, outcome) => {
+                let at = outcome.unwrap_or_else(|e| panic!("rank {rank} connect failed: {e}"));
+                connected[rank] = Some(at);
+                if rank == TARGET {
+                    // The listener is closed once the ring is formed: a new connection is refused.
+                    let refused = TcpStream::connect(&target).map(|_| ()).map_err(|e| e.kind());
+                    refused_after = Some(refused);
+                    writeln!(child_stdin, "formed").expect("tell the flooding process");
+                }
+            }
+            Event::Finished(rank, outcome) => {
+                finished[rank] =
+                    Some(outcome.unwrap_or_else(|e| panic!("rank {rank} collectives: {e}")));
+            }
+        }
+    }
+    let formed_in = connected.iter().map(|at| at.unwrap()).max().unwrap() - rank0_started;
+
+    let mut tallies = Vec::new();
+    loop {
+        let line = next_line(&lines, "FLOOD", limit);
+        if line.starts_with("FLOOD end") {
+            break;
+        }
+        eprintln!("{line}");
+        tallies.push(Tally::parse(&line));
+    }
+    let (peak_fds, peak_rss) = peaks.expect("measured once the ring formed");
+    drop(child_stdin);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the flooding process did not exit");
+        thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "the flooding process failed: {status}");
+
+    let total: usize = tallies.iter().map(|(_, t)| t.opened).sum();
+    let rss_growth = peak_rss.saturating_sub(rss_before);
+    eprintln!(
+        "flood figures: {total} strangers; ring formed {formed_in:?} after rank 0 started; \
+         descriptors {fds_before} before, peak {peak_fds} (bound {}); resident memory {} KiB \
+         before, peak {} KiB (+{} KiB{})",
+        fds_before + MAX_PENDING + FD_SLACK,
+        rss_before,
+        peak_rss,
+        rss_growth,
+        if peak_reset { ", VmHWM" } else { ", sampled" }
+    );
+
+    let expected: Vec<Vec<u8>> = (0..WORLD).map(|r| vec![r as u8; 5]).collect();
+    for (rank, gathered) in finished.iter().enumerate() {
+        assert_eq!(gathered.as_ref(), Some(&expected), "rank {rank}");
+    }
+    assert_eq!(refused_after, Some(Err(ErrorKind::ConnectionRefused)), "listener still open");
+    assert!(formed_in < RENDEZVOUS_TIMEOUT, "{formed_in:?}");
+    assert!(total >= KINDS.len() * PER_KIND, "only {total} strangers were opened");
+    assert!(
+        peak_fds <= fds_before + MAX_PENDING + FD_SLACK,
+        "descriptors grew from {fds_before} to {peak_fds} with {total} strangers"
+    );
+    assert!(rss_growth <= RSS_GROWTH_LIMIT_KIB, "memory grew by {rss_growth} KiB");
+    let mut rejected = 0;
+    for (kind, t) in &tallies {
+        assert_eq!(t.welcomed, 0, "{kind}: a stranger was welcomed into the ring");
+        assert_eq!(t.unexpected, 0, "{kind}: a stranger got an unexpected answer");
+        assert_eq!(t.still_open, 0, "{kind}: strangers still held after the ring formed");
+        rejected += t.rejected;
+    }
+    // The handshake strangers that were not dropped for room were refused with a reason.
+    assert!(rejected > 0, "no stranger was told why it was refused");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The flooding process.
+
+/// A tiny deterministic generator for garbage and nonces.
+struct Noise(u64);
+
+impl Noise {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn bytes<const N: usize>(&mut self) -> [u8; N] {
+        std::array::from_fn(|_| self.next() as u8)
+    }
+}
+
+/// A stranger's connection and what it has heard so far.
+struct Stranger {
+    kind: Kind,
+    stream: Option<TcpStream>,
+    heard: Vec<u8>,
+    refused_by_kernel: bool,
+}
+
+/// Starts a handshake as `rank` of `world` towards the target, holding `token`.
+fn start(
+    token: &'static str,
+    world: u32,
+    rank: u32,
+    noise: &mut Noise,
+) -> (Connector<'static>, Message) {
+    Connector::start(token.as_bytes(), world, rank, TARGET as u32, noise.bytes())
+}
+
+/// Reads one whole message, or returns `None` if the connection ends or stays silent.
+fn read_message(stream: &mut TcpStream, heard: &mut Vec<u8>) -> Option<Message> {
+    let mut buf = [0u8; MESSAGE_LEN];
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.read_exact(&mut buf).ok()?;
+    heard.extend_from_slice(&buf);
+    Message::decode(&buf).ok()
+}
+
+fn open_stranger(kind: Kind, target: SocketAddr, replay: &[u8], noise: &mut Noise) -> Stranger {
+    let mut s = Stranger { kind, stream: None, heard: Vec::new(), refused_by_kernel: false };
+    let mut stream = match TcpStream::connect_timeout(&target, Duration::from_secs(3)) {
+        Ok(stream) => stream,
+        Err(_) => {
+            s.refused_by_kernel = true;
+            return s;
+        }
+    };
+    // Write errors mean the listener already dropped this stranger: that is allowed.
+    let _ = match kind {
+        Kind::Silent => Ok(()),
+        Kind::Garbage => {
+            let mut junk: [u8; 200] = noise.bytes();
+            junk[0] = b'G';
+            stream.write_all(&junk)
+        }
+        Kind::Partial => {
+            let mut part = [0u8; 40];
+            part[..8].copy_from_slice(&MAGIC);
+            stream.write_all(&part)
+        }
+        Kind::HalfHandshake => stream.write_all(&start(TOKEN, WORLD as u32, 0, noise).1.encode()),
+        Kind::Replay => stream.write_all(replay),
+        Kind::WrongToken => {
+            // Claims to be rank 0, the right neighbour, and answers the challenge honestly, but
+            // holds another token.
+            let (mut role, hello) = start("not-the-job-token", WORLD as u32, 0, noise);
+            stream.write_all(&hello.encode()).and_then(|()| {
+                match read_message(&mut stream, &mut s.heard).map(|m| role.on_message(&m)) {
+                    Some(Next::Send(proof)) => stream.write_all(&proof.encode()),
+                    _ => Ok(()),
+                }
+            })
+        }
+        Kind::WrongClaims => {
+            // Holds the token, but is another rank, or from another world, or another version.
+            let mut hello = match noise.next() % 3 {
+                0 => start(TOKEN, WORLD as u32, 2, noise).1,
+                1 => start(TOKEN, WORLD as u32 + 1, 0, noise).1,
+                _ => start(TOKEN, WORLD as u32, 0, noise).1,
+            };
+            if hello.rank == 0 && hello.world == WORLD as u32 {
+                hello.version = VERSION + 1;
+            }
+            stream.write_all(&hello.encode())
+        }
+        Kind::Reset => {
+            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+            drop(stream);
+            return s;
+        }
+    };
+    s.stream = Some(stream);
+    s
+}
+
+/// How a stranger's conversation must look: what the listener may answer each kind.
+fn judge(s: &Stranger, tally: &mut Tally) {
+    let messages: Vec<Message> = s
+        .heard
+        .chunks(MESSAGE_LEN)
+        .map(|c| c.try_into().ok().and_then(|c| Message::decode(c).ok()))
+        .collect::<Option<_>>()
+        .unwrap_or_else(|| {
+            tally.unexpected += 1;
+            Vec::new()
+        });
+    let kinds: Vec<MessageKind> = messages.iter().map(|m| m.kind).collect();
+    if kinds.contains(&MessageKind::Welcome) {
+        tally.welcomed += 1;
+    }
+    if kinds.first() == Some(&MessageKind::Challenge) {
+        tally.challenged += 1;
+    }
+    let challenge = MessageKind::Challenge;
+    let token = MessageKind::Reject(RejectReason::TokenMismatch);
+    let allowed = match s.kind {
+        Kind::Silent | Kind::Garbage | Kind::Partial | Kind::Reset => kinds.is_empty(),
+        Kind::HalfHandshake => kinds.is_empty() || kinds == [challenge],
+        Kind::Replay | Kind::WrongToken => {
+            kinds.is_empty() || kinds == [challenge] || kinds == [challenge, token]
+        }
+        Kind::WrongClaims => {
+            kinds.is_empty()
+                || matches!(
+                    kinds[..],
+                    [MessageKind::Reject(
+                        RejectReason::WrongRank
+                            | RejectReason::WorldMismatch
+                            | RejectReason::VersionMismatch
+                    )]
+                )
+        }
+    };
+    if !allowed {
+        eprintln!("flood: {:?} heard {kinds:?}", s.kind);
+        tally.unexpected += 1;
+    }
+    if kinds.iter().any(|k| matches!(k, MessageKind::Reject(_))) {
+        tally.rejected += 1;
+    }
+}
+
+/// Opens `count` strangers of `kind` (or of every kind in turn, for `None`) until `stop`.
+fn flood(
+    kind: Option<Kind>,
+    count: usize,
+    target: SocketAddr,
+    replay: Arc<Vec<u8>>,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicUsize>,
+) -> Vec<Stranger> {
+    let mut noise = Noise(seed | 1);
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let kind = kind.unwrap_or(KINDS[i % KINDS.len()]);
+        out.push(open_stranger(kind, target, &replay, &mut noise));
+        opened.fetch_add(1, Ordering::Relaxed);
+    }
+    out
+}
+
+/// The flooding process: not a test of its own, it is started by the test above.
+#[test]
+#[ignore = "the flooding process of the flood test, which starts it"]
+fn flood_child() {
+    let target: SocketAddr = std::env::var(CHILD_ENV)
+        .expect("started by a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring")
+        .parse()
+        .unwrap();
+    let replay = Arc::new(unhex(&std::env::var(REPLAY_ENV).unwrap()));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let never = Arc::new(AtomicBool::new(false));
+
+    // Wave one: every kind at once, before the real neighbour starts.
+    let wave: Vec<_> = KINDS
+        .iter()
+        .enumerate()
+        .map(|(i, &kind)| {
+            let (replay, never, opened) = (replay.clone(), never.clone(), opened.clone());
+            thread::spawn(move || {
+                flood(Some(kind), PER_KIND, target, replay, i as u64 * 7919, never, opened)
+            })
+        })
+        .collect();
+    let mut strangers: Vec<Stranger> =
+        wave.into_iter().flat_map(|h| h.join().expect("wave one")).collect();
+    println!("FLOOD wave1 strangers={}", strangers.len());
+
+    // Wave two: a stream of strangers of every kind, from two threads, until the parent says
+    // the ring is formed. The real neighbour starts once the stream flows.
+    let stop = Arc::new(AtomicBool::new(false));
+    let streams: Vec<_> = (0..STREAM_THREADS)
+        .map(|i| {
+            let (replay, stop, opened) = (replay.clone(), stop.clone(), opened.clone());
+            let seed = 104_729 * (i as u64 + 1);
+            thread::spawn(move || flood(None, STREAM_MAX, target, replay, seed, stop, opened))
+        })
+        .collect();
+    let flowing = Instant::now() + Duration::from_secs(30);
+    while opened.load(Ordering::Relaxed) < strangers.len() + STREAM_HEAD_START {
+        assert!(Instant::now() < flowing, "the stream of strangers does not flow");
+        thread::sleep(Duration::from_millis(1));
+    }
+    println!("FLOOD streaming strangers={}", opened.load(Ordering::Relaxed));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("the parent's word");
+    assert_eq!(line.trim(), "formed", "the parent gave up");
+    let formed = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    for stream in streams {
+        strangers.extend(stream.join().expect("wave two"));
+    }
+
+    // Every stranger still held must find its connection closed: evicted, refused, timed out,
+    // or dropped when the ring formed. Drain what each heard, within one shared deadline.
+    let deadline = formed + Duration::from_secs(3);
+    let mut tallies: Vec<(Kind, Tally)> = KINDS.iter().map(|&k| (k, Tally::default())).collect();
+    for s in &mut strangers {
+        let tally = &mut tallies.iter_mut().find(|(k, _)| *k == s.kind).unwrap().1;
+        tally.opened += 1;
+        if s.refused_by_kernel {
+            tally.refused_by_kernel += 1;
+            continue;
+        }
+        if let Some(stream) = &mut s.stream {
+            let mut closed = false;
+            let mut buf = [0u8; 512];
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))).unwrap();
+                match stream.read(&mut buf) {
+                    Ok(0) => closed = true,
+                    Ok(n) => {
+                        s.heard.extend_from_slice(&buf[..n]);
+                        continue;
+                    }
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                    Err(_) => closed = true, // reset
+                }
+                break;
+            }
+            if closed {
+                tally.closed += 1;
+            } else {
+                tally.still_open += 1;
+            }
+        } else {
+            tally.closed += 1; // reset by this side
+        }
+        judge(s, tally);
+    }
+    for (kind, tally) in &tallies {
+        println!("{}", tally.line(&format!("{kind:?}")));
+    }
+    println!("FLOOD end opened={}", opened.load(Ordering::Relaxed));
+}
