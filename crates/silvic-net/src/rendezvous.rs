@@ -7,7 +7,8 @@
 //!   deadline naming it.
 //! - Any number of connections may arrive at the listener at once; each gets its own handshake
 //!   with its own short deadline, so silent, slow or garbage-sending strangers never delay the
-//!   real neighbour. At most [`MAX_PENDING`] are held; past that the oldest is dropped.
+//!   real neighbour. At most [`MAX_PENDING`] are held; past that the oldest is dropped, taking
+//!   first those that have not sent a valid Hello.
 //! - A refusal the neighbour reports (or this rank detects) on the connecting side fails the
 //!   call at once with the reason; refusals on the accepting side are logged and the listener
 //!   keeps waiting, since a stranger claiming the right rank must not break the ring.
@@ -143,6 +144,9 @@ struct Pending<'t> {
     role: Acceptor<'t>,
     deadline: Instant,
     remote: SocketAddr,
+    /// It sent a valid Hello for the left neighbour's rank: it is dropped for room only after
+    /// every connection that has not.
+    claimed: bool,
     welcomed: bool,
 }
 
@@ -179,6 +183,7 @@ impl Pending<'_> {
         match self.role.on_message(&message) {
             Next::Send(reply) => {
                 self.conn.queue(&reply);
+                self.claimed = true;
                 self.step()
             }
             Next::SendAndDone(reply) => {
@@ -483,8 +488,12 @@ fn accept_all<'t>(
         match listener.accept() {
             Ok((stream, remote)) => {
                 if pending.len() >= MAX_PENDING {
-                    let oldest = pending.remove(0);
-                    warn!(remote = %oldest.remote, "rejected connection: too many handshakes at once");
+                    // Drop the oldest that said nothing valid yet: a scanner opening connections
+                    // faster than MAX_PENDING per round trip must not push out a neighbour on a
+                    // slow link while it proves itself.
+                    let victim = pending.iter().position(|p| !p.claimed).unwrap_or(0);
+                    let dropped = pending.remove(victim);
+                    warn!(remote = %dropped.remote, "rejected connection: too many handshakes at once");
                 }
                 if stream.set_nonblocking(true).is_err() {
                     continue;
@@ -508,6 +517,7 @@ fn accept_all<'t>(
                     role,
                     deadline: Instant::now() + HANDSHAKE_DEADLINE,
                     remote,
+                    claimed: false,
                     welcomed: false,
                 });
             }

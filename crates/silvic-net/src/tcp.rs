@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use silvic_core::{Collective, CollectiveError, Op, fold};
-use socket2::{SockRef, TcpKeepalive};
+use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tracing::{info, info_span, warn};
 
 use crate::error::ConnectError;
@@ -82,8 +82,19 @@ fn resolve(host: &str) -> Result<IpAddr, ConnectError> {
     )
 }
 
+/// Connections the kernel queues for the listener until the rendezvous accepts them (capped by
+/// net.core.somaxconn). Once the queue is full the kernel drops new SYNs, the neighbour's among
+/// them, which then waits out TCP's retransmission (1 s, then 3 s, 7 s...): std's 128 fills up
+/// whenever a burst of strangers outpaces one turn of the rendezvous loop.
+const LISTEN_BACKLOG: i32 = 4096;
+
 fn listen(host: &str, ip: IpAddr) -> Result<TcpListener, ConnectError> {
-    TcpListener::bind((ip, 0)).map_err(|e| ConnectError::Bind {
+    let address = SocketAddr::new(ip, 0);
+    let socket = Socket::new(Domain::for_address(address), Type::STREAM, Some(Protocol::TCP))
+        .and_then(|s| s.set_reuse_address(true).map(|()| s)) // as std does on Unix
+        .and_then(|s| s.bind(&address.into()).map(|()| s))
+        .and_then(|s| s.listen(LISTEN_BACKLOG).map(|()| s));
+    socket.map(TcpListener::from).map_err(|e| ConnectError::Bind {
         host: host.to_string(),
         kind: e.kind(),
         message: e.to_string(),

@@ -174,7 +174,8 @@ fn capture_a_valid_handshake() -> Vec<u8> {
     via_relay[1] = relay.local_addr().unwrap().to_string();
 
     let stop = Arc::new(AtomicBool::new(false));
-    let records: Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>> = Arc::default();
+    type Record = Arc<Mutex<Vec<u8>>>;
+    let records: Arc<Mutex<Vec<Record>>> = Arc::default();
     let relay_thread = {
         let (stop, records, upstream) = (stop.clone(), records.clone(), addresses[1].clone());
         thread::spawn(move || {
@@ -341,8 +342,16 @@ fn start_rank(
     });
 }
 
+/// The tests of this file measure the whole process: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
+    let _serial = serial();
     let limit = Instant::now() + Duration::from_secs(150);
     let replay = capture_a_valid_handshake();
 
@@ -484,6 +493,201 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
     }
     // The handshake strangers that were not dropped for room were refused with a reason.
     assert!(rejected > 0, "no stranger was told why it was refused");
+}
+
+/// Forwards every connection to `upstream` as a slow link would: every chunk `delay` late in
+/// both directions, the upstream connection opened with the first chunk. Stops accepting when
+/// `stop` is set.
+fn delaying_relay(upstream: String, delay: Duration, stop: Arc<AtomicBool>) -> String {
+    let relay = TcpListener::bind("127.0.0.1:0").unwrap();
+    relay.set_nonblocking(true).unwrap();
+    let address = relay.local_addr().unwrap().to_string();
+    let forward = move |mut from: TcpStream, mut to: TcpStream, first: Vec<u8>| {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut chunk = first;
+        while to.write_all(&chunk).is_ok() {
+            match from.read(&mut buf) {
+                Ok(n @ 1..) => chunk = buf[..n].to_vec(),
+                _ => break,
+            }
+            thread::sleep(delay);
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    };
+    thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match relay.accept() {
+                Ok((mut client, _)) => {
+                    let upstream = upstream.clone();
+                    thread::spawn(move || {
+                        client.set_nonblocking(false).unwrap();
+                        let mut first = vec![0u8; 64 * 1024];
+                        let Ok(n @ 1..) = client.read(&mut first) else { return };
+                        first.truncate(n);
+                        thread::sleep(delay);
+                        let Ok(server) = TcpStream::connect(&upstream) else { return };
+                        let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                        thread::spawn(move || forward(s2, c2, Vec::new()));
+                        forward(client, server, first);
+                    });
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    thread::sleep(Duration::from_millis(1))
+                }
+                Err(_) => break,
+            }
+        }
+    });
+    address
+}
+
+/// A port scanner that does not stop: connections opened as fast as `threads` threads can, each
+/// held silent (the newest `hold` per thread) until `stop`. Returns how many it opened.
+fn silent_flood(
+    target: String,
+    threads: usize,
+    hold: usize,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<usize> {
+    thread::spawn(move || {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (target, stop) = (target.clone(), stop.clone());
+                thread::spawn(move || {
+                    let mut held = std::collections::VecDeque::with_capacity(hold);
+                    let mut opened = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Ok(s) = TcpStream::connect(&target) {
+                            opened += 1;
+                            if held.len() == hold {
+                                held.pop_front();
+                            }
+                            held.push_back(s);
+                        }
+                        // Paced below what the listener accepts, so that its queue never
+                        // fills: a full queue would stall the scanner in SYN retransmission.
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                    opened
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    })
+}
+
+/// A neighbour on a slow link takes a round trip to prove itself after its Hello. A scanner
+/// that opens more than [`MAX_PENDING`] silent connections per round trip must not push it out:
+/// silent connections are dropped for room before one that sent a valid Hello.
+#[test]
+fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
+    let _serial = serial();
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let listeners: Vec<_> = (0..2).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Rank 0 reaches rank 1 through a link with 250 ms of delay each way: after its Hello, the
+    // neighbour's proof comes one round trip, half a second, later.
+    let delay = Duration::from_millis(250);
+    let mut slow = addresses.clone();
+    slow[1] = delaying_relay(addresses[1].clone(), delay, stop.clone());
+    let timeout = Duration::from_secs(6);
+    let (done, results) = mpsc::channel();
+    let mut listeners: Vec<Option<_>> = listeners.into_iter().map(Some).collect();
+    let mut flood = None;
+    // Rank 1 accepts first, the flood starts, and rank 0 joins once it flows.
+    for rank in [1, 0] {
+        let listener = listeners[rank].take().unwrap();
+        let list = if rank == 0 { slow.clone() } else { addresses.clone() };
+        let done = done.clone();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let outcome = TcpCollective::connect(listener, rank, &list, TOKEN, timeout)
+                .map(|_| started.elapsed())
+                .map_err(|e| e.to_string());
+            let _ = done.send((rank, outcome));
+        });
+        if rank == 1 {
+            flood =
+                Some((Instant::now(), silent_flood(addresses[1].clone(), 2, 1000, stop.clone())));
+            thread::sleep(Duration::from_millis(300));
+        }
+    }
+    let (flood_started, flood) = flood.unwrap();
+    let mut outcomes = [None, None];
+    for _ in 0..2 {
+        let (rank, outcome) = results.recv_timeout(timeout * 2).expect("connect returns");
+        outcomes[rank] = Some(outcome);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flooded_for = flood_started.elapsed();
+    let opened = flood.join().unwrap();
+    eprintln!("silent flood: {opened} connections in {flooded_for:?}; connect: {outcomes:?}");
+    // The test means something only if the scanner is fast enough to have pushed the neighbour
+    // out by age alone: more than MAX_PENDING connections per round trip.
+    let per_round_trip = opened as f64 * (2 * delay).as_secs_f64() / flooded_for.as_secs_f64();
+    assert!(per_round_trip > MAX_PENDING as f64, "the scanner was too slow: {per_round_trip:.0}");
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        let formed = outcome.unwrap().unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert!(formed < timeout, "rank {rank} took {formed:?}");
+    }
+}
+
+/// Strangers that arrive between `bind` and `connect` wait in the kernel's accept queue. Once
+/// that queue is full the kernel drops new SYNs, the neighbour's among them, and the neighbour
+/// then waits out TCP's retransmission (a second, then three, then seven). The listener's
+/// queue holds hundreds, so a scan before `connect` costs the neighbour nothing.
+#[test]
+fn strangers_queued_before_connect_do_not_delay_the_neighbour() {
+    let _serial = serial();
+    let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .map_or(4096, |s| s.trim().parse().unwrap_or(4096));
+    let strangers = 600.min(somaxconn.saturating_sub(8));
+    let listeners: Vec<_> = (0..2).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let target: SocketAddr = addresses[1].parse().unwrap();
+    let mut held = Vec::new();
+    let started = Instant::now();
+    for _ in 0..strangers {
+        let stream = TcpStream::connect_timeout(&target, Duration::from_secs(3));
+        held.push(stream.expect("the accept queue takes every stranger"));
+    }
+    let queued_in = started.elapsed();
+    assert!(queued_in < Duration::from_millis(900), "{strangers} strangers took {queued_in:?}");
+
+    let (done, results) = mpsc::channel();
+    let mut listeners: Vec<Option<_>> = listeners.into_iter().map(Some).collect();
+    let rank0_started = Instant::now();
+    for rank in [0, 1] {
+        if rank == 1 {
+            thread::sleep(Duration::from_millis(200)); // rank 1 calls connect a little later
+        }
+        let (listener, addresses, done) =
+            (listeners[rank].take().unwrap(), addresses.clone(), done.clone());
+        thread::spawn(move || {
+            let outcome =
+                TcpCollective::connect(listener, rank, &addresses, TOKEN, RENDEZVOUS_TIMEOUT)
+                    .map(|_| Instant::now())
+                    .map_err(|e| e.to_string());
+            let _ = done.send((rank, outcome));
+        });
+    }
+    let mut formed = Duration::ZERO;
+    for _ in 0..2 {
+        let (rank, outcome) =
+            results.recv_timeout(Duration::from_secs(30)).expect("connect returns");
+        let at = outcome.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        formed = formed.max(at - rank0_started);
+    }
+    eprintln!(
+        "{strangers} strangers queued in {queued_in:?}; ring formed {formed:?} after rank 0 started"
+    );
+    // A dropped SYN would cost rank 0 at least a second.
+    assert!(formed < Duration::from_millis(900), "the neighbour was delayed: {formed:?}");
+    drop(held);
 }
 
 // ---------------------------------------------------------------------------------------------
