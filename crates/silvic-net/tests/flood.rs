@@ -52,7 +52,7 @@ const STREAM_HEAD_START: usize = 200;
 const MAX_PENDING: usize = 256;
 /// Descriptors the process may open beyond the handshakes it holds: the ring's six streams, a
 /// dialling socket per rank, the child's pipes, the monitor's directory handle.
-const FD_SLACK: usize = 16;
+const FD_SLACK: usize = 24;
 /// How much the process's resident memory may grow during the flood.
 const RSS_GROWTH_LIMIT_KIB: u64 = 2 * 1024;
 
