@@ -16,7 +16,7 @@ seconds="${1:-20}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(frame_decode abort_decode handshake_decode handshake_roles)
+    targets=(frame_decode abort_decode handshake_decode handshake_roles ring_frames)
 fi
 export RUSTC_BOOTSTRAP=1 CARGO_TERM_COLOR=never
 
@@ -39,10 +39,14 @@ for target in "${targets[@]}"; do
     mkdir -p "target/corpus/$target" "artifacts/$target"
     log="target/fuzz-$target.log"
     status=0
-    # -timeout: one input taking a second is a hang. -rss_limit_mb: memory bounded.
+    # -timeout: an input taking this long is a hang (ring_frames forms a loopback ring per input,
+    # so it gets longer). -malloc_limit_mb: one allocation above 64 MiB is a crash, so no length a
+    # peer claims can size an allocation. -rss_limit_mb: memory bounded.
+    timeout=1
+    [ "$target" = ring_frames ] && timeout=10
     cargo fuzz run --debug-assertions "$target" "target/corpus/$target" "corpus/$target" -- \
-        -max_total_time="$seconds" -max_len=1024 -timeout=1 -rss_limit_mb=1024 \
-        -print_final_stats=1 >"$log" 2>&1 || status=$?
+        -max_total_time="$seconds" -max_len=8192 -timeout="$timeout" -malloc_limit_mb=64 \
+        -rss_limit_mb=1024 -print_final_stats=1 >"$log" 2>&1 || status=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | tr -dc 0-9)
     units=$(find "target/corpus/$target" -type f | wc -l)

@@ -99,5 +99,36 @@ fn main() {
         bytes.extend([0, pick, 7, 0, pick, 9, pick, 0, 0, pick, 3]);
         write(&roles, &format!("picks-{pick}"), &bytes);
     }
+    let ring = root.join("ring_frames");
+    // [call, len as u16 LE, what rank 1 sends]: the honest frame of each call, an abort, and
+    // near misses (another sequence, a short payload).
+    for (selector, op) in
+        [(0u8, Op::AllreduceSumF64), (1, Op::AllreduceSumI64), (2, Op::AllreduceMaxF64)]
+    {
+        for len in [0u16, 1, 5, 100] {
+            let bytes = u64::from(len) * 8;
+            let mut input = vec![selector, len as u8, (len >> 8) as u8];
+            input.extend(Header::data(op, 0, bytes, bytes).encode());
+            input.extend((0..bytes).map(|i| (i * 37) as u8));
+            write(&ring, &format!("{op:?}-{len}"), &input);
+        }
+    }
+    for len in [0u16, 3, 600] {
+        let mut input = vec![3u8, len as u8, (len >> 8) as u8];
+        input.extend(Header::data(Op::AllgatherBytes, 0, len.into(), len.into()).encode());
+        input.extend((0..len).map(|i| i as u8 ^ 0x5a));
+        write(&ring, &format!("gather-{len}"), &input);
+    }
+    let mut input = vec![0u8, 4, 0];
+    input.extend(Header::data(Op::AllreduceSumF64, 1, 32, 32).encode());
+    write(&ring, "another-sequence", &input);
+    let mut input = vec![0u8, 4, 0];
+    input.extend(Header::data(Op::AllreduceSumF64, 0, 32, 32).encode());
+    input.extend([1; 20]);
+    write(&ring, "short-payload", &input);
+    let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+    let n = Abort { origin: 1, cause: causes[2].clone() }.encode(0, &mut frame);
+    write(&ring, "abort", &[&[0u8, 4, 0][..], &frame[..n]].concat());
+
     println!("seeds written under {}", root.display());
 }

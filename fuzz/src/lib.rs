@@ -16,6 +16,12 @@
 //!   mutated, wrong-token and arbitrary messages never panic, succeed at most once, succeed only
 //!   on the MAC a token holder computes for this very exchange, and do succeed when every
 //!   message is honest.
+//! - [`ring_frames`]: a real `TcpCollective` whose neighbour sends the fuzzer's bytes as its
+//!   frames returns, with a typed error or with what the frames said (see `ring.rs`).
+
+mod ring;
+
+pub use ring::ring_frames;
 
 use libfuzzer_sys::arbitrary::{Result as ArbitraryResult, Unstructured};
 use silvic_net::frame::{

@@ -38,3 +38,8 @@ fn handshake_decode_corpus() {
 fn handshake_roles_corpus() {
     replay("handshake_roles", silvic_net_fuzz::handshake_roles);
 }
+
+#[test]
+fn ring_frames_corpus() {
+    replay("ring_frames", silvic_net_fuzz::ring_frames);
+}
