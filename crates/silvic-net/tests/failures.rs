@@ -150,17 +150,18 @@ fn a_wrong_job_token_fails_fast_with_the_reason_and_never_shows_the_token() {
     assert!(*elapsed < Duration::from_secs(2), "rank 1 took {elapsed:?}");
     // Rank 0 is refused by rank 1 if it reaches rank 1 before rank 1 gives up, else it waits
     // for rank 1 until the timeout; rank 2 never gets a left neighbour with the right token.
+    // Rank 2 also dials rank 0, which closes its listener as soon as rank 1 refuses it: if that
+    // comes before rank 2's handshake with rank 0 is done, rank 2 is left waiting for rank 0.
     for rank in [0, 2] {
         let (_, result, elapsed) = &results[rank];
         let error = result.as_ref().unwrap_err();
-        assert!(
-            matches!(
-                error,
-                ConnectError::Rejected { peer: 1, reason: RejectReason::TokenMismatch, .. }
-                    | ConnectError::Timeout { peer: 1, .. }
-            ),
-            "rank {rank}: {error}"
+        let about_rank_1 = matches!(
+            error,
+            ConnectError::Rejected { peer: 1, reason: RejectReason::TokenMismatch, .. }
+                | ConnectError::Timeout { peer: 1, .. }
         );
+        let rank_0_gave_up = rank == 2 && matches!(error, ConnectError::Timeout { peer: 0, .. });
+        assert!(about_rank_1 || rank_0_gave_up, "rank {rank}: {error}");
         assert!(*elapsed < Duration::from_secs(7), "rank {rank} took {elapsed:?}");
     }
     for (_, result, _) in &results {
