@@ -389,6 +389,18 @@ impl<'t> Dialer<'_, 't> {
     }
 }
 
+/// How long the listener rests after accept failed with no handshake to close for room.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+/// How a round of accepting ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Accepted {
+    /// Every waiting connection was taken.
+    All,
+    /// Accept fails and nothing can be closed to make room.
+    Starved,
+}
+
 /// Forms this rank's two ring streams: `(left, right)`, still blocking, handshakes done.
 pub(crate) fn rendezvous(
     listener: &TcpListener,
@@ -409,6 +421,9 @@ pub(crate) fn rendezvous(
     let mut refused = 0usize;
     let mut last_refusal = String::new();
     let mut dial_ready = false;
+    // Set while accept fails with nothing to close for room (out of descriptors): the listener
+    // stays readable, so it is left out of the poll set for a moment instead of spinning.
+    let mut accept_paused_until: Option<Instant> = None;
     loop {
         dialer.step(dial_ready)?;
         if let (Some(_), Dial::Done(_)) = (&left, &dialer.state) {
@@ -427,7 +442,8 @@ pub(crate) fn rendezvous(
             alive
         });
 
-        let wake = [deadline, dialer.wake_at()]
+        accept_paused_until = accept_paused_until.filter(|until| now < *until);
+        let wake = [deadline, dialer.wake_at(), accept_paused_until]
             .into_iter()
             .chain(pending.iter().map(|p| Some(p.deadline)))
             .flatten()
@@ -438,7 +454,7 @@ pub(crate) fn rendezvous(
             _ => None,
         };
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2 + pending.len());
-        let listening = left.is_none();
+        let listening = left.is_none() && accept_paused_until.is_none();
         fds.push(PollFd::new(listener, if listening { PollFlags::IN } else { PollFlags::empty() }));
         let has_dial = dial_fd.is_some();
         fds.extend(dial_fd);
@@ -472,8 +488,8 @@ pub(crate) fn rendezvous(
         if left.is_some() {
             pending.clear();
         }
-        if listening && ready[0] {
-            accept_all(listener, plan, &mut pending)?;
+        if listening && ready[0] && accept_all(listener, plan, &mut pending)? == Accepted::Starved {
+            accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
         }
     }
 }
@@ -483,7 +499,7 @@ fn accept_all<'t>(
     listener: &TcpListener,
     plan: &Plan<'t>,
     pending: &mut Vec<Pending<'t>>,
-) -> Result<(), ConnectError> {
+) -> Result<Accepted, ConnectError> {
     loop {
         match listener.accept() {
             Ok((stream, remote)) => {
@@ -521,7 +537,7 @@ fn accept_all<'t>(
                     welcomed: false,
                 });
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Accepted::All),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -531,7 +547,7 @@ fn accept_all<'t>(
                 // Out of descriptors, most likely: make room by dropping the oldest handshake.
                 warn!(error = %e, "accept failed");
                 if pending.is_empty() {
-                    return Ok(());
+                    return Ok(Accepted::Starved);
                 }
                 pending.remove(0);
             }
