@@ -92,6 +92,11 @@ pub(crate) struct Args {
     #[arg(long)]
     no_check: bool,
 
+    /// Add a column of CPU time per call, summed over ranks (what the collective costs the
+    /// trainer's cores; on a busy machine, steadier than the time).
+    #[arg(long)]
+    cpu: bool,
+
     /// No progress line on stderr.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -171,6 +176,7 @@ pub(crate) struct Config {
     pub(crate) csv: bool,
     pub(crate) check: bool,
     pub(crate) progress: bool,
+    pub(crate) cpu: bool,
 }
 
 /// Parses a size: digits, then optionally K/M/G (powers of 1024), with or without "iB" or "B".
@@ -277,6 +283,7 @@ impl Args {
             csv: self.csv,
             check: !self.no_check,
             progress: !self.quiet,
+            cpu: self.cpu,
         })
     }
 }
@@ -310,9 +317,12 @@ impl Config {
                 args.extend([flag.to_string(), value.clone()]);
             }
         }
-        for (flag, on) in
-            [("--csv", self.csv), ("--no-check", !self.check), ("--quiet", !self.progress)]
-        {
+        for (flag, on) in [
+            ("--csv", self.csv),
+            ("--no-check", !self.check),
+            ("--quiet", !self.progress),
+            ("--cpu", self.cpu),
+        ] {
             if on {
                 args.push(flag.into());
             }

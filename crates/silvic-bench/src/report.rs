@@ -54,12 +54,20 @@ impl Row {
         )
     }
 
-    /// The row in the table.
-    pub(crate) fn table(&self) -> String {
+    /// The row in the table; `cpu` adds the CPU time column.
+    pub(crate) fn table(&self, cpu: bool) -> String {
         let rss = self.peak_rss.map_or("-".to_string(), |b| format!("{:.1}", b as f64 / MIB));
         let wrong = self.measured.wrong.map_or("-".to_string(), |w| w.to_string());
+        let cpu = if cpu {
+            format!(
+                " {:>10}",
+                self.measured.cpu.map_or("-".to_string(), |c| format!("{:.2}", c * 1e6))
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "{:>12} {:>12} {:>7} {:>6} {:>11.2} {:>7.3} {:>7.3} {:>10} {:>7}",
+            "{:>12} {:>12} {:>7} {:>6} {:>11.2} {:>7.3} {:>7.3} {:>10} {:>7}{cpu}",
             self.bytes,
             self.bytes / self.kind.element_bytes(),
             self.kind.type_name(),
@@ -75,10 +83,15 @@ impl Row {
 
 const MIB: f64 = (1 << 20) as f64;
 
-/// The two header lines of the table (column names, then units).
-pub(crate) fn table_header(rss_per: &str) -> String {
+/// The two header lines of the table (column names, then units); `cpu` adds the CPU column.
+pub(crate) fn table_header(rss_per: &str, cpu: bool) -> String {
+    let (name, unit) = if cpu {
+        (format!(" {:>10}", "cpu/call"), format!(" {:>10}", "(us)"))
+    } else {
+        (String::new(), String::new())
+    };
     format!(
-        "#{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}\n#{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}",
+        "#{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}{name}\n#{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}{unit}",
         "size",
         "count",
         "type",
@@ -127,6 +140,7 @@ fn parse_vm_hwm(status: &str) -> Option<u64> {
 #[derive(Debug)]
 pub(crate) struct Printer {
     csv: bool,
+    cpu: bool,
     progress: bool,
     tty: bool,
     /// Whether a progress line is on screen and must be cleared.
@@ -134,9 +148,9 @@ pub(crate) struct Printer {
 }
 
 impl Printer {
-    /// A printer for rank 0; `progress` turns the progress line on.
-    pub(crate) fn new(csv: bool, progress: bool) -> Printer {
-        Printer { csv, progress, tty: std::io::stderr().is_terminal(), shown: false }
+    /// A printer for rank 0; `progress` turns the progress line on, `cpu` the CPU column.
+    pub(crate) fn new(csv: bool, progress: bool, cpu: bool) -> Printer {
+        Printer { csv, cpu, progress, tty: std::io::stderr().is_terminal(), shown: false }
     }
 
     /// Announces the sweep of one kind.
@@ -145,7 +159,12 @@ impl Printer {
         if self.csv {
             let _ = writeln!(out, "# {}\n{CSV_HEADER}", kind.name());
         } else {
-            let _ = writeln!(out, "{preamble}#\n# {}\n{}", kind.name(), table_header(rss_per));
+            let _ = writeln!(
+                out,
+                "{preamble}#\n# {}\n{}",
+                kind.name(),
+                table_header(rss_per, self.cpu)
+            );
         }
         let _ = out.flush();
     }
@@ -170,7 +189,7 @@ impl Printer {
     pub(crate) fn row(&mut self, row: &Row) {
         self.clear();
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", if self.csv { row.csv() } else { row.table() });
+        let _ = writeln!(out, "{}", if self.csv { row.csv() } else { row.table(self.cpu) });
         let _ = out.flush();
     }
 
@@ -215,7 +234,14 @@ mod tests {
             kind,
             world,
             bytes,
-            measured: Measured { iters: 7, reps: 15, median, min: median / 2.0, wrong: Some(0) },
+            measured: Measured {
+                iters: 7,
+                reps: 15,
+                median,
+                min: median / 2.0,
+                wrong: Some(0),
+                cpu: Some(median * 1.5),
+            },
             peak_rss: Some(3 << 20),
         }
     }
@@ -240,16 +266,20 @@ mod tests {
 
     #[test]
     fn table_rows_line_up_with_the_header() {
-        let header = table_header("(MiB)");
-        let r = row(Kind::SumF64, 4, 64 << 20, 0.1).table();
-        for line in header.lines() {
-            assert_eq!(line.len(), r.len(), "{line:?} vs {r:?}");
+        for cpu in [false, true] {
+            let header = table_header("(MiB)", cpu);
+            let r = row(Kind::SumF64, 4, 64 << 20, 0.1).table(cpu);
+            for line in header.lines() {
+                assert_eq!(line.len(), r.len(), "{line:?} vs {r:?}");
+            }
+            assert_eq!(r.contains("150000.00"), cpu, "{r}");
         }
+        let r = row(Kind::SumF64, 4, 64 << 20, 0.1).table(false);
         assert!(r.contains("8388608") && r.contains("double") && r.contains("3.0"), "{r}");
         let mut unchecked = row(Kind::Allgather, 2, 64, 1e-5);
         unchecked.measured.wrong = None;
         unchecked.peak_rss = None;
-        let t = unchecked.table();
+        let t = unchecked.table(false);
         assert!(t.contains("uint8") && t.contains("none") && t.trim_end().ends_with('-'), "{t}");
     }
 

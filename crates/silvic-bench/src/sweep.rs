@@ -17,7 +17,7 @@ pub(crate) fn sweep(
     rss_per: &str,
 ) -> Result<u64, CollectiveError> {
     let (rank, world) = (collective.rank(), collective.world_size());
-    let mut printer = (rank == 0).then(|| Printer::new(config.csv, config.progress));
+    let mut printer = (rank == 0).then(|| Printer::new(config.csv, config.progress, config.cpu));
     let largest = config.sizes.iter().copied().max().unwrap_or(0);
     let mut wrong = 0;
     for &kind in &config.kinds {

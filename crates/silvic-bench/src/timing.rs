@@ -55,6 +55,19 @@ pub(crate) struct Measured {
     pub(crate) min: f64,
     /// Wrong elements summed over ranks, if checked.
     pub(crate) wrong: Option<u64>,
+    /// CPU seconds per call, summed over ranks, where the system tells (Linux schedstat).
+    pub(crate) cpu: Option<f64>,
+}
+
+/// CPU time this thread has run, from `/proc/thread-self/schedstat` (nanoseconds, first field).
+pub(crate) fn thread_cpu() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    parse_schedstat(&text)
+}
+
+fn parse_schedstat(text: &str) -> Option<f64> {
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 * 1e-9)
 }
 
 /// The maximum of `value` over every rank.
@@ -93,6 +106,7 @@ pub(crate) fn measure(
     let per_call = max_over_ranks(collective, start.elapsed().as_secs_f64() / calibration as f64)?;
     let (reps, iters) = plan(bytes, per_call, seconds);
     let mut times = Vec::with_capacity(reps as usize);
+    let cpu_start = thread_cpu();
     for _ in 0..reps {
         barrier(collective)?;
         let start = Instant::now();
@@ -102,6 +116,15 @@ pub(crate) fn measure(
         let mine = start.elapsed().as_secs_f64() / iters as f64;
         times.push(max_over_ranks(collective, mine)?);
     }
+    let calls = f64::from(reps) * f64::from(iters);
+    let mine = match (cpu_start, thread_cpu()) {
+        (Some(a), Some(b)) => (b - a) / calls,
+        _ => f64::NAN,
+    };
+    // NaN where any rank cannot tell: the sum is then NaN, shown as unknown.
+    let mut cpu = [mine];
+    collective.allreduce_sum_f64(&mut cpu)?;
+    let cpu = cpu[0].is_finite().then_some(cpu[0]);
     let (median, min) = median_min(&mut times);
     let wrong = if check {
         let mine = workload.check(collective, bytes)?;
@@ -111,7 +134,7 @@ pub(crate) fn measure(
     } else {
         None
     };
-    Ok(Measured { iters, reps, median, min, wrong })
+    Ok(Measured { iters, reps, median, min, wrong, cpu })
 }
 
 #[cfg(test)]
@@ -141,6 +164,16 @@ mod tests {
         assert_eq!(median_min(&mut [3.0, 1.0, 2.0]), (2.0, 1.0));
         assert_eq!(median_min(&mut [4.0, 1.0, 3.0, 2.0]), (3.0, 1.0));
         assert_eq!(median_min(&mut [5.0]), (5.0, 5.0));
+    }
+
+    #[test]
+    fn cpu_time_comes_from_schedstat() {
+        assert_eq!(parse_schedstat("2500000000 77 3\n"), Some(2.5));
+        assert_eq!(parse_schedstat(""), None);
+        assert_eq!(parse_schedstat("x 1 2"), None);
+        if cfg!(target_os = "linux") {
+            assert!(thread_cpu().is_some());
+        }
     }
 
     #[test]
