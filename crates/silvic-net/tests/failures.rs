@@ -121,7 +121,13 @@ fn a_silent_rank_times_out_its_neighbours_and_the_failure_travels() {
     });
     for rank in [0, 2] {
         let (error, elapsed) = results[rank].clone().unwrap();
-        assert_eq!(error.peer(), Some(1), "rank {rank}: {error}");
+        // Rank 2 waits on the silent rank 1 and names it. So does rank 0 while its frame to
+        // rank 1 is unwritten; once the socket buffers have taken that frame, rank 0 waits on
+        // rank 2 (itself waiting on rank 1) and may time out on it a moment before rank 2's
+        // abort arrives, as in proc_ranks' SIGSTOP test. The cause is a timeout either way.
+        let named = error.peer();
+        assert!(named == Some(1) || (rank == 0 && named == Some(2)), "rank {rank}: {error}");
+        assert!(format!("{error:?}").contains("Timeout {"), "rank {rank}: {error:?}");
         assert!(elapsed >= Duration::from_millis(1400), "rank {rank} failed early: {elapsed:?}");
         assert!(elapsed < Duration::from_millis(3500), "rank {rank} failed late: {elapsed:?}");
     }
