@@ -145,23 +145,34 @@ pub(crate) struct Printer {
     tty: bool,
     /// Whether a progress line is on screen and must be cleared.
     shown: bool,
+    /// Whether the preamble is out (it is printed once, before the first kind).
+    started: bool,
 }
 
 impl Printer {
     /// A printer for rank 0; `progress` turns the progress line on, `cpu` the CPU column.
     pub(crate) fn new(csv: bool, progress: bool, cpu: bool) -> Printer {
-        Printer { csv, cpu, progress, tty: std::io::stderr().is_terminal(), shown: false }
+        Printer {
+            csv,
+            cpu,
+            progress,
+            tty: std::io::stderr().is_terminal(),
+            shown: false,
+            started: false,
+        }
     }
 
     /// Announces the sweep of one kind.
     pub(crate) fn start(&mut self, preamble: &str, kind: Kind, rss_per: &str) {
         let mut out = std::io::stdout().lock();
+        let first = !std::mem::replace(&mut self.started, true);
         if self.csv {
             let _ = writeln!(out, "# {}\n{CSV_HEADER}", kind.name());
         } else {
             let _ = writeln!(
                 out,
-                "{preamble}#\n# {}\n{}",
+                "{}#\n# {}\n{}",
+                if first { preamble } else { "" },
                 kind.name(),
                 table_header(rss_per, self.cpu)
             );
