@@ -320,7 +320,7 @@ impl TcpCollective {
         &mut self,
         op: Op,
         buf: &mut [T],
-        combine: fn(T, T) -> T,
+        combine: impl Fn(T, T) -> T + Copy,
     ) -> Result<(), CollectiveError> {
         if self.world == 1 {
             return Ok(());

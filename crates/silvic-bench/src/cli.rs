@@ -1,0 +1,445 @@
+//! The command line: flags, their checks, and the flags a launcher hands to each rank.
+//!
+//! Parsing turns [`Args`] into a checked [`Config`]; a flag that makes no sense (a rank out of
+//! range, a size that is not a whole number of elements, `--rank` without `--rendezvous`) is a
+//! usage error, which clap prints with the usage line and exit code 2.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, ValueEnum};
+
+use crate::workload::Kind;
+
+/// The sizes measured by default: 8 B to 64 MiB, a factor of 8 apart (as the peers' scripts).
+pub(crate) const DEFAULT_MIN: usize = 8;
+pub(crate) const DEFAULT_MAX: usize = 64 << 20;
+const DEFAULT_FACTOR: usize = 8;
+
+/// Measures silvic-net's ring collectives: a table of time, algbw and busbw per size, in the
+/// style of nccl-tests.
+///
+/// With no flags: a 4-rank ring on loopback, one process per rank (this program starts itself as
+/// the ranks), f64 sum from 8 B to 64 MiB. On a cluster, start one rank per host with
+/// `--rank R --world N --rendezvous DIR`, DIR being a folder every host sees (NFS or similar).
+#[derive(Debug, Parser)]
+#[command(name = "silvic-bench", version)]
+pub(crate) struct Args {
+    /// Number of ranks.
+    #[arg(long, short = 'n', default_value_t = 4)]
+    world: usize,
+
+    /// The collective to measure.
+    #[arg(long, value_enum, default_value_t = OpArg::SumF64)]
+    op: OpArg,
+
+    /// Comma-separated sizes in bytes; K, M, G (or KiB, MiB, GiB) multiply by 1024, 1024², 1024³.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, conflicts_with_all = ["min_bytes", "max_bytes", "factor"])]
+    sizes: Option<Vec<usize>>,
+
+    /// Smallest size of the sweep [default: 8].
+    #[arg(long, short = 'b', value_parser = parse_size)]
+    min_bytes: Option<usize>,
+
+    /// Largest size of the sweep [default: 64M].
+    #[arg(long, short = 'e', value_parser = parse_size)]
+    max_bytes: Option<usize>,
+
+    /// Each size of the sweep is this many times the one before [default: 8].
+    #[arg(long, short = 'f')]
+    factor: Option<usize>,
+
+    /// Roughly how long to time each size, in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    seconds_per_size: f64,
+
+    /// Untimed calls before each size [default: 20, and 2 from 16 MiB up].
+    #[arg(long)]
+    warmup: Option<u32>,
+
+    /// Run the ranks as threads of this process instead of one process each.
+    #[arg(long, conflicts_with_all = ["rank", "rendezvous"])]
+    threads: bool,
+
+    /// Run only this rank (multi-host mode; needs --rendezvous and --world).
+    #[arg(long, requires = "rendezvous")]
+    rank: Option<usize>,
+
+    /// Folder where the ranks of a multi-host run leave their addresses; every rank must see it.
+    /// Use an empty folder for each run.
+    #[arg(long, requires = "rank")]
+    rendezvous: Option<PathBuf>,
+
+    /// Address this rank advertises to the others [default: 127.0.0.1 on one host; the address
+    /// of the host's name in multi-host mode].
+    #[arg(long)]
+    host: Option<String>,
+
+    /// Address to listen on, when it is not the advertised one (e.g. 0.0.0.0).
+    #[arg(long)]
+    listen: Option<String>,
+
+    /// Seconds a rank waits for the others to join, and on a silent peer during a collective.
+    #[arg(long, default_value_t = 60.0)]
+    timeout: f64,
+
+    /// Print CSV (world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs) instead of the table.
+    #[arg(long)]
+    csv: bool,
+
+    /// Do not check results (the #wrong column shows "-").
+    #[arg(long)]
+    no_check: bool,
+
+    /// Add a column of CPU time per call, summed over ranks (what the collective costs the
+    /// trainer's cores; on a busy machine, steadier than the time).
+    #[arg(long)]
+    cpu: bool,
+
+    /// No progress line on stderr.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+/// The `--op` choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OpArg {
+    /// allreduce, f64 sum.
+    #[value(name = "sum_f64")]
+    SumF64,
+    /// allreduce, i64 wrapping sum.
+    #[value(name = "sum_i64")]
+    SumI64,
+    /// allreduce, f64 max (NaN wins).
+    #[value(name = "max_f64")]
+    MaxF64,
+    /// allgather of bytes.
+    #[value(name = "allgather")]
+    Allgather,
+    /// Each of the above in turn.
+    #[value(name = "all")]
+    All,
+}
+
+impl OpArg {
+    fn kinds(self) -> Vec<Kind> {
+        match self {
+            OpArg::SumF64 => vec![Kind::SumF64],
+            OpArg::SumI64 => vec![Kind::SumI64],
+            OpArg::MaxF64 => vec![Kind::MaxF64],
+            OpArg::Allgather => vec![Kind::Allgather],
+            OpArg::All => vec![Kind::SumF64, Kind::SumI64, Kind::MaxF64, Kind::Allgather],
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            OpArg::SumF64 => "sum_f64",
+            OpArg::SumI64 => "sum_i64",
+            OpArg::MaxF64 => "max_f64",
+            OpArg::Allgather => "allgather",
+            OpArg::All => "all",
+        }
+    }
+}
+
+/// How the ranks of this run are started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Start `world` copies of this program as the ranks and wait for them.
+    Launch,
+    /// Run the ranks as threads of this process.
+    Threads,
+    /// Be one rank of a run whose ranks meet in a shared folder.
+    Rank {
+        /// This rank.
+        rank: usize,
+        /// The shared folder.
+        dir: PathBuf,
+    },
+}
+
+/// A checked run description.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Config {
+    pub(crate) world: usize,
+    pub(crate) op: OpArg,
+    pub(crate) kinds: Vec<Kind>,
+    pub(crate) sizes: Vec<usize>,
+    pub(crate) seconds_per_size: f64,
+    pub(crate) warmup: Option<u32>,
+    pub(crate) mode: Mode,
+    pub(crate) host: Option<String>,
+    pub(crate) listen: Option<String>,
+    pub(crate) timeout: Duration,
+    pub(crate) csv: bool,
+    pub(crate) check: bool,
+    pub(crate) progress: bool,
+    pub(crate) cpu: bool,
+}
+
+/// Parses a size: digits, then optionally K/M/G (powers of 1024), with or without "iB" or "B".
+pub(crate) fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let number: usize =
+        number.parse().map_err(|_| format!("{text:?} is not a size such as 4096, 64K or 2M"))?;
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(format!("{text:?} has an unknown unit (use K, M or G)")),
+    };
+    number.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// The sweep from `min` to `max`, each size `factor` times the one before, and `max` last (so
+/// the default, 8 B to 64 MiB by 8, is the peers' list: …, 2 MiB, 16 MiB, 64 MiB).
+fn ladder(min: usize, max: usize, factor: usize) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut size = min;
+    while size <= max {
+        sizes.push(size);
+        match size.checked_mul(factor) {
+            Some(next) => size = next,
+            None => break,
+        }
+    }
+    if sizes.last() != Some(&max) {
+        sizes.push(max);
+    }
+    sizes
+}
+
+impl Args {
+    /// Checks the flags together; the error is a clap usage error (exit code 2).
+    pub(crate) fn into_config(self) -> Result<Config, clap::Error> {
+        let fail = |message: String| Args::command().error(ErrorKind::ValueValidation, message);
+        if self.world == 0 {
+            return Err(fail("--world must be at least 1".into()));
+        }
+        let sizes = match self.sizes {
+            Some(sizes) => sizes,
+            None => {
+                let min = self.min_bytes.unwrap_or(DEFAULT_MIN);
+                let max = self.max_bytes.unwrap_or(DEFAULT_MAX.max(min));
+                let factor = self.factor.unwrap_or(DEFAULT_FACTOR);
+                if factor < 2 {
+                    return Err(fail("--factor must be at least 2".into()));
+                }
+                if min == 0 || min > max {
+                    return Err(fail(format!(
+                        "--min-bytes ({min}) must be at least 1 and at most --max-bytes ({max})"
+                    )));
+                }
+                ladder(min, max, factor)
+            }
+        };
+        let kinds = self.op.kinds();
+        for &size in &sizes {
+            for kind in &kinds {
+                if size % kind.element_bytes() != 0 || size == 0 {
+                    return Err(fail(format!(
+                        "size {size} is not a whole, non-zero number of {}-byte elements for {}",
+                        kind.element_bytes(),
+                        kind.name()
+                    )));
+                }
+            }
+        }
+        if !(self.seconds_per_size.is_finite() && self.seconds_per_size > 0.0) {
+            return Err(fail("--seconds-per-size must be a positive number".into()));
+        }
+        if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
+            return Err(fail("--timeout must be a positive number of seconds".into()));
+        }
+        let mode = match (self.rank, self.rendezvous, self.threads) {
+            (Some(rank), Some(dir), _) => {
+                if rank >= self.world {
+                    return Err(fail(format!(
+                        "--rank {rank} is out of range for --world {}",
+                        self.world
+                    )));
+                }
+                Mode::Rank { rank, dir }
+            }
+            (_, _, true) => Mode::Threads,
+            _ => Mode::Launch,
+        };
+        Ok(Config {
+            world: self.world,
+            op: self.op,
+            kinds,
+            sizes,
+            seconds_per_size: self.seconds_per_size,
+            warmup: self.warmup,
+            mode,
+            host: self.host,
+            listen: self.listen,
+            timeout: Duration::from_secs_f64(self.timeout),
+            csv: self.csv,
+            check: !self.no_check,
+            progress: !self.quiet,
+            cpu: self.cpu,
+        })
+    }
+}
+
+impl Config {
+    /// The flags that make a started copy of this program run `rank` of this configuration,
+    /// meeting the others in `dir`.
+    pub(crate) fn rank_args(&self, rank: usize, dir: &std::path::Path) -> Vec<String> {
+        let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
+        let mut args = vec![
+            "--world".to_string(),
+            self.world.to_string(),
+            "--op".into(),
+            self.op.flag().into(),
+            "--sizes".into(),
+            sizes.join(","),
+            "--seconds-per-size".into(),
+            self.seconds_per_size.to_string(),
+            "--timeout".into(),
+            self.timeout.as_secs_f64().to_string(),
+            "--rank".into(),
+            rank.to_string(),
+            "--rendezvous".into(),
+            dir.display().to_string(),
+        ];
+        if let Some(warmup) = self.warmup {
+            args.extend(["--warmup".into(), warmup.to_string()]);
+        }
+        for (flag, value) in [("--host", &self.host), ("--listen", &self.listen)] {
+            if let Some(value) = value {
+                args.extend([flag.to_string(), value.clone()]);
+            }
+        }
+        for (flag, on) in [
+            ("--csv", self.csv),
+            ("--no-check", !self.check),
+            ("--quiet", !self.progress),
+            ("--cpu", self.cpu),
+        ] {
+            if on {
+                args.push(flag.into());
+            }
+        }
+        args
+    }
+}
+
+/// Parses and checks `argv` (program name first).
+pub(crate) fn parse<I, T>(argv: I) -> Result<Config, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Args::try_parse_from(argv)?.into_config()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Result<Config, clap::Error> {
+        parse(std::iter::once("silvic-bench").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn no_flags_is_the_default_sweep_of_four_processes() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.world, 4);
+        assert_eq!(c.mode, Mode::Launch);
+        assert_eq!(c.kinds, vec![Kind::SumF64]);
+        assert_eq!(c.sizes, [8, 64, 512, 4096, 32768, 262144, 2097152, 16777216, 67108864]);
+        assert!(c.check && c.progress && !c.csv);
+    }
+
+    #[test]
+    fn sizes_take_units() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("2MiB"), Ok(2 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("8B"), Ok(8));
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("K").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+        let c = config(&["--sizes", "8,4K,2M"]).unwrap();
+        assert_eq!(c.sizes, [8, 4096, 2 << 20]);
+    }
+
+    #[test]
+    fn min_max_and_factor_make_a_ladder() {
+        let c = config(&["--min-bytes", "1K", "--max-bytes", "1M", "--factor", "4"]).unwrap();
+        assert_eq!(c.sizes, [1024, 4096, 16384, 65536, 262144, 1048576]);
+        let c = config(&["-b", "1K", "-e", "3K", "-f", "2"]).unwrap();
+        assert_eq!(c.sizes, [1024, 2048, 3072]);
+        let c = config(&["-b", "4K", "-e", "4K"]).unwrap();
+        assert_eq!(c.sizes, [4096]);
+        assert_eq!(ladder(8, usize::MAX, 1 << 40).len(), 3);
+    }
+
+    #[test]
+    fn bad_flags_are_usage_errors_with_exit_code_2() {
+        for bad in [
+            &["--world", "0"][..],
+            &["--world", "four"],
+            &["--op", "sum"],
+            &["--sizes", "12"],
+            &["--sizes", "8", "--max-bytes", "64"],
+            &["--min-bytes", "1M", "--max-bytes", "1K"],
+            &["--factor", "1"],
+            &["--seconds-per-size", "0"],
+            &["--seconds-per-size", "nan"],
+            &["--timeout", "-1"],
+            &["--rank", "1"],
+            &["--rendezvous", "/tmp/x"],
+            &["--rank", "4", "--rendezvous", "/tmp/x"],
+            &["--threads", "--rank", "0", "--rendezvous", "/tmp/x"],
+            &["--no-such-flag"],
+        ] {
+            let e = config(bad).expect_err(&format!("{bad:?} should be refused"));
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn allgather_takes_any_byte_count() {
+        let c = config(&["--op", "allgather", "--sizes", "1,3"]).unwrap();
+        assert_eq!(c.kinds, vec![Kind::Allgather]);
+        assert!(config(&["--op", "all", "--sizes", "3"]).is_err());
+    }
+
+    #[test]
+    fn rank_args_describe_the_same_run_as_one_rank() {
+        let c = config(&[
+            "--world",
+            "3",
+            "--op",
+            "all",
+            "--sizes",
+            "8,64",
+            "--warmup",
+            "1",
+            "--csv",
+            "--no-check",
+            "-q",
+            "--seconds-per-size",
+            "0.25",
+            "--host",
+            "10.1.2.3",
+        ])
+        .unwrap();
+        let dir = std::path::Path::new("/tmp/meet here");
+        let mut argv = vec!["silvic-bench".to_string()];
+        argv.extend(c.rank_args(2, dir));
+        let child = parse(argv).unwrap();
+        assert_eq!(child.mode, Mode::Rank { rank: 2, dir: dir.to_path_buf() });
+        assert_eq!(Config { mode: Mode::Launch, ..child }, c);
+    }
+}

@@ -1,0 +1,220 @@
+//! Starting the ranks: as processes of this program (the default), as threads, or as one rank
+//! of a multi-host run that meets in a shared folder.
+//!
+//! The default mode is a launcher like any other: it makes a fresh rendezvous folder, starts
+//! `world` copies of this program as `--rank R --rendezvous DIR`, and waits for them. So the
+//! path every rank takes is the multi-host one, and a single-host run tests it.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use silvic_core::Collective;
+use silvic_net::{RingListener, TcpCollective};
+
+use crate::cli::{Config, Mode};
+use crate::meet;
+use crate::sweep::sweep;
+
+/// The job token of a run, read by each rank from the environment. The launcher sets a fresh
+/// random one for its ranks; a multi-host run sets its own (or gets the fixed default).
+pub(crate) const TOKEN_VAR: &str = "SILVIC_BENCH_TOKEN";
+const DEFAULT_TOKEN: &str = "silvic-bench";
+/// How long the launcher lets the other ranks end by themselves after one failed.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Whatever ends a run early, as a message.
+pub(crate) type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs `config` and returns the number of wrong elements seen.
+pub(crate) fn run(config: &Config) -> Result<u64, Failure> {
+    match &config.mode {
+        Mode::Launch => launch(config),
+        Mode::Threads => threads(config),
+        Mode::Rank { rank, dir } => one_rank(config, *rank, dir),
+    }
+}
+
+fn describe(config: &Config, how: &str, host: &str) -> String {
+    format!(
+        "# silvic-bench: silvic-net TCP ring, world {}, {how}, on {host}\n\
+         # {} s per size, warm-up {}, results {}\n",
+        config.world,
+        config.seconds_per_size,
+        config.warmup.map_or("20 (2 from 16 MiB)".to_string(), |w| w.to_string()),
+        if config.check { "checked" } else { "not checked" },
+    )
+}
+
+fn bind(config: &Config, host: &str) -> Result<RingListener, Failure> {
+    Ok(match &config.listen {
+        Some(listen) => TcpCollective::bind_advertised(listen, host)?,
+        None => TcpCollective::bind(host)?,
+    })
+}
+
+/// Ranks as threads of this process, on `--host` (127.0.0.1 by default).
+fn threads(config: &Config) -> Result<u64, Failure> {
+    let host = config.host.clone().unwrap_or_else(|| "127.0.0.1".into());
+    let listeners =
+        (0..config.world).map(|_| bind(config, &host)).collect::<Result<Vec<_>, _>>()?;
+    let addresses: Vec<String> = listeners.iter().map(RingListener::address).collect();
+    let preamble = describe(config, "ranks as threads of one process", &host);
+    let token = random_token();
+    let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(rank, listener)| {
+                let (addresses, preamble, token) = (&addresses, &preamble, &token);
+                s.spawn(move || {
+                    let mut ring =
+                        TcpCollective::connect(listener, rank, addresses, token, config.timeout)
+                            .map_err(|e| format!("rank {rank}: {e}"))?;
+                    sweep(&mut ring, config, preamble, "(MiB/proc)")
+                        .map_err(|e| format!("rank {rank}: {e}"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into())))
+            .collect()
+    });
+    let mut wrong = 0;
+    for result in results {
+        wrong = wrong.max(result?);
+    }
+    Ok(wrong)
+}
+
+/// This host's address for multi-host mode: the first non-loopback address of its name.
+fn host_address() -> Result<String, Failure> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| format!("cannot read this host's name ({e}); pass --host"))?;
+    let name = name.trim();
+    let ips: Vec<IpAddr> =
+        (name, 0).to_socket_addrs().map(|a| a.map(|s| s.ip()).collect()).unwrap_or_default();
+    ips.iter().find(|ip| !ip.is_loopback()).map(IpAddr::to_string).ok_or_else(|| {
+        format!("host name {name:?} has no non-loopback address; pass --host").into()
+    })
+}
+
+/// One rank of a run whose ranks meet in `dir`.
+fn one_rank(config: &Config, rank: usize, dir: &Path) -> Result<u64, Failure> {
+    let host = match &config.host {
+        Some(host) => host.clone(),
+        None => host_address()?,
+    };
+    let listener = bind(config, &host)?;
+    meet::publish(dir, rank, config.world, &listener.address())?;
+    let addresses = meet::gather(dir, config.world, config.timeout)?;
+    let token = std::env::var(TOKEN_VAR).unwrap_or_else(|_| DEFAULT_TOKEN.into());
+    let mut ring = TcpCollective::connect(listener, rank, &addresses, &token, config.timeout)
+        .map_err(|e| format!("rank {rank}: {e}"))?;
+    // Every rank has read every file once all have joined the ring; only then may they go.
+    ring.allreduce_sum_f64(&mut [0.0]).map_err(|e| format!("rank {rank}: {e}"))?;
+    meet::withdraw(dir, rank);
+    let preamble = describe(config, "one process per rank", &host);
+    Ok(sweep(&mut ring, config, &preamble, "(MiB/rank)")
+        .map_err(|e| format!("rank {rank}: {e}"))?)
+}
+
+fn random_token() -> String {
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u128(
+        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+    );
+    hasher.write_u32(std::process::id());
+    format!("{:016x}", hasher.finish())
+}
+
+/// Removes the rendezvous folder however the launcher leaves.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts `world` copies of this program as the ranks, on 127.0.0.1 unless `--host` says
+/// otherwise, and waits for them. Rank 0 prints; every rank's errors reach stderr.
+fn launch(config: &Config) -> Result<u64, Failure> {
+    let token = random_token();
+    let dir = TempDir(std::env::temp_dir().join(format!("silvic-bench-{token}")));
+    std::fs::create_dir(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let rank_config = Config {
+        host: Some(config.host.clone().unwrap_or_else(|| "127.0.0.1".into())),
+        ..config.clone()
+    };
+    let mut children: Vec<Child> = Vec::with_capacity(config.world);
+    for rank in 0..config.world {
+        let spawned = Command::new(&exe)
+            .args(rank_config.rank_args(rank, &dir.0))
+            .env(TOKEN_VAR, &token)
+            .stdin(Stdio::null())
+            .stdout(if rank == 0 { Stdio::inherit() } else { Stdio::null() })
+            .stderr(Stdio::inherit())
+            .spawn();
+        match spawned {
+            Ok(child) => children.push(child),
+            Err(e) => {
+                stop(&mut children);
+                return Err(format!("cannot start rank {rank}: {e}").into());
+            }
+        }
+    }
+    let codes = wait_all(&mut children);
+    match codes.iter().enumerate().find(|(_, c)| **c != Some(0)) {
+        None => Ok(0),
+        // Exit code 1 from every rank and nothing else: a finished run with wrong results.
+        Some(_) if codes.iter().all(|c| *c == Some(1)) => Ok(1),
+        Some((rank, code)) => Err(match code {
+            Some(code) => format!("rank {rank} exited with code {code}"),
+            None => format!("rank {rank} was stopped (killed or crashed)"),
+        }
+        .into()),
+    }
+}
+
+/// Waits for every child; once one fails, the others get [`GRACE`] to end (their ring breaks
+/// with it) before they are stopped. Returns each exit code (`None`: killed).
+fn wait_all(children: &mut [Child]) -> Vec<Option<i32>> {
+    let mut codes: Vec<Option<Option<i32>>> = vec![None; children.len()];
+    let mut stop_at: Option<Instant> = None;
+    while codes.iter().any(Option::is_none) {
+        for (child, code) in children.iter_mut().zip(codes.iter_mut()).filter(|(_, c)| c.is_none())
+        {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    *code = Some(status.code());
+                    if status.code() != Some(0) && stop_at.is_none() {
+                        stop_at = Some(Instant::now() + GRACE);
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => *code = Some(None),
+            }
+        }
+        if stop_at.is_some_and(|t| Instant::now() >= t) {
+            stop(children);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    codes.into_iter().flatten().collect()
+}
+
+/// Kills and reaps the children that are still running.
+fn stop(children: &mut [Child]) {
+    for child in children.iter_mut() {
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

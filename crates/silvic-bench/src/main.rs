@@ -1,0 +1,39 @@
+//! silvic-bench: measures silvic-net's collectives the way nccl-tests does.
+//!
+//! `cargo run --release -p silvic-bench` runs a 4-rank ring on loopback, one process per rank,
+//! and prints time, algbw, busbw, peak RSS and wrong elements for f64 sums from 8 B to 64 MiB.
+//! `--help` lists the flags; `--csv` prints the peers' CSV format (`../shared/peers`), so the
+//! figures go into one table with OpenMPI's, XGBoost's and Gloo's.
+//!
+//! Modules: [`cli`] (flags), [`launch`] (processes, threads, or one rank of a multi-host run),
+//! [`meet`] (the rendezvous folder), [`sweep`] and [`timing`] (the protocol), [`workload`]
+//! (inputs and checks), [`report`] (table, CSV, progress, peak RSS).
+//!
+//! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod launch;
+mod meet;
+mod report;
+mod sweep;
+mod timing;
+mod workload;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let config = match cli::parse(std::env::args_os()) {
+        Ok(config) => config,
+        Err(e) => e.exit(),
+    };
+    match launch::run(&config) {
+        Ok(0) => ExitCode::SUCCESS,
+        // Rank 0 has printed how many and where.
+        Ok(_wrong) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("silvic-bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

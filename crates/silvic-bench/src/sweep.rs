@@ -1,0 +1,56 @@
+//! One rank's sweep: every kind at every size, measured on a collective; rank 0 prints.
+
+use silvic_core::{Collective, CollectiveError};
+
+use crate::cli::Config;
+use crate::report::{self, Printer, Row};
+use crate::timing::{self, max_over_ranks};
+use crate::workload::Workload;
+
+/// Runs the sweep of `config` on this rank's `collective` and returns the wrong elements seen
+/// (summed over ranks, the same on every rank). Rank 0 prints `preamble`, the rows and the
+/// progress line; `rss_per` labels the peak RSS column ("(MiB/rank)" or "(MiB/proc)").
+pub(crate) fn sweep(
+    collective: &mut dyn Collective,
+    config: &Config,
+    preamble: &str,
+    rss_per: &str,
+) -> Result<u64, CollectiveError> {
+    let (rank, world) = (collective.rank(), collective.world_size());
+    let mut printer = (rank == 0).then(|| Printer::new(config.csv, config.progress, config.cpu));
+    let largest = config.sizes.iter().copied().max().unwrap_or(0);
+    let mut wrong = 0;
+    for &kind in &config.kinds {
+        let mut workload = Workload::new(kind, rank, world, largest);
+        if let Some(p) = &mut printer {
+            p.start(preamble, kind, rss_per);
+        }
+        let mut rows = Vec::with_capacity(config.sizes.len());
+        for (index, &bytes) in config.sizes.iter().enumerate() {
+            if let Some(p) = &mut printer {
+                p.progress(kind, bytes, index, config.sizes.len());
+            }
+            let measured = timing::measure(
+                collective,
+                &mut workload,
+                bytes,
+                config.seconds_per_size,
+                config.warmup,
+                config.check,
+            )?;
+            wrong += measured.wrong.unwrap_or(0);
+            // -1 where this rank cannot tell, so any rank that can wins the maximum.
+            let rss = max_over_ranks(collective, report::peak_rss().map_or(-1.0, |b| b as f64))?;
+            let row =
+                Row { kind, world, bytes, measured, peak_rss: (rss >= 0.0).then_some(rss as u64) };
+            if let Some(p) = &mut printer {
+                p.row(&row);
+            }
+            rows.push(row);
+        }
+        if let Some(p) = &mut printer {
+            p.finish(&rows);
+        }
+    }
+    Ok(wrong)
+}

@@ -1,0 +1,187 @@
+//! The timing protocol of `../shared/peers/README.md`, so that figures compare with the peers':
+//! warm-up, a calibration that picks `reps × iters`, then `reps` repetitions of
+//! {barrier, `iters` back-to-back calls}; a repetition's time is the maximum over ranks, and a
+//! size reports the median (and minimum) over repetitions.
+//!
+//! The barrier is a one-element f64 allreduce and the maximum over ranks an f64 max allreduce,
+//! both on the collective being measured, so the protocol needs nothing else to talk over.
+
+use std::time::Instant;
+
+use silvic_core::{Collective, CollectiveError};
+
+use crate::workload::Workload;
+
+/// Sizes from this many bytes up get fewer warm-up calls and one call per repetition.
+const BIG: usize = 16 << 20;
+/// Repetitions of small sizes.
+const REPS: u32 = 15;
+/// Bounds on back-to-back calls per repetition.
+const MAX_ITERS: u64 = 2000;
+/// Bounds on repetitions of big sizes.
+const BIG_REPS: (u32, u32) = (5, 15);
+
+/// How many repetitions, and calls per repetition, fill `seconds` at `per_call` seconds a call.
+pub(crate) fn plan(bytes: usize, per_call: f64, seconds: f64) -> (u32, u32) {
+    let per_call = per_call.max(1e-9);
+    if bytes >= BIG {
+        let reps = (seconds / per_call) as u64;
+        (reps.clamp(BIG_REPS.0 as u64, BIG_REPS.1 as u64) as u32, 1)
+    } else {
+        let iters = ((seconds / per_call) as u64 / REPS as u64).clamp(1, MAX_ITERS);
+        (REPS, iters as u32)
+    }
+}
+
+/// Untimed calls before timing `bytes`, unless the user set them.
+pub(crate) fn warmup(bytes: usize, chosen: Option<u32>) -> u32 {
+    chosen.unwrap_or(if bytes >= BIG { 2 } else { 20 })
+}
+
+/// The median and minimum of `times`, which must not be empty (the upper median for an even
+/// count, as the peers' scripts take it).
+pub(crate) fn median_min(times: &mut [f64]) -> (f64, f64) {
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], times[0])
+}
+
+/// What one size measured, the same on every rank.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Measured {
+    pub(crate) iters: u32,
+    pub(crate) reps: u32,
+    /// Seconds per call: median and minimum over repetitions, each the maximum over ranks.
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    /// Wrong elements summed over ranks, if checked.
+    pub(crate) wrong: Option<u64>,
+    /// CPU seconds per call, summed over ranks, where the system tells (Linux schedstat).
+    pub(crate) cpu: Option<f64>,
+}
+
+/// CPU time this thread has run, from `/proc/thread-self/schedstat` (nanoseconds, first field).
+pub(crate) fn thread_cpu() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    parse_schedstat(&text)
+}
+
+fn parse_schedstat(text: &str) -> Option<f64> {
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 * 1e-9)
+}
+
+/// The maximum of `value` over every rank.
+pub(crate) fn max_over_ranks(
+    collective: &mut dyn Collective,
+    value: f64,
+) -> Result<f64, CollectiveError> {
+    let mut v = [value];
+    collective.allreduce_max_f64(&mut v)?;
+    Ok(v[0])
+}
+
+fn barrier(collective: &mut dyn Collective) -> Result<(), CollectiveError> {
+    collective.allreduce_sum_f64(&mut [0.0])
+}
+
+/// Measures `workload` at `bytes` following the protocol.
+pub(crate) fn measure(
+    collective: &mut dyn Collective,
+    workload: &mut Workload,
+    bytes: usize,
+    seconds: f64,
+    warmup_calls: Option<u32>,
+    check: bool,
+) -> Result<Measured, CollectiveError> {
+    workload.fill(bytes);
+    for _ in 0..warmup(bytes, warmup_calls) {
+        workload.call(collective)?;
+    }
+    barrier(collective)?;
+    let calibration = if bytes >= BIG { 1 } else { 10 };
+    let start = Instant::now();
+    for _ in 0..calibration {
+        workload.call(collective)?;
+    }
+    let per_call = max_over_ranks(collective, start.elapsed().as_secs_f64() / calibration as f64)?;
+    let (reps, iters) = plan(bytes, per_call, seconds);
+    let mut times = Vec::with_capacity(reps as usize);
+    let cpu_start = thread_cpu();
+    for _ in 0..reps {
+        barrier(collective)?;
+        let start = Instant::now();
+        for _ in 0..iters {
+            workload.call(collective)?;
+        }
+        let mine = start.elapsed().as_secs_f64() / iters as f64;
+        times.push(max_over_ranks(collective, mine)?);
+    }
+    let calls = f64::from(reps) * f64::from(iters);
+    let mine = match (cpu_start, thread_cpu()) {
+        (Some(a), Some(b)) => (b - a) / calls,
+        _ => f64::NAN,
+    };
+    // NaN where any rank cannot tell: the sum is then NaN, shown as unknown.
+    let mut cpu = [mine];
+    collective.allreduce_sum_f64(&mut cpu)?;
+    let cpu = cpu[0].is_finite().then_some(cpu[0]);
+    let (median, min) = median_min(&mut times);
+    let wrong = if check {
+        let mine = workload.check(collective, bytes)?;
+        let mut total = [mine as i64];
+        collective.allreduce_sum_i64(&mut total)?;
+        Some(total[0] as u64)
+    } else {
+        None
+    };
+    Ok(Measured { iters, reps, median, min, wrong, cpu })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Kind;
+    use silvic_core::LocalCollective;
+
+    #[test]
+    fn plans_follow_the_peers_protocol() {
+        // Small: 15 repetitions, iterations to fill the time, at most 2000.
+        assert_eq!(plan(8, 10e-6, 1.0), (15, 2000));
+        assert_eq!(plan(4096, 1e-3, 1.5), (15, 100));
+        assert_eq!(plan(4096, 10.0, 1.0), (15, 1));
+        // Big: one call per repetition, 5 to 15 repetitions.
+        assert_eq!(plan(16 << 20, 0.1, 1.0), (10, 1));
+        assert_eq!(plan(64 << 20, 1.0, 1.0), (5, 1));
+        assert_eq!(plan(64 << 20, 1e-3, 1.0), (15, 1));
+        assert_eq!(plan(8, 0.0, 1.0), (15, 2000));
+        assert_eq!(warmup(8, None), 20);
+        assert_eq!(warmup(16 << 20, None), 2);
+        assert_eq!(warmup(8, Some(3)), 3);
+    }
+
+    #[test]
+    fn median_is_the_upper_middle_and_min_the_least() {
+        assert_eq!(median_min(&mut [3.0, 1.0, 2.0]), (2.0, 1.0));
+        assert_eq!(median_min(&mut [4.0, 1.0, 3.0, 2.0]), (3.0, 1.0));
+        assert_eq!(median_min(&mut [5.0]), (5.0, 5.0));
+    }
+
+    #[test]
+    fn cpu_time_comes_from_schedstat() {
+        assert_eq!(parse_schedstat("2500000000 77 3\n"), Some(2.5));
+        assert_eq!(parse_schedstat(""), None);
+        assert_eq!(parse_schedstat("x 1 2"), None);
+        if cfg!(target_os = "linux") {
+            assert!(thread_cpu().is_some());
+        }
+    }
+
+    #[test]
+    fn a_world_of_one_measures_and_checks() {
+        let mut w = Workload::new(Kind::SumF64, 0, 1, 4096);
+        let m = measure(&mut LocalCollective, &mut w, 4096, 0.001, Some(1), true).unwrap();
+        assert_eq!(m.reps, 15);
+        assert!(m.median >= m.min && m.min >= 0.0);
+        assert_eq!(m.wrong, Some(0));
+    }
+}

@@ -1,0 +1,333 @@
+//! What each measured collective does, its inputs, and how its results are checked.
+//!
+//! Inputs are a function of `(rank, index)`, so every rank can compute what every other rank
+//! holds and check its result element by element without a second copy of the buffer: the
+//! check costs no memory, and the peak RSS the tool reports is the collective's own.
+//!
+//! The f64 inputs are small integers, whose sums are exact in any order; the i64 inputs are
+//! spread over the whole range, so sums wrap; the max inputs hold a NaN here and there, which
+//! must win.
+
+use silvic_core::{Collective, CollectiveError};
+
+/// One measured collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `allreduce_sum_f64`.
+    SumF64,
+    /// `allreduce_sum_i64`.
+    SumI64,
+    /// `allreduce_max_f64`.
+    MaxF64,
+    /// `allgather_bytes`; a size is the gathered total, each rank giving `size / world` bytes.
+    Allgather,
+}
+
+impl Kind {
+    /// The `--op` name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::SumF64 => "sum_f64",
+            Kind::SumI64 => "sum_i64",
+            Kind::MaxF64 => "max_f64",
+            Kind::Allgather => "allgather",
+        }
+    }
+
+    /// The element type, as nccl-tests names it.
+    pub(crate) fn type_name(self) -> &'static str {
+        match self {
+            Kind::SumF64 | Kind::MaxF64 => "double",
+            Kind::SumI64 => "int64",
+            Kind::Allgather => "uint8",
+        }
+    }
+
+    /// The reduction, as nccl-tests names it.
+    pub(crate) fn redop(self) -> &'static str {
+        match self {
+            Kind::SumF64 | Kind::SumI64 => "sum",
+            Kind::MaxF64 => "max",
+            Kind::Allgather => "none",
+        }
+    }
+
+    /// Bytes per element.
+    pub(crate) fn element_bytes(self) -> usize {
+        match self {
+            Kind::Allgather => 1,
+            _ => 8,
+        }
+    }
+
+    /// busbw / algbw: the share of the buffer each rank must send, as nccl-tests defines it
+    /// (`2(n-1)/n` for an allreduce, `(n-1)/n` for an allgather).
+    pub(crate) fn bus_factor(self, world: usize) -> f64 {
+        let n = world as f64;
+        match self {
+            Kind::Allgather => (n - 1.0) / n,
+            _ => 2.0 * (n - 1.0) / n,
+        }
+    }
+}
+
+/// The value rank `rank` contributes at index `i` to an f64 sum: a small integer.
+fn sum_f64_input(rank: usize, i: usize) -> f64 {
+    ((i % 61) + (rank * 13) % 17) as f64
+}
+
+/// The value rank `rank` contributes at index `i` to an i64 sum: anywhere in the range.
+fn sum_i64_input(rank: usize, i: usize) -> i64 {
+    (i as i64).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as i64).wrapping_add((rank as i64) << 59)
+}
+
+/// The value rank `rank` contributes at index `i` to an f64 max: NaN on one rank at about one
+/// index in a thousand, else a small integer.
+fn max_f64_input(rank: usize, world: usize, i: usize) -> f64 {
+    if i % 1021 == 17 && i % world == rank { f64::NAN } else { ((i * 7 + rank * 13) % 101) as f64 }
+}
+
+/// Byte `i` of rank `rank`'s allgather block.
+fn allgather_input(rank: usize, i: usize) -> u8 {
+    ((i * 31 + rank * 7) % 251) as u8
+}
+
+/// A rank's buffer for one kind of collective, allocated once at the largest size.
+#[derive(Debug)]
+pub(crate) enum Buffer {
+    /// For the f64 allreduces.
+    F64(Vec<f64>),
+    /// For the i64 allreduce.
+    I64(Vec<i64>),
+    /// This rank's allgather block.
+    Bytes(Vec<u8>),
+}
+
+/// A rank's side of one collective at every size of a sweep.
+#[derive(Debug)]
+pub(crate) struct Workload {
+    kind: Kind,
+    rank: usize,
+    world: usize,
+    buffer: Buffer,
+    /// Elements in use at the current size.
+    len: usize,
+}
+
+impl Workload {
+    /// Room for `max_bytes`; pages are only touched as sizes use them.
+    pub(crate) fn new(kind: Kind, rank: usize, world: usize, max_bytes: usize) -> Workload {
+        let buffer = match kind {
+            Kind::SumF64 | Kind::MaxF64 => Buffer::F64(vec![0.0; max_bytes / 8]),
+            Kind::SumI64 => Buffer::I64(vec![0; max_bytes / 8]),
+            Kind::Allgather => Buffer::Bytes(vec![0; max_bytes / world.max(1)]),
+        };
+        Workload { kind, rank, world, buffer, len: 0 }
+    }
+
+    /// Elements (for an allgather, bytes of this rank's block) at `bytes`.
+    pub(crate) fn elements(kind: Kind, world: usize, bytes: usize) -> usize {
+        match kind {
+            Kind::Allgather => bytes / world.max(1),
+            _ => bytes / 8,
+        }
+    }
+
+    /// Fills the first elements of the buffer with this rank's inputs for a call of `bytes`.
+    pub(crate) fn fill(&mut self, bytes: usize) {
+        self.len = Self::elements(self.kind, self.world, bytes);
+        let (rank, world) = (self.rank, self.world);
+        match (&mut self.buffer, self.kind) {
+            (Buffer::F64(v), Kind::SumF64) => {
+                v[..self.len].iter_mut().enumerate().for_each(|(i, x)| *x = sum_f64_input(rank, i))
+            }
+            (Buffer::F64(v), _) => v[..self.len]
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = max_f64_input(rank, world, i)),
+            (Buffer::I64(v), _) => {
+                v[..self.len].iter_mut().enumerate().for_each(|(i, x)| *x = sum_i64_input(rank, i))
+            }
+            (Buffer::Bytes(v), _) => v[..self.len]
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = allgather_input(rank, i)),
+        }
+    }
+
+    /// One call of the collective on the current size. The allreduces work in place (so
+    /// repeated calls reduce the previous results); an allgather returns what it gathered.
+    pub(crate) fn call(
+        &mut self,
+        collective: &mut dyn Collective,
+    ) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
+        let n = self.len;
+        match (&mut self.buffer, self.kind) {
+            (Buffer::F64(v), Kind::SumF64) => collective.allreduce_sum_f64(&mut v[..n])?,
+            (Buffer::F64(v), _) => collective.allreduce_max_f64(&mut v[..n])?,
+            (Buffer::I64(v), _) => collective.allreduce_sum_i64(&mut v[..n])?,
+            (Buffer::Bytes(v), _) => return collective.allgather_bytes(&v[..n]).map(Some),
+        }
+        Ok(None)
+    }
+
+    /// Fills the inputs, runs one call and counts the elements that differ from the expected
+    /// result (for an allgather, the wrong bytes and any block of the wrong length).
+    pub(crate) fn check(
+        &mut self,
+        collective: &mut dyn Collective,
+        bytes: usize,
+    ) -> Result<u64, CollectiveError> {
+        self.fill(bytes);
+        let gathered = self.call(collective)?;
+        let world = self.world;
+        let n = self.len;
+        let wrong = match (&self.buffer, gathered) {
+            (_, Some(blocks)) => count_wrong_blocks(&blocks, world, n),
+            (Buffer::F64(v), None) if self.kind == Kind::SumF64 => v[..n]
+                .iter()
+                .enumerate()
+                .filter(|&(i, &x)| x != (0..world).map(|r| sum_f64_input(r, i)).sum::<f64>())
+                .count() as u64,
+            (Buffer::F64(v), None) => v[..n]
+                .iter()
+                .enumerate()
+                .filter(|&(i, &x)| !same_max(x, expected_max(world, i)))
+                .count() as u64,
+            (Buffer::I64(v), None) => v[..n]
+                .iter()
+                .enumerate()
+                .filter(|&(i, &x)| {
+                    x != (0..world).fold(0i64, |acc, r| acc.wrapping_add(sum_i64_input(r, i)))
+                })
+                .count() as u64,
+            (Buffer::Bytes(_), None) => n as u64,
+        };
+        Ok(wrong)
+    }
+}
+
+fn expected_max(world: usize, i: usize) -> f64 {
+    let values = (0..world).map(|r| max_f64_input(r, world, i));
+    if values.clone().any(f64::is_nan) { f64::NAN } else { values.fold(f64::MIN, f64::max) }
+}
+
+fn same_max(got: f64, expected: f64) -> bool {
+    if expected.is_nan() { got.is_nan() } else { got == expected }
+}
+
+fn count_wrong_blocks(blocks: &[Vec<u8>], world: usize, n: usize) -> u64 {
+    let mut wrong = n as u64 * world.saturating_sub(blocks.len()) as u64;
+    for (r, block) in blocks.iter().enumerate() {
+        if block.len() != n {
+            wrong += n.max(block.len()) as u64;
+            continue;
+        }
+        wrong +=
+            block.iter().enumerate().filter(|&(i, &b)| b != allgather_input(r, i)).count() as u64;
+    }
+    wrong
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use silvic_core::LocalCollective;
+
+    /// A fake world: "reduces" by writing the expected result, optionally spoiling one element,
+    /// so the check's counting can be tested without sockets.
+    struct Oracle {
+        world: usize,
+        spoil: bool,
+    }
+
+    impl Collective for Oracle {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn world_size(&self) -> usize {
+            self.world
+        }
+        fn allreduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<(), CollectiveError> {
+            for (i, x) in buf.iter_mut().enumerate() {
+                *x = (0..self.world).map(|r| sum_f64_input(r, i)).sum();
+            }
+            if self.spoil && !buf.is_empty() {
+                buf[0] += 0.5;
+            }
+            Ok(())
+        }
+        fn allreduce_sum_i64(&mut self, buf: &mut [i64]) -> Result<(), CollectiveError> {
+            for (i, x) in buf.iter_mut().enumerate() {
+                *x = (0..self.world).fold(0i64, |a, r| a.wrapping_add(sum_i64_input(r, i)));
+            }
+            if self.spoil && !buf.is_empty() {
+                buf[0] ^= 1;
+            }
+            Ok(())
+        }
+        fn allreduce_max_f64(&mut self, buf: &mut [f64]) -> Result<(), CollectiveError> {
+            for (i, x) in buf.iter_mut().enumerate() {
+                *x = expected_max(self.world, i);
+            }
+            if self.spoil {
+                buf[17] = 0.0; // a NaN lost
+            }
+            Ok(())
+        }
+        fn allgather_bytes(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+            let mut blocks: Vec<Vec<u8>> = (0..self.world)
+                .map(|r| (0..local.len()).map(|i| allgather_input(r, i)).collect())
+                .collect();
+            if self.spoil {
+                blocks[1].pop();
+            }
+            Ok(blocks)
+        }
+    }
+
+    #[test]
+    fn right_results_count_zero_and_spoiled_ones_are_counted() {
+        for kind in [Kind::SumF64, Kind::SumI64, Kind::MaxF64, Kind::Allgather] {
+            for world in [2, 3, 5] {
+                let bytes = 8 * 1024 * world;
+                let mut w = Workload::new(kind, 0, world, bytes);
+                let good = w.check(&mut Oracle { world, spoil: false }, bytes).unwrap();
+                assert_eq!(good, 0, "{kind:?} world {world}");
+                let bad = w.check(&mut Oracle { world, spoil: true }, bytes).unwrap();
+                let expected = if kind == Kind::Allgather { 8 * 1024 } else { 1 };
+                assert_eq!(bad, expected, "{kind:?} world {world}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_world_of_one_checks_clean_on_the_local_collective() {
+        for kind in [Kind::SumF64, Kind::SumI64, Kind::MaxF64, Kind::Allgather] {
+            let mut w = Workload::new(kind, 0, 1, 4096);
+            assert_eq!(w.check(&mut LocalCollective, 4096).unwrap(), 0, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn inputs_exercise_what_they_claim() {
+        // i64 sums wrap somewhere; some max has a NaN; f64 sums stay exact.
+        let wraps =
+            (0..1000).any(|i| sum_i64_input(0, i).checked_add(sum_i64_input(1, i)).is_none());
+        assert!(wraps);
+        assert!(expected_max(4, 17).is_nan());
+        assert_eq!(
+            expected_max(4, 18),
+            (0..4).map(|r| ((18 * 7 + r * 13) % 101) as f64).fold(0.0, f64::max)
+        );
+        assert!(sum_f64_input(1000, 1 << 40) < 100.0);
+    }
+
+    #[test]
+    fn bus_factors_follow_nccl_tests() {
+        assert_eq!(Kind::SumF64.bus_factor(2), 1.0);
+        assert_eq!(Kind::SumF64.bus_factor(4), 1.5);
+        assert_eq!(Kind::Allgather.bus_factor(4), 0.75);
+        assert_eq!(Kind::MaxF64.bus_factor(1), 0.0);
+    }
+}
