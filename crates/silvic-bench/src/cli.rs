@@ -92,8 +92,9 @@ pub(crate) struct Args {
     #[arg(long)]
     no_check: bool,
 
-    /// Add a column of CPU time per call, summed over ranks (what the collective costs the
-    /// trainer's cores; on a busy machine, steadier than the time).
+    /// Add a column of CPU time per call, summed over ranks: the CPU the timed repetitions took
+    /// (their barriers included) over the calls they made. What the collective costs the
+    /// trainer's cores; on a busy machine, steadier than the time.
     #[arg(long)]
     cpu: bool,
 
