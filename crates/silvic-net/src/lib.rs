@@ -7,7 +7,7 @@
 //! ```no_run
 //! use silvic_net::{Collective, TcpCollective};
 //! use std::time::Duration;
-//! # fn gather(_: String) -> Vec<String> { unimplemented!() }
+//! # fn gather(address: String) -> Vec<String> { vec![address] }
 //! # let (rank, node_ip) = (0, "10.0.0.5");
 //!
 //! let listener = TcpCollective::bind_advertised("0.0.0.0", node_ip)?;
