@@ -64,6 +64,7 @@ mod poll;
 mod rendezvous;
 mod ring;
 mod tcp;
+mod wait;
 
 pub use error::{ConnectError, RejectReason};
 
@@ -71,5 +72,6 @@ pub use error::{ConnectError, RejectReason};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+pub use liveness::LIVENESS;
 pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
-pub use tcp::{LIVENESS, RingListener, TcpCollective};
+pub use tcp::{RingListener, TcpCollective};

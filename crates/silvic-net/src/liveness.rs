@@ -27,10 +27,34 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-use socket2::SockRef;
+use socket2::{SockRef, TcpKeepalive};
 use tracing::debug;
 
-use crate::tcp::LIVENESS;
+/// How long TCP itself waits on a host that stopped answering (keepalive probes unanswered, or
+/// data unacknowledged) before it fails the connection, whatever the collective timeout.
+pub const LIVENESS: Duration = Duration::from_secs(60);
+/// A stream idle this long gets a keepalive probe. Short, because a probe is also how a rank
+/// that only waits learns that its peer's host answers with resets (a peer that lost its
+/// connection state, a firewall): the reset comes back within moments of the probe. Vanished
+/// hosts are still given [`LIVENESS`] (TCP_USER_TIMEOUT bounds keepalive too).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 11;
+
+/// Sets what every ring stream needs: non-blocking, no Nagle delay, and the liveness tier
+/// (keepalive probes and TCP_USER_TIMEOUT) so a vanished host is found by TCP itself.
+pub(crate) fn configure(stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_nonblocking(true)?;
+    stream.set_nodelay(true)?;
+    let socket = SockRef::from(stream);
+    socket.set_tcp_keepalive(
+        &TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_PROBES),
+    )?;
+    socket.set_tcp_user_timeout(Some(LIVENESS))
+}
 
 /// How long a collective waits without progress before it looks at the right stream, and how
 /// often it looks again: well inside [`LIVENESS`], so the raise comes before the kernel acts.

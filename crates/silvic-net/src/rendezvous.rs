@@ -27,7 +27,7 @@ use crate::handshake::{
     Acceptor, Claims, Connector, Failure, MESSAGE_LEN, Message, MessageError, Next, RejectReason,
     VERSION,
 };
-use crate::poll::wait as poll_wait;
+use crate::wait::wait as poll_wait;
 
 /// How long one incoming connection has to complete its handshake.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);

@@ -5,28 +5,18 @@
 //! later call returns that same error (it is checked first, on the first line of every call).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use silvic_core::{Collective, CollectiveError, Op, fold};
-use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
+use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{info, info_span, warn};
 
 use crate::error::ConnectError;
+use crate::liveness;
 use crate::poll::TcpRing;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::run::{self, Call, Element, Scratch};
-
-/// How long TCP itself waits on a host that stopped answering (keepalive probes unanswered, or
-/// data unacknowledged) before it fails the connection, whatever the collective timeout.
-pub const LIVENESS: Duration = Duration::from_secs(60);
-/// A stream idle this long gets a keepalive probe. Short, because a probe is also how a rank
-/// that only waits learns that its peer's host answers with resets (a peer that lost its
-/// connection state, a firewall): the reset comes back within moments of the probe. Vanished
-/// hosts are still given [`LIVENESS`] (TCP_USER_TIMEOUT bounds keepalive too).
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-const KEEPALIVE_PROBES: u32 = 11;
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
 ///
@@ -130,21 +120,6 @@ fn parse_addresses(addresses: &[String]) -> Result<Vec<SocketAddr>, ConnectError
             Ok(address)
         })
         .collect()
-}
-
-/// Sets what every ring stream needs: non-blocking, no Nagle delay, and the liveness tier
-/// (keepalive probes and TCP_USER_TIMEOUT) so a vanished host is found by TCP itself.
-fn configure(stream: &TcpStream) -> std::io::Result<()> {
-    stream.set_nonblocking(true)?;
-    stream.set_nodelay(true)?;
-    let socket = SockRef::from(stream);
-    socket.set_tcp_keepalive(
-        &TcpKeepalive::new()
-            .with_time(KEEPALIVE_IDLE)
-            .with_interval(KEEPALIVE_INTERVAL)
-            .with_retries(KEEPALIVE_PROBES),
-    )?;
-    socket.set_tcp_user_timeout(Some(LIVENESS))
 }
 
 impl TcpCollective {
@@ -256,7 +231,7 @@ impl TcpCollective {
         drop(listener);
         let (left_rank, right_rank) = ((rank + world - 1) % world, (rank + 1) % world);
         for (stream, peer) in [(&left, left_rank), (&right, right_rank)] {
-            configure(stream).map_err(|e| ConnectError::Io {
+            liveness::configure(stream).map_err(|e| ConnectError::Io {
                 peer,
                 address: addresses[peer].clone(),
                 kind: e.kind(),
@@ -274,7 +249,7 @@ impl TcpCollective {
     /// has sent or taken no byte for this long, so a large buffer on a slow link never times out
     /// while it moves. A zero timeout is taken as one millisecond, and `Duration::MAX` waits
     /// without end. A host that vanishes is found sooner, by TCP itself, within about
-    /// [`LIVENESS`].
+    /// [`LIVENESS`](crate::LIVENESS).
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout.max(Duration::from_millis(1));
         if let Some(ring) = &mut self.ring {

@@ -24,12 +24,13 @@ use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::event::{PollFd, PollFlags};
 use silvic_core::CollectiveError;
 
 use crate::frame::{Abort, HEADER_LEN, Header, Kind, MAX_ABORT_LEN};
 use crate::liveness::Liveness;
 use crate::ring::{Link, Sink};
+use crate::wait::wait;
 
 mod incoming;
 
@@ -96,18 +97,6 @@ impl Outgoing<'_> {
     }
     fn done(&self) -> bool {
         self.sent == self.len()
-    }
-}
-
-/// Polls `fds` until `deadline` (or forever with `None`), retrying `EINTR`.
-pub(crate) fn wait(fds: &mut [PollFd<'_>], deadline: Option<Instant>) -> io::Result<()> {
-    let timeout = deadline.map(|d| {
-        let left = d.saturating_duration_since(Instant::now());
-        Timespec { tv_sec: left.as_secs() as _, tv_nsec: left.subsec_nanos() as _ }
-    });
-    match poll(fds, timeout.as_ref()) {
-        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
 
