@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use silvic_net::handshake::{
     Connector, MAGIC, MESSAGE_LEN, Message, MessageKind, Next, RejectReason, VERSION,
+    roster_digest,
 };
 use silvic_net::{Collective, TcpCollective};
 
@@ -48,7 +49,7 @@ const STREAM_THREADS: usize = 2;
 const STREAM_MAX: usize = 1500;
 /// Strangers the stream opens before the real neighbour starts.
 const STREAM_HEAD_START: usize = 200;
-/// What the rendezvous holds at most (`MAX_PENDING` in src/rendezvous.rs).
+/// What the rendezvous holds at most (`MAX_PENDING` in src/rendezvous/accept.rs).
 const MAX_PENDING: usize = 256;
 /// Descriptors the process may open beyond the handshakes it holds: the ring's six streams, a
 /// dialling socket per rank, the child's pipes, the monitor's directory handle.
@@ -58,6 +59,11 @@ const RSS_GROWTH_LIMIT_KIB: u64 = 2 * 1024;
 
 const CHILD_ENV: &str = "SILVIC_FLOOD_TARGET";
 const REPLAY_ENV: &str = "SILVIC_FLOOD_REPLAY";
+const ROSTER_ENV: &str = "SILVIC_FLOOD_ROSTER";
+
+/// The flood ring's roster digest, as the child was told it: strangers that know the address
+/// list send valid Hellos.
+static ROSTER: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -358,6 +364,7 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
     let listeners: Vec<_> = (0..WORLD).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
     let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
     let target = addresses[TARGET].clone();
+    let parsed: Vec<SocketAddr> = addresses.iter().map(|a| a.parse().unwrap()).collect();
 
     let fds_before = open_fds();
     let peak_reset = reset_peak_rss();
@@ -381,6 +388,7 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
         .args(["--exact", "flood_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &target)
         .env(REPLAY_ENV, hex(&replay))
+        .env(ROSTER_ENV, hex(&roster_digest(&parsed)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -724,7 +732,8 @@ fn start(
     rank: u32,
     noise: &mut Noise,
 ) -> (Connector<'static>, Message) {
-    Connector::start(token.as_bytes(), world, rank, TARGET as u32, noise.bytes())
+    let roster = *ROSTER.get().expect("the child knows the roster");
+    Connector::start(token.as_bytes(), roster, world, rank, TARGET as u32, noise.bytes())
 }
 
 /// Reads one whole message, or returns `None` if the connection ends or stays silent.
@@ -816,7 +825,15 @@ fn judge(s: &Stranger, tally: &mut Tally) {
     let allowed = match s.kind {
         Kind::Silent | Kind::Garbage | Kind::Partial | Kind::Reset => kinds.is_empty(),
         Kind::HalfHandshake => kinds.is_empty() || kinds == [challenge],
-        Kind::Replay | Kind::WrongToken => {
+        // The replay was captured from a ring of the same job on other ports: its Hello names
+        // another address list.
+        Kind::Replay => {
+            kinds.is_empty()
+                || kinds == [MessageKind::Reject(RejectReason::AddressMismatch)]
+                || kinds == [challenge]
+                || kinds == [challenge, token]
+        }
+        Kind::WrongToken => {
             kinds.is_empty() || kinds == [challenge] || kinds == [challenge, token]
         }
         Kind::WrongClaims => {
@@ -872,6 +889,8 @@ fn flood_child() {
         .parse()
         .unwrap();
     let replay = Arc::new(unhex(&std::env::var(REPLAY_ENV).unwrap()));
+    let roster = unhex(&std::env::var(ROSTER_ENV).unwrap());
+    ROSTER.set(roster.try_into().expect("32 bytes")).unwrap();
     let opened = Arc::new(AtomicUsize::new(0));
     let never = Arc::new(AtomicBool::new(false));
 

@@ -31,7 +31,8 @@ class ConnectError(Exception):
     """Binding or joining a ring failed.
 
     ``kind`` is one of ``"invalid_argument"``, ``"bind"``, ``"rejected"`` (``reason`` says why:
-    ``"token_mismatch"``, ``"version_mismatch"``, ``"world_mismatch"``, ``"wrong_rank"``),
+    ``"token_mismatch"``, ``"version_mismatch"``, ``"world_mismatch"``, ``"wrong_rank"``,
+    ``"address_mismatch"``),
     ``"handshake"``, ``"timeout"``, ``"io"`` or ``"other"``. ``peer`` and ``address`` name the
     neighbour involved, when there is one.
     """
