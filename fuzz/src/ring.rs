@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use silvic_core::fold;
 use silvic_net::frame::HEADER_LEN;
-use silvic_net::handshake::{Acceptor, Connector, MESSAGE_LEN, Message, Next};
+use silvic_net::handshake::{Acceptor, Connector, MESSAGE_LEN, Message, Next, roster_digest};
 use silvic_net::{Collective, CollectiveError, TcpCollective};
 
 const TOKEN: &[u8] = b"ring-frames-token";
@@ -50,16 +50,18 @@ fn ring_of_two() -> (TcpCollective, TcpStream, TcpStream) {
     let fake = TcpListener::bind("127.0.0.1:0").expect("bind rank 1");
     let addresses = vec![listener.address(), fake.local_addr().unwrap().to_string()];
     let rank0_address = addresses[0].clone();
+    let parsed: Vec<std::net::SocketAddr> = addresses.iter().map(|a| a.parse().unwrap()).collect();
+    let roster = roster_digest(&parsed);
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = tx.send(TcpCollective::connect(listener, 0, &addresses, "ring-frames-token", HANG));
     });
     // Rank 0 dials rank 1 (its right) and accepts rank 1 (its left).
     let (mut from_rank0, _) = fake.accept().expect("rank 0 dials rank 1");
-    let mut acceptor = Acceptor::new(TOKEN, 2, 1, 0, [1; 16]);
+    let mut acceptor = Acceptor::new(TOKEN, roster, 2, 1, 0, [1; 16]);
     handshake(&mut from_rank0, |m| acceptor.on_message(m), None);
     let mut to_rank0 = TcpStream::connect(rank0_address).expect("dial rank 0");
-    let (mut connector, hello) = Connector::start(TOKEN, 2, 1, 0, [2; 16]);
+    let (mut connector, hello) = Connector::start(TOKEN, roster, 2, 1, 0, [2; 16]);
     handshake(&mut to_rank0, |m| connector.on_message(m), Some(hello));
     let ring = rx.recv_timeout(HANG).expect("rank 0 connects").expect("the ring forms");
     (ring, to_rank0, from_rank0)

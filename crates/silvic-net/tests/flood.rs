@@ -30,8 +30,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use silvic_net::handshake::{
-    Connector, MAGIC, MESSAGE_LEN, Message, MessageKind, Next, RejectReason, VERSION,
-    roster_digest,
+    Connector, MAGIC, MESSAGE_LEN, Message, MessageKind, Next, RejectReason, VERSION, roster_digest,
 };
 use silvic_net::{Collective, TcpCollective};
 
@@ -172,18 +171,18 @@ fn pump(mut from: TcpStream, mut to: TcpStream, record: Arc<Mutex<Vec<u8>>>, kee
 /// Runs a real ring of this job (same token, world and ranks) with rank 0's connection to rank 1
 /// through a recording relay, and returns what rank 0 sent in its handshake: Hello and Proof.
 fn capture_a_valid_handshake() -> Vec<u8> {
-    let listeners: Vec<_> = (0..WORLD).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let (behind, relay, upstream) = bind_behind_relay();
+    let mut listeners: Vec<_> =
+        (0..WORLD).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    listeners[1] = behind;
     let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
-    let relay = TcpListener::bind("127.0.0.1:0").unwrap();
     relay.set_nonblocking(true).unwrap();
-    let mut via_relay = addresses.clone();
-    via_relay[1] = relay.local_addr().unwrap().to_string();
 
     let stop = Arc::new(AtomicBool::new(false));
     type Record = Arc<Mutex<Vec<u8>>>;
     let records: Arc<Mutex<Vec<Record>>> = Arc::default();
     let relay_thread = {
-        let (stop, records, upstream) = (stop.clone(), records.clone(), addresses[1].clone());
+        let (stop, records) = (stop.clone(), records.clone());
         thread::spawn(move || {
             let mut pumps = Vec::new();
             while !stop.load(Ordering::Relaxed) {
@@ -212,8 +211,7 @@ fn capture_a_valid_handshake() -> Vec<u8> {
 
     let (done, results) = mpsc::channel();
     for (rank, listener) in listeners.into_iter().enumerate() {
-        let list = if rank == 0 { via_relay.clone() } else { addresses.clone() };
-        let done = done.clone();
+        let (list, done) = (addresses.clone(), done.clone());
         thread::spawn(move || {
             let outcome = TcpCollective::connect(listener, rank, &list, TOKEN, RENDEZVOUS_TIMEOUT)
                 .map_err(|e| e.to_string())
@@ -503,13 +501,26 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
     assert!(rejected > 0, "no stranger was told why it was refused");
 }
 
-/// Forwards every connection to `upstream` as a slow link would: every chunk `delay` late in
-/// both directions, the upstream connection opened with the first chunk. Stops accepting when
-/// `stop` is set.
-fn delaying_relay(upstream: String, delay: Duration, stop: Arc<AtomicBool>) -> String {
-    let relay = TcpListener::bind("127.0.0.1:0").unwrap();
+/// A listener for a rank that the others reach through a relay, every rank handed the same
+/// address list (the handshake covers it): the rank listens on 127.0.0.1:P and advertises
+/// 127.0.0.2:P, where the returned relay listener sits. Returns the rank's listener, the
+/// relay's, and the rank's own address, for the relay to forward to.
+fn bind_behind_relay() -> (silvic_net::RingListener, TcpListener, String) {
+    for _ in 0..50 {
+        let listener = TcpCollective::bind_advertised("127.0.0.1", "127.0.0.2").unwrap();
+        let port: u16 = listener.address().rsplit(':').next().unwrap().parse().unwrap();
+        if let Ok(relay) = TcpListener::bind(("127.0.0.2", port)) {
+            return (listener, relay, format!("127.0.0.1:{port}"));
+        }
+    }
+    panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+}
+
+/// Forwards every connection `relay` takes to `upstream` as a slow link would: every chunk
+/// `delay` late in both directions, the upstream connection opened with the first chunk.
+/// Stops accepting when `stop` is set.
+fn delaying_relay(relay: TcpListener, upstream: String, delay: Duration, stop: Arc<AtomicBool>) {
     relay.set_nonblocking(true).unwrap();
-    let address = relay.local_addr().unwrap().to_string();
     let forward = move |mut from: TcpStream, mut to: TcpStream, first: Vec<u8>| {
         let mut buf = vec![0u8; 64 * 1024];
         let mut chunk = first;
@@ -546,7 +557,6 @@ fn delaying_relay(upstream: String, delay: Duration, stop: Arc<AtomicBool>) -> S
             }
         }
     });
-    address
 }
 
 /// A port scanner that does not stop: connections opened as fast as `threads` threads can, each
@@ -594,14 +604,14 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
         .with_max_level(tracing::Level::DEBUG)
         .with_writer(std::io::stderr)
         .try_init();
-    let listeners: Vec<_> = (0..2).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let (behind, relay, direct) = bind_behind_relay();
+    let listeners = vec![TcpCollective::bind("127.0.0.1").unwrap(), behind];
     let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
     let stop = Arc::new(AtomicBool::new(false));
     // Rank 0 reaches rank 1 through a link with 250 ms of delay each way: after its Hello, the
     // neighbour's proof comes one round trip, half a second, later.
     let delay = Duration::from_millis(250);
-    let mut slow = addresses.clone();
-    slow[1] = delaying_relay(addresses[1].clone(), delay, stop.clone());
+    delaying_relay(relay, direct.clone(), delay, stop.clone());
     let timeout = Duration::from_secs(6);
     let (done, results) = mpsc::channel();
     let mut listeners: Vec<Option<_>> = listeners.into_iter().map(Some).collect();
@@ -609,8 +619,7 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
     // Rank 1 accepts first, the flood starts, and rank 0 joins once it flows.
     for rank in [1, 0] {
         let listener = listeners[rank].take().unwrap();
-        let list = if rank == 0 { slow.clone() } else { addresses.clone() };
-        let done = done.clone();
+        let (list, done) = (addresses.clone(), done.clone());
         thread::spawn(move || {
             let started = Instant::now();
             let outcome = TcpCollective::connect(listener, rank, &list, TOKEN, timeout)
@@ -619,8 +628,7 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
             let _ = done.send((rank, outcome));
         });
         if rank == 1 {
-            flood =
-                Some((Instant::now(), silent_flood(addresses[1].clone(), 2, 1000, stop.clone())));
+            flood = Some((Instant::now(), silent_flood(direct.clone(), 2, 1000, stop.clone())));
             thread::sleep(Duration::from_millis(300));
         }
     }
@@ -833,9 +841,7 @@ fn judge(s: &Stranger, tally: &mut Tally) {
                 || kinds == [challenge]
                 || kinds == [challenge, token]
         }
-        Kind::WrongToken => {
-            kinds.is_empty() || kinds == [challenge] || kinds == [challenge, token]
-        }
+        Kind::WrongToken => kinds.is_empty() || kinds == [challenge] || kinds == [challenge, token],
         Kind::WrongClaims => {
             kinds.is_empty()
                 || matches!(
