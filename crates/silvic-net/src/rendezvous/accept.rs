@@ -199,6 +199,18 @@ fn describe(failure: Failure, claims: Option<Claims>) -> String {
     }
 }
 
+/// Where connections come from: the listener, or a test's stand-in that fails on demand.
+pub(super) trait Listen {
+    /// The next waiting connection and its source, as `accept(2)` gives them.
+    fn accept(&self) -> io::Result<(TcpStream, SocketAddr)>;
+}
+
+impl Listen for TcpListener {
+    fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        TcpListener::accept(self)
+    }
+}
+
 /// How a turn of accepting ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Accepted {
@@ -278,7 +290,7 @@ impl<'t> Lobby<'t> {
     }
 
     /// Takes up to [`MAX_ACCEPTS_PER_TURN`] waiting connections into their own handshakes.
-    pub(super) fn accept(&mut self, listener: &TcpListener) -> Result<Accepted, ConnectError> {
+    pub(super) fn accept(&mut self, listener: &impl Listen) -> Result<Accepted, ConnectError> {
         for _ in 0..MAX_ACCEPTS_PER_TURN {
             match listener.accept() {
                 Ok((stream, remote)) => self.admit(stream, remote)?,
@@ -440,5 +452,123 @@ mod tests {
         drop(stranger);
         let Step::Dropped { reason, .. } = p.step() else { panic!() };
         assert_eq!(reason, "closed during the handshake");
+    }
+
+    /// Stands in for the listener: hands out `script` in order, then WouldBlock.
+    struct Scripted {
+        script: std::cell::RefCell<std::collections::VecDeque<io::Result<(TcpStream, SocketAddr)>>>,
+    }
+
+    impl Scripted {
+        fn new(script: impl IntoIterator<Item = io::Result<(TcpStream, SocketAddr)>>) -> Self {
+            Scripted { script: std::cell::RefCell::new(script.into_iter().collect()) }
+        }
+    }
+
+    impl Listen for Scripted {
+        fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+            let next = self.script.borrow_mut().pop_front();
+            next.unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()))
+        }
+    }
+
+    /// A connected loopback stream (its other end kept alive in `keep`), said to come from
+    /// `remote`.
+    fn arrival(
+        server: &TcpListener,
+        keep: &mut Vec<TcpStream>,
+        remote: &str,
+    ) -> io::Result<(TcpStream, SocketAddr)> {
+        keep.push(TcpStream::connect(server.local_addr().unwrap()).unwrap());
+        let (stream, _) = server.accept().unwrap();
+        Ok((stream, remote.parse().unwrap()))
+    }
+
+    fn emfile() -> io::Result<(TcpStream, SocketAddr)> {
+        Err(io::Error::from_raw_os_error(rustix::io::Errno::MFILE.raw_os_error()))
+    }
+
+    fn lobby_plan(addresses: &[SocketAddr]) -> Plan<'_> {
+        Plan {
+            rank: 1,
+            world: 2,
+            addresses,
+            token: b"a-job-token-of-some-length",
+            timeout: Duration::from_secs(60),
+            roster: ROSTER,
+        }
+    }
+
+    fn sources(lobby: &Lobby<'_>) -> Vec<String> {
+        lobby.held.iter().map(|p| p.remote.ip().to_string()).collect()
+    }
+
+    #[test]
+    fn one_source_other_than_the_neighbours_holds_at_most_its_share() {
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addresses: Vec<SocketAddr> =
+            vec!["10.0.0.1:7000".parse().unwrap(), "10.0.0.2:7000".parse().unwrap()];
+        let plan = lobby_plan(&addresses);
+        let mut lobby = Lobby::new(&plan);
+        let mut keep = Vec::new();
+        let mut script = std::collections::VecDeque::new();
+        for i in 0..MAX_PER_SOURCE + 5 {
+            script.push_back(arrival(&server, &mut keep, &format!("10.9.9.9:{}", 1000 + i)));
+            script.push_back(arrival(&server, &mut keep, &format!("10.0.0.1:{}", 1000 + i)));
+        }
+        let listener = Scripted::new(script);
+        while !listener.script.borrow().is_empty() {
+            assert_eq!(lobby.accept(&listener).unwrap(), Accepted::Turn);
+        }
+        let held = sources(&lobby);
+        let stranger = held.iter().filter(|s| *s == "10.9.9.9").count();
+        let neighbour = held.iter().filter(|s| *s == "10.0.0.1").count();
+        assert_eq!(stranger, MAX_PER_SOURCE, "one stranger source kept more than its share");
+        assert_eq!(neighbour, MAX_PER_SOURCE + 5, "the neighbour's address is not capped");
+        // The stranger's oldest went first: the newest are held.
+        let oldest_kept = lobby.held.iter().filter(|p| p.remote.ip().to_string() == "10.9.9.9");
+        assert_eq!(oldest_kept.map(|p| p.remote.port()).min(), Some(1005));
+    }
+
+    #[test]
+    fn a_turn_accepts_a_bounded_number() {
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addresses: Vec<SocketAddr> =
+            vec!["10.0.0.1:7000".parse().unwrap(), "10.0.0.2:7000".parse().unwrap()];
+        let plan = lobby_plan(&addresses);
+        let mut lobby = Lobby::new(&plan);
+        let mut keep = Vec::new();
+        let script: std::collections::VecDeque<_> = (0..MAX_ACCEPTS_PER_TURN + 3)
+            .map(|i| arrival(&server, &mut keep, &format!("10.0.0.1:{}", 1000 + i)))
+            .collect();
+        let listener = Scripted::new(script);
+        assert_eq!(lobby.accept(&listener).unwrap(), Accepted::Turn);
+        assert_eq!(lobby.held.len(), MAX_ACCEPTS_PER_TURN);
+        assert_eq!(lobby.accept(&listener).unwrap(), Accepted::Turn);
+        assert_eq!(lobby.held.len(), MAX_ACCEPTS_PER_TURN + 3);
+    }
+
+    #[test]
+    fn out_of_descriptors_a_stranger_is_dropped_by_the_same_rule_or_accepting_rests() {
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addresses: Vec<SocketAddr> =
+            vec!["10.0.0.1:7000".parse().unwrap(), "10.0.0.2:7000".parse().unwrap()];
+        let plan = lobby_plan(&addresses);
+        let mut lobby = Lobby::new(&plan);
+        assert_eq!(
+            lobby.accept(&Scripted::new(vec![emfile()])).unwrap(),
+            Accepted::Starved,
+            "nothing to drop: rest"
+        );
+        let mut keep = Vec::new();
+        let script = vec![
+            arrival(&server, &mut keep, "10.0.0.1:1000"), // the neighbour's address, oldest
+            arrival(&server, &mut keep, "10.7.7.7:1000"),
+            arrival(&server, &mut keep, "10.7.7.7:1001"),
+            emfile(),
+        ];
+        assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
+        let kept: Vec<String> = lobby.held.iter().map(|p| p.remote.to_string()).collect();
+        assert_eq!(kept, ["10.0.0.1:1000", "10.7.7.7:1001"], "the oldest stranger goes first");
     }
 }

@@ -9,6 +9,8 @@
 //! - Once the proof is out, the neighbour may already count the link as formed, so the answer
 //!   is awaited until the rendezvous deadline: redialling then would strand both sides.
 //! - A refusal, from either side, fails the call at once with the reason.
+//! - Running out of descriptors is retried like a refused connection: strangers at this rank's
+//!   listener may hold them for a moment.
 //!
 //! Not here: the clock (the caller passes `now`) and the waiting (the caller polls
 //! [`Dial::poll_on`]).
@@ -141,8 +143,14 @@ impl<'p> Dialer<'p> {
     fn open(&mut self, now: Instant) -> Result<Dial<'p>, ConnectError> {
         let address = self.address();
         let socket = Socket::new(Domain::for_address(address), Type::STREAM, Some(Protocol::TCP))
-            .and_then(|s| s.set_nonblocking(true).map(|()| s))
-            .map_err(|e| self.plan.io_error(self.plan.right(), &e))?;
+            .and_then(|s| s.set_nonblocking(true).map(|()| s));
+        let socket = match socket {
+            Ok(socket) => socket,
+            // Out of descriptors: strangers at this rank's listener may hold them until the
+            // accepting side drops some, so this is a reason to retry, not to give up.
+            Err(e) if out_of_descriptors(&e) => return Ok(self.retry(e.to_string(), now)),
+            Err(e) => return Err(self.plan.io_error(self.plan.right(), &e)),
+        };
         Ok(match socket.connect(&address.into()) {
             Ok(()) => Dial::Connecting { socket },
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {
@@ -255,6 +263,11 @@ impl<'p> Dialer<'p> {
             detail,
         }
     }
+}
+
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    [Errno::MFILE, Errno::NFILE].iter().any(|c| e.raw_os_error() == Some(c.raw_os_error()))
 }
 
 #[cfg(test)]
