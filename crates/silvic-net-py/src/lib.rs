@@ -21,7 +21,7 @@
 //! - **The GIL.** It is released while connecting and during every collective, so other Python
 //!   threads run while a rank waits on the network. A `TcpCollective` is used by one thread at a
 //!   time: a second thread calling it meanwhile gets a `RuntimeError` (already borrowed), and the
-//!   array must not be written by another thread while a collective runs on it.
+//!   array is read-only to other threads while a collective runs on it (see Buffers).
 //! - **The listener moves.** `connect` consumes a `RingListener` as the Rust function takes it by
 //!   value; giving the same listener to `connect` again raises `ConnectError` (kind
 //!   `invalid_argument`).

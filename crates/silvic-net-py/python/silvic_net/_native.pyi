@@ -91,7 +91,11 @@ class TcpCollective:
         """The number of ranks in the ring."""
 
     def allreduce_sum_f64(self, buf: npt.NDArray[np.float64]) -> None:
-        """Sum ``buf`` (1-D, C-contiguous, writeable float64) across ranks, in place."""
+        """Sum ``buf`` (1-D, C-contiguous, writeable float64) across ranks, in place.
+
+        Every allreduce makes ``buf`` read-only to Python while it runs (another thread writing
+        it gets a ``ValueError``) and writeable again when it returns or raises.
+        """
 
     def allreduce_sum_i64(self, buf: npt.NDArray[np.int64]) -> None:
         """Sum ``buf`` (1-D, C-contiguous, writeable int64) across ranks, in place; sums wrap."""

@@ -236,7 +236,7 @@ pub(super) struct Lobby<'t> {
 impl<'t> Lobby<'t> {
     /// An empty lobby for `plan`'s rank.
     pub(super) fn new(plan: &'t Plan<'t>) -> Self {
-        let preferred = plan.addresses[plan.left()].ip();
+        let preferred = plan.addresses[plan.left()].ip().to_canonical();
         Lobby {
             plan,
             preferred,
@@ -317,12 +317,12 @@ impl<'t> Lobby<'t> {
         if stream.set_nonblocking(true).is_err() {
             return Ok(());
         }
-        let preferred = remote.ip() == self.preferred;
-        let source = remote.ip();
-        if !preferred
-            && self.held.iter().filter(|p| p.remote.ip() == source).count() >= MAX_PER_SOURCE
-        {
-            self.evict(|p| p.remote.ip() == source, "too many handshakes from one address");
+        // A dual-stack listener sees IPv4 peers as IPv4-mapped IPv6 addresses.
+        let source = remote.ip().to_canonical();
+        let preferred = source == self.preferred;
+        let from_source = |p: &Incoming<'t, TcpStream>| p.remote.ip().to_canonical() == source;
+        if !preferred && self.held.iter().filter(|p| from_source(p)).count() >= MAX_PER_SOURCE {
+            self.evict(from_source, "too many handshakes from one address");
         }
         if self.held.len() >= MAX_PENDING {
             self.evict(|_| true, "too many handshakes at once");
@@ -570,5 +570,22 @@ mod tests {
         assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
         let kept: Vec<String> = lobby.held.iter().map(|p| p.remote.to_string()).collect();
         assert_eq!(kept, ["10.0.0.1:1000", "10.7.7.7:1001"], "the oldest stranger goes first");
+    }
+
+    #[test]
+    fn the_neighbours_address_is_recognised_through_a_dual_stack_listener() {
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addresses: Vec<SocketAddr> =
+            vec!["10.0.0.1:7000".parse().unwrap(), "10.0.0.2:7000".parse().unwrap()];
+        let plan = lobby_plan(&addresses);
+        let mut lobby = Lobby::new(&plan);
+        let mut keep = Vec::new();
+        let script = vec![
+            arrival(&server, &mut keep, "[::ffff:10.0.0.1]:1000"),
+            arrival(&server, &mut keep, "[::ffff:10.0.0.9]:1000"),
+        ];
+        assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
+        let preferred: Vec<bool> = lobby.held.iter().map(|p| p.standing().preferred).collect();
+        assert_eq!(preferred, [true, false]);
     }
 }

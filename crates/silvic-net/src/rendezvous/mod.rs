@@ -16,6 +16,7 @@ mod accept;
 mod conn;
 mod dial;
 
+use std::collections::HashSet;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -74,7 +75,7 @@ fn fresh_nonce(plan: &Plan<'_>, peer: usize) -> Result<[u8; 16], ConnectError> {
 }
 
 /// What polled ready in one turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Slot {
     Listener,
     Dial,
@@ -144,7 +145,7 @@ pub(crate) fn rendezvous(
             fds.push(PollFd::new(stream, events));
         }
         poll_wait(&mut fds, wake).map_err(|e| plan.io_error(plan.right(), &e))?;
-        let ready: Vec<Slot> = slots
+        let ready: HashSet<Slot> = slots
             .into_iter()
             .zip(&fds)
             .filter(|(_, fd)| !fd.revents().is_empty())
