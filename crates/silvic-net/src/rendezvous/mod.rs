@@ -38,10 +38,15 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// What one rank needs to join the ring.
 #[derive(Debug)]
 pub(crate) struct Plan<'a> {
+    /// This rank.
     pub(crate) rank: usize,
+    /// The number of ranks, `addresses.len()`.
     pub(crate) world: usize,
+    /// Every rank's advertised address, in rank order, the same on every rank.
     pub(crate) addresses: &'a [SocketAddr],
+    /// The job token: keys the MACs, never sent, never logged.
     pub(crate) token: &'a [u8],
+    /// The whole rendezvous's bound.
     pub(crate) timeout: Duration,
     /// [`crate::handshake::roster_digest`] of `addresses`.
     pub(crate) roster: [u8; 32],
