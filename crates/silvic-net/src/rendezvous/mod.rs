@@ -36,7 +36,6 @@ const SHORT_TOKEN: usize = 16;
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
 /// What one rank needs to join the ring.
-#[derive(Debug)]
 pub(crate) struct Plan<'a> {
     /// This rank.
     pub(crate) rank: usize,
@@ -50,6 +49,18 @@ pub(crate) struct Plan<'a> {
     pub(crate) timeout: Duration,
     /// [`crate::handshake::roster_digest`] of `addresses`.
     pub(crate) roster: [u8; 32],
+}
+
+/// Leaves the token out: a Plan may end up in a debug line, the token never.
+impl std::fmt::Debug for Plan<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("addresses", &self.addresses)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Plan<'_> {
@@ -198,5 +209,26 @@ fn timeout_error(
         address: plan.addresses[peer].to_string(),
         waited: plan.timeout,
         waiting_for,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_never_shows_its_token() {
+        let addresses: Vec<SocketAddr> = vec!["10.0.0.1:1".parse().unwrap()];
+        let plan = Plan {
+            rank: 0,
+            world: 1,
+            addresses: &addresses,
+            token: b"super-secret-token-value",
+            timeout: Duration::from_secs(1),
+            roster: [0; 32],
+        };
+        let shown = format!("{plan:?} {:?} {:?}", Lobby::new(&plan), Dialer::new(&plan));
+        assert!(!shown.contains("super-secret"), "{shown}");
+        assert!(!shown.contains(&format!("{:?}", plan.token)), "{shown}");
     }
 }
