@@ -56,6 +56,7 @@ compile_error!(
     "silvic-net sends numbers as they lie in memory and supports little-endian targets only"
 );
 
+mod bind;
 mod error;
 pub mod frame;
 pub mod handshake;
@@ -66,6 +67,7 @@ mod ring;
 mod tcp;
 mod wait;
 
+pub use bind::BindOptions;
 pub use error::{ConnectError, RejectReason};
 
 /// The examples of README.md, run as doctests.
