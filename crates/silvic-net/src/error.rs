@@ -57,6 +57,15 @@ pub enum ConnectError {
         message: String,
     },
 
+    /// The rendezvous folder could not be used.
+    #[error("rendezvous folder: {path}: {message}")]
+    Folder {
+        /// The file or folder at fault.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
     /// Two processes claim the same rank at the address exchange.
     #[error(
         "two processes claim rank {rank} ({first} and {second}); each rank must be started once"
@@ -145,7 +154,8 @@ impl ConnectError {
             | ConnectError::Bind { .. }
             | ConnectError::PortsTaken { .. }
             | ConnectError::NoInterface { .. }
-            | ConnectError::Environment { .. } => None,
+            | ConnectError::Environment { .. }
+            | ConnectError::Folder { .. } => None,
         }
     }
 }

@@ -60,6 +60,7 @@ mod bind;
 mod error;
 pub mod frame;
 pub mod handshake;
+pub mod launch;
 mod liveness;
 mod poll;
 mod rendezvous;

@@ -78,7 +78,7 @@ fn a_range_hands_out_its_first_free_ports_then_fails_naming_itself() {
 }
 
 #[test]
-fn a_port_taken_by_a_listener_on_every_interface_is_skipped() {
+fn a_fixed_port_another_listener_holds_is_refused_naming_it() {
     let host = own_loopback(3);
     let plain = std::net::TcpListener::bind(format!("{host}:0")).unwrap();
     let taken = plain.local_addr().unwrap().port();
