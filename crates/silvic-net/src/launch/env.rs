@@ -149,7 +149,8 @@ impl Launch {
                     return Err(env_error(rank_var, format!("missing, while {world_var} is set")));
                 }
                 (Some(r), Some(w)) => {
-                    found = Some((number(rank_var, &r)?, number(world_var, &w)?, rank_var, world_var));
+                    found =
+                        Some((number(rank_var, &r)?, number(world_var, &w)?, rank_var, world_var));
                     break;
                 }
             }
@@ -177,8 +178,10 @@ impl Launch {
             Some(text) => parse_rendezvous(text.trim())?,
             None => match (var("MASTER_ADDR"), var("MASTER_PORT")) {
                 (Some(host), Some(port)) => {
-                    let Meeting::Tcp { host, port, .. } =
-                        parse_host_port("MASTER_PORT", &format!("{}:{}", host.trim(), port.trim()))?
+                    let Meeting::Tcp { host, port, .. } = parse_host_port(
+                        "MASTER_PORT",
+                        &format!("{}:{}", host.trim(), port.trim()),
+                    )?
                     else {
                         unreachable!("parse_host_port returns Meeting::Tcp")
                     };

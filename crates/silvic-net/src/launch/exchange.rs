@@ -254,7 +254,9 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
                 let left = plan.deadline.saturating_duration_since(Instant::now());
                 let sent = stream
                     .set_nonblocking(false)
-                    .and_then(|()| stream.set_write_timeout(Some(left.max(Duration::from_millis(1)))))
+                    .and_then(|()| {
+                        stream.set_write_timeout(Some(left.max(Duration::from_millis(1))))
+                    })
                     .and_then(|()| stream.write_all(&list));
                 if let Err(e) = sent {
                     // Its ring connect will fail and say so; the others can still learn why.
@@ -419,7 +421,11 @@ fn accept_all(listener: &TcpListener, pending: &mut Vec<Pending<'_>>) -> Result<
 /// Moves one connection on as far as its bytes allow.
 fn step<'k>(p: &mut Pending<'k>, key: &'k [u8; 32], world: usize) -> Outcome {
     if let Err(e) = p.flush() {
-        return if matches!(p.stage, Stage::Closing) { Outcome::Drop("closed") } else { drop_io(e) };
+        return if matches!(p.stage, Stage::Closing) {
+            Outcome::Drop("closed")
+        } else {
+            drop_io(e)
+        };
     }
     if matches!(p.stage, Stage::Closing) {
         return if p.sent == p.outbox.len() { Outcome::Drop("refused") } else { Outcome::Keep };
@@ -488,7 +494,11 @@ fn step<'k>(p: &mut Pending<'k>, key: &'k [u8; 32], world: usize) -> Outcome {
 }
 
 fn drop_io(e: io::Error) -> Outcome {
-    if e.kind() == io::ErrorKind::UnexpectedEof { Outcome::Drop("closed") } else { Outcome::Drop("i/o error") }
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        Outcome::Drop("closed")
+    } else {
+        Outcome::Drop("i/o error")
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -35,9 +35,11 @@ pub(crate) fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError>
 }
 
 fn resolve_meeting(host: &str, port: u16, variable: &str) -> Result<SocketAddr, ConnectError> {
-    (host, port).to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
-        env_error(variable, format!("cannot resolve the rendezvous host {host:?}"))
-    })
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| env_error(variable, format!("cannot resolve the rendezvous host {host:?}")))
 }
 
 /// The address this host uses to reach `target`: a route lookup (a UDP socket's connect sends
