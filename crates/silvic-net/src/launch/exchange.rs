@@ -689,6 +689,7 @@ fn detail(reason: RejectReason, claims: &crate::handshake::Claims, plan: &Join<'
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::thread;
 
     #[test]
     fn addresses_round_trip_and_unusable_ones_are_refused() {
@@ -705,6 +706,126 @@ mod tests {
         assert_eq!(decode_address(&bad), None);
         assert_eq!(decode_address(&encode_address("0.0.0.0:1".parse().unwrap())), None);
         assert_eq!(decode_address(&encode_address("10.0.0.5:0".parse().unwrap())), None);
+    }
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    /// Rank 0 serving a world of `world` on loopback, in a thread, for `timeout`.
+    fn server(
+        world: usize,
+        timeout: Duration,
+    ) -> (SocketAddr, thread::JoinHandle<Result<Vec<SocketAddr>, ConnectError>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        let handle = thread::spawn(move || {
+            serve(&Serve {
+                listener: &listener,
+                world,
+                own: addr("10.0.0.1:100"),
+                token: b"t",
+                deadline: Instant::now() + timeout,
+                timeout,
+            })
+        });
+        (at, handle)
+    }
+
+    fn joiner(
+        server: SocketAddr,
+        rank: usize,
+        world: usize,
+        own: SocketAddr,
+        token: &'static [u8],
+    ) -> thread::JoinHandle<Result<Vec<SocketAddr>, ConnectError>> {
+        let timeout = Duration::from_secs(20);
+        thread::spawn(move || {
+            join(&Join {
+                server,
+                rank,
+                world,
+                own,
+                token,
+                deadline: Instant::now() + timeout,
+                timeout,
+            })
+        })
+    }
+
+    /// Proves the token as `rank` and sends `own`, then returns the open stream (a rank that
+    /// joined and waits for the list).
+    fn claim_by_hand(server: SocketAddr, rank: u32, world: u32, own: SocketAddr) -> TcpStream {
+        let key = exchange_key(b"t");
+        let mut stream = TcpStream::connect(server).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let (mut connector, hello) = Connector::start(&key, world, rank, 0, [5; 16]);
+        stream.write_all(&hello.encode()).unwrap();
+        let mut inbox = [0u8; MESSAGE_LEN];
+        loop {
+            stream.read_exact(&mut inbox).unwrap();
+            match connector.on_message(&Message::decode(&inbox).unwrap()) {
+                Next::Send(m) => stream.write_all(&m.encode()).unwrap(),
+                Next::Done => break,
+                other => panic!("handshake: {other:?}"),
+            }
+        }
+        stream.write_all(&encode_address(own)).unwrap();
+        stream
+    }
+
+    #[test]
+    fn a_rank_that_restarts_before_the_list_is_complete_takes_its_place() {
+        let (at, server) = server(3, Duration::from_secs(20));
+        // The first life of rank 1 joins, then dies (its connection closes).
+        drop(claim_by_hand(at, 1, 3, addr("10.0.0.2:200")));
+        let second_life = joiner(at, 1, 3, addr("10.0.0.2:201"), b"t");
+        let rank2 = joiner(at, 2, 3, addr("10.0.0.3:300"), b"t");
+        let expected = vec![addr("10.0.0.1:100"), addr("10.0.0.2:201"), addr("10.0.0.3:300")];
+        assert_eq!(server.join().unwrap().unwrap(), expected);
+        assert_eq!(second_life.join().unwrap().unwrap(), expected);
+        assert_eq!(rank2.join().unwrap().unwrap(), expected);
+    }
+
+    #[test]
+    fn a_live_second_claimant_is_refused_with_the_first_and_both_are_told() {
+        let (at, server) = server(3, Duration::from_secs(20));
+        let mut first = claim_by_hand(at, 2, 3, addr("10.0.0.3:300"));
+        let second = joiner(at, 2, 3, addr("10.0.0.4:400"), b"t");
+        let e = second.join().unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "two processes claim rank 2 (10.0.0.3:300 and 10.0.0.4:400); each rank must be \
+             started once"
+        );
+        assert_eq!(server.join().unwrap().unwrap_err(), e);
+        let mut answer = [0u8; 1 + 2 * ADDRESS_LEN];
+        first.read_exact(&mut answer).unwrap();
+        assert_eq!(answer[0], DUPLICATE);
+    }
+
+    #[test]
+    fn another_world_or_token_is_refused_by_rank_0_naming_it() {
+        let (at, server) = server(3, Duration::from_secs(20));
+        let e = joiner(at, 1, 4, addr("10.0.0.2:200"), b"t").join().unwrap().unwrap_err();
+        assert!(e.to_string().starts_with("world size mismatch with rank 0"), "{e}");
+        assert!(e.to_string().contains("rank 0 has a world of 3, this rank 4"), "{e}");
+        let e = joiner(at, 1, 3, addr("10.0.0.2:200"), b"u").join().unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("job token mismatch with rank 0 at {at}: check SILVIC_JOB_TOKEN")
+        );
+        let e = joiner(at, 5, 3, addr("10.0.0.2:200"), b"t").join().unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("rank mismatch with rank 0 at {at}: rank 5 is outside the world of 3")
+        );
+        // The refusals left rank 0 serving: the real ranks still get the list.
+        let one = joiner(at, 1, 3, addr("10.0.0.2:200"), b"t");
+        let two = joiner(at, 2, 3, addr("10.0.0.3:300"), b"t");
+        assert_eq!(server.join().unwrap().unwrap().len(), 3);
+        assert_eq!(one.join().unwrap().unwrap().len(), 3);
+        assert_eq!(two.join().unwrap().unwrap().len(), 3);
     }
 
     #[test]
