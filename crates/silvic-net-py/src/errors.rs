@@ -76,6 +76,11 @@ fn connect_exception(py: Python<'_>, error: &RustConnectError) -> PyResult<PyErr
         RustConnectError::Handshake { address, .. } => ("handshake", Some(address.as_str()), None),
         RustConnectError::Timeout { address, .. } => ("timeout", Some(address.as_str()), None),
         RustConnectError::Io { address, .. } => ("io", Some(address.as_str()), None),
+        RustConnectError::PortsTaken { .. } => ("ports_taken", None, None),
+        RustConnectError::NoInterface { .. } => ("no_interface", None, None),
+        RustConnectError::Environment { .. } => ("environment", None, None),
+        RustConnectError::Folder { path, .. } => ("folder", Some(path.as_str()), None),
+        RustConnectError::DuplicateRank { .. } => ("duplicate_rank", None, None),
         _ => ("other", None, None),
     };
     let exception = ConnectError::new_err(error.to_string());
