@@ -224,8 +224,8 @@ impl TcpCollective {
             (None, Some(ports)) => options.ports(port_range(ports)?),
             (None, None) => options,
         };
-        let listener = silvic_net::TcpCollective::bind_with(&options)
-            .map_err(|e| errors::connect(py, &e))?;
+        let listener =
+            silvic_net::TcpCollective::bind_with(&options).map_err(|e| errors::connect(py, &e))?;
         Ok(RingListener { address: listener.address(), inner: Some(listener).into() })
     }
 

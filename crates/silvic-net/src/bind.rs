@@ -38,7 +38,8 @@ const LISTEN_BACKLOG: i32 = 4096;
 ///
 /// let listener = TcpCollective::bind_with(&BindOptions::interface("lo").ports(29500..=29599))?;
 /// assert!(listener.address().starts_with("127.0.0.1:295"));
-/// let listener = TcpCollective::bind_with(&BindOptions::host("0.0.0.0").advertise("127.0.0.1"))?;
+/// let every = TcpCollective::bind_with(&BindOptions::host("0.0.0.0").advertise("127.0.0.1"))?;
+/// assert!(every.address().starts_with("127.0.0.1:"));
 /// # Ok::<(), silvic_net::ConnectError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,12 +34,33 @@ pub(crate) fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError>
     launch_ring(&launch, timeout)
 }
 
-fn resolve_meeting(host: &str, port: u16, variable: &str) -> Result<SocketAddr, ConnectError> {
-    (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| env_error(variable, format!("cannot resolve the rendezvous host {host:?}")))
+/// Resolves the rendezvous host, retrying until `deadline`: a launcher's DNS name (a
+/// Kubernetes headless service) may appear only after the ranks start.
+fn resolve_meeting(
+    host: &str,
+    port: u16,
+    variable: &str,
+    deadline: Instant,
+) -> Result<SocketAddr, ConnectError> {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let error = match (host, port).to_socket_addrs() {
+            Ok(mut found) => match found.next() {
+                Some(address) => return Ok(address),
+                None => "no address".to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(env_error(
+                variable,
+                format!("cannot resolve the rendezvous host {host:?}: {error}"),
+            ));
+        }
+        std::thread::sleep(backoff.min(left));
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
 }
 
 /// The address this host uses to reach `target`: a route lookup (a UDP socket's connect sends
@@ -123,7 +144,7 @@ fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, Conn
     let listener;
     match &launch.meeting {
         Meeting::Tcp { host, port, variable } => {
-            let meeting = resolve_meeting(host, *port, variable)?;
+            let meeting = resolve_meeting(host, *port, variable, deadline)?;
             listener = bind_ring(launch, Some(meeting))?;
             let own: SocketAddr = listener.address().parse().expect("a listener's own address");
             let list = if rank == 0 {
