@@ -20,6 +20,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! On a cluster, [`TcpCollective::bind_with`] listens on an interface or a port range
+//! ([`BindOptions`]), and [`TcpCollective::from_env`] forms the ring from a launcher's
+//! variables (Slurm, torchrun, a Kubernetes indexed Job, OpenMPI) through rank 0's address
+//! exchange or a shared folder ([`launch`]).
+//!
 //! # The ring
 //!
 //! Rank `r` connects to `r + 1` and accepts `r - 1` (mod world size). A handshake checks magic,

@@ -635,7 +635,16 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
     }
     stream.write_all(&encode_address(plan.own)).map_err(fatal_io)?;
     let mut kind = [0u8; 1];
-    read(&mut stream, &mut kind, "to send the address list (waiting for the other ranks)")?;
+    match read(&mut stream, &mut kind, "to send the address list (waiting for the other ranks)") {
+        Err(Attempt::Fatal(ConnectError::Io { kind: io::ErrorKind::UnexpectedEof, .. })) => {
+            return Err(handshake(
+                "rank 0 closed the exchange before sending the address list; its own error \
+                 says why"
+                    .into(),
+            ));
+        }
+        other => other?,
+    }
     let mut address = [0u8; ADDRESS_LEN];
     match kind[0] {
         LIST => {
