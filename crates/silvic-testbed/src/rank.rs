@@ -8,8 +8,9 @@
 //! READY <stats>                           after connect
 //! OK <index> <ms>                         a call returned a verified result (every `report`-th)
 //! STATS <label> <stats>                   after warm-up and at the end: "rss_kb=.. hwm_kb=.. fds=.."
-//! ERR <index> <ms> peer=<p> kind=<k> <message>   a call failed; the rank then checks that the
-//! STICKY <same|differs: ...>              next call returns the same error, and exits 0
+//! ERR <index> <ms> peer=<p> kind=<k> <message>   a call failed (k is CollectiveError::kind); the
+//! STICKY <same|differs: ...>              rank checks that the next call returns the same error,
+//!                                         and exits 0
 //! WRONG <index> <what>                    a result was wrong: exit 3
 //! EXIT <index>                            it left on purpose (exit_after), dropping the ring
 //! DONE <count> <ms>                       every call succeeded
@@ -19,7 +20,7 @@
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
-use silvic_net::{CollectiveError, TcpCollective};
+use silvic_net::TcpCollective;
 
 use crate::data::{Call, Kind, mixed_call, run_and_check};
 
@@ -130,22 +131,6 @@ pub fn stats() -> String {
     format!("rss_kb={} hwm_kb={} fds={fds}", field("VmRSS:"), field("VmHWM:"))
 }
 
-/// A short name for the error's variant, with the origin for an abort.
-pub fn kind_name(e: &CollectiveError) -> String {
-    match e {
-        CollectiveError::Io { kind, .. } => format!("io:{kind:?}"),
-        CollectiveError::PeerClosed { .. } => "peer_closed".into(),
-        CollectiveError::Timeout { .. } => "timeout".into(),
-        CollectiveError::OutOfStep { .. } => "out_of_step".into(),
-        CollectiveError::LengthMismatch { .. } => "length_mismatch".into(),
-        CollectiveError::MalformedFrame { .. } => "malformed".into(),
-        CollectiveError::Aborted { origin, cause } => {
-            format!("aborted(origin={origin},{})", kind_name(cause))
-        }
-        _ => "other".into(),
-    }
-}
-
 macro_rules! say {
     ($($t:tt)*) => {{
         let mut out = std::io::stdout().lock();
@@ -216,7 +201,7 @@ pub fn main(words: &[String]) -> i32 {
                 say!(
                     "ERR {index} {} peer={peer} kind={} {e}",
                     t.elapsed().as_millis(),
-                    kind_name(&e)
+                    e.kind()
                 );
                 match run_and_check(&mut ring, args.call(index + 1)) {
                     Err(again) if again == e => say!("STICKY same"),
