@@ -198,11 +198,7 @@ pub fn main(words: &[String]) -> i32 {
             }
             Err(e) => {
                 let peer = e.peer().map_or("none".to_string(), |p| p.to_string());
-                say!(
-                    "ERR {index} {} peer={peer} kind={} {e}",
-                    t.elapsed().as_millis(),
-                    e.kind()
-                );
+                say!("ERR {index} {} peer={peer} kind={} {e}", t.elapsed().as_millis(), e.kind());
                 match run_and_check(&mut ring, args.call(index + 1)) {
                     Err(again) if again == e => say!("STICKY same"),
                     other => say!("STICKY differs: {other:?}"),
