@@ -19,7 +19,7 @@
 use std::io::{self, BufRead, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -104,40 +104,51 @@ fn accept_loop(
         let Ok(client) = incoming else { continue };
         let record = Arc::new(Mutex::new(Vec::new()));
         records.lock().unwrap().push(record.clone());
-        thread::spawn(move || {
-            thread::sleep(link.delay);
-            let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(5)) else {
-                return;
-            };
-            let _ = (client.set_nodelay(true), server.set_nodelay(true));
-            let seed = mix(n as u64 ^ u64::from(target.port()) << 32);
-            let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else { return };
-            let back = thread::spawn(move || pump(s2, c2, link, !seed, None));
-            pump(client, server, link, seed, Some(&record));
-            let _ = back.join();
-        });
+        let seed = mix(n as u64 ^ u64::from(target.port()) << 32);
+        thread::spawn(move || forward(client, target, link, seed, &record));
     }
 }
 
-/// Copies `from` to `to`, each chunk released `delay + U(0, jitter)` after it was read.
-fn pump(
+type Chunks = Receiver<(Instant, Vec<u8>)>;
+
+/// One connection: what the client sends is read (and timed) at once, while the upstream
+/// connection is opened `delay` after the client's, as the client's SYN would have arrived.
+fn forward(client: TcpStream, target: SocketAddr, link: Link, seed: u64, record: &Mutex<Vec<u8>>) {
+    let accepted = Instant::now();
+    let Ok(from_client) = client.try_clone() else { return };
+    let (send, upstream) = sync_channel(QUEUE);
+    let writer = thread::spawn(move || {
+        thread::sleep((accepted + link.delay).saturating_duration_since(Instant::now()));
+        let server = match TcpStream::connect_timeout(&target, Duration::from_secs(5)) {
+            Ok(server) => server,
+            Err(_) => return drop(client.shutdown(Shutdown::Both)),
+        };
+        let _ = (client.set_nodelay(true), server.set_nodelay(true));
+        let Ok(from_server) = server.try_clone() else { return };
+        let back = thread::spawn(move || {
+            let (send, downstream) = sync_channel(QUEUE);
+            let writer = thread::spawn(move || write_chunks(downstream, client));
+            read_chunks(from_server, &send, link, !seed, None);
+            drop(send);
+            let _ = writer.join();
+        });
+        write_chunks(upstream, server);
+        let _ = back.join();
+    });
+    read_chunks(from_client, &send, link, seed, Some(record));
+    drop(send);
+    let _ = writer.join();
+}
+
+/// Reads `from` until it ends, each chunk stamped to be released `delay + U(0, jitter)` after it
+/// was read.
+fn read_chunks(
     mut from: TcpStream,
-    mut to: TcpStream,
+    send: &SyncSender<(Instant, Vec<u8>)>,
     link: Link,
     seed: u64,
     record: Option<&Mutex<Vec<u8>>>,
 ) {
-    let (send, recv) = sync_channel::<(Instant, Vec<u8>)>(QUEUE);
-    let writer = thread::spawn(move || {
-        for (release, chunk) in recv {
-            thread::sleep(release.saturating_duration_since(Instant::now()));
-            if to.write_all(&chunk).is_err() {
-                let _ = to.shutdown(Shutdown::Both);
-                return;
-            }
-        }
-        let _ = to.shutdown(Shutdown::Write);
-    });
     let mut last = Instant::now();
     let mut buf = vec![0u8; CHUNK];
     for n in 0u64.. {
@@ -160,8 +171,19 @@ fn pump(
             break;
         }
     }
-    drop(send);
-    let _ = writer.join();
+}
+
+/// Writes each chunk to `to` at its release time; passes the end on as a shutdown, an error as
+/// a close.
+fn write_chunks(chunks: Chunks, mut to: TcpStream) {
+    for (release, chunk) in chunks {
+        thread::sleep(release.saturating_duration_since(Instant::now()));
+        if to.write_all(&chunk).is_err() {
+            let _ = to.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
 }
 
 /// Runs the relay process until stdin closes; returns the process exit code.
