@@ -24,6 +24,10 @@ use silvic_net::TcpCollective;
 
 use crate::data::{Call, Kind, mixed_call, run_and_check};
 
+/// The element counts of the "sweep" workload: empty, tiny, both sides of the 4 KiB cut
+/// (512 f64), and large enough for many ring steps (an allgather takes `count % 5000` bytes).
+pub const SWEEP: [usize; 11] = [0, 1, 3, 100, 511, 512, 513, 1000, 4099, 70_000, 300_000];
+
 /// What a rank process runs.
 #[derive(Debug, Clone)]
 pub struct RankArgs {
@@ -39,7 +43,8 @@ pub struct RankArgs {
     pub connect_timeout: f64,
     /// Collective timeout, seconds.
     pub timeout: f64,
-    /// "repeat" (the same kind and size every call) or "mixed" (a seeded mix).
+    /// "repeat" (the same kind and size every call), "mixed" (a seeded mix) or "sweep" (every
+    /// kind in turn over [`SWEEP`]'s lengths, around every boundary of the ring's paths).
     pub workload: String,
     /// For repeat: the kind.
     pub kind: Kind,
@@ -109,9 +114,16 @@ impl RankArgs {
     }
 
     fn call(&self, index: u64) -> Call {
+        let key = self.seed ^ index << 20;
         match self.workload.as_str() {
             "mixed" => mixed_call(self.seed, index, self.bytes),
-            _ => Call { kind: self.kind, bytes: self.bytes, key: self.seed ^ index << 20 },
+            "sweep" => {
+                let kind = Kind::ALL[(index % 4) as usize];
+                let elements = SWEEP[(index / 4) as usize % SWEEP.len()];
+                let bytes = if kind == Kind::Gather { elements % 5000 } else { elements * 8 };
+                Call { kind, bytes, key }
+            }
+            _ => Call { kind: self.kind, bytes: self.bytes, key },
         }
     }
 }
