@@ -9,13 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
+use silvic_testbed::MARGIN;
 use silvic_testbed::ring::{End, Layout, World};
 
 const WORLD: usize = 4;
-
-/// How late past its own bound an event may come on a loaded machine (see silvic-net's
-/// tests/common): far above anything measured, so only a broken behaviour crosses it.
-const MARGIN: Duration = Duration::from_secs(20);
 
 fn start(args: &[&str]) -> World {
     let exe = Path::new(env!("CARGO_BIN_EXE_silvic-testbed"));

@@ -14,11 +14,7 @@ use std::time::{Duration, Instant};
 
 use silvic_net::{ConnectError, RingListener, TcpCollective};
 
-/// How late past its own bound an event may come on a loaded machine before a test calls it
-/// broken. Far above anything measured here (tens of milliseconds on two shared cores), so an
-/// upper bound of "the behaviour's bound + `MARGIN`" fails only when the behaviour is broken
-/// (it hung, or waited out another timeout), never because the machine was busy.
-pub const MARGIN: Duration = Duration::from_secs(20);
+pub use silvic_testbed::MARGIN;
 
 /// The rendezvous timeout of rings that are meant to form.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
