@@ -38,6 +38,20 @@ fn big_loop(timeout: &str) -> World {
     world
 }
 
+/// The failure `rank` reports by `deadline`: the peer it names, the error's kind and message,
+/// and when the line came. Panics if the rank ended otherwise or not at all.
+fn failure(
+    world: &mut World,
+    rank: usize,
+    deadline: Instant,
+) -> (Option<usize>, String, String, Instant) {
+    let line = world.ranks[rank].wait_for(&["DONE", "ERR", "WRONG"], deadline).unwrap();
+    match End::parse(&line.text) {
+        End::Failed { peer, kind, message } => (peer, kind, message, line.at),
+        _ => panic!("rank {rank} did not fail: {}", line.text),
+    }
+}
+
 #[test]
 fn a_rank_killed_mid_allreduce_fails_every_survivor_without_waiting_for_a_timeout() {
     let timeout = Duration::from_secs(60);
@@ -45,14 +59,12 @@ fn a_rank_killed_mid_allreduce_fails_every_survivor_without_waiting_for_a_timeou
     world.ranks[2].signal(Signal::KILL).unwrap();
     let killed = Instant::now();
     // Within the timeout: a survivor that did not hear the close would time out instead.
-    let ends = world.ends(killed + timeout + MARGIN);
-    for (rank, (end, line)) in ends.iter().enumerate().filter(|(rank, _)| *rank != 2) {
-        let End::Failed { peer, kind, message } = end else {
-            panic!("rank {rank} did not fail: {end:?} {line:?}");
-        };
-        assert_eq!(*peer, Some(2), "rank {rank} named another peer: {message}");
+    let deadline = killed + timeout + MARGIN;
+    for rank in [0, 1, 3] {
+        let (peer, kind, message, at) = failure(&mut world, rank, deadline);
+        assert_eq!(peer, Some(2), "rank {rank} named another peer: {message}");
         assert_ne!(kind, "timeout", "rank {rank} timed out instead of hearing the close");
-        let after = line.as_ref().unwrap().at.saturating_duration_since(killed);
+        let after = at.saturating_duration_since(killed);
         eprintln!("rank {rank} failed {after:?} after the kill: {message}");
         assert!(after < timeout, "rank {rank} failed after {after:?}: {message}");
     }
@@ -68,17 +80,14 @@ fn a_stopped_rank_fails_every_survivor_after_the_timeout() {
     // around the ring, so each fails within two timeouts of the stop; MARGIN bounds the rest.
     let deadline = stopped + 2 * timeout + MARGIN;
     for rank in [0, 2, 3] {
-        let line = world.ranks[rank].wait_for(&["DONE", "ERR", "WRONG"], deadline).unwrap();
-        let End::Failed { message, .. } = End::parse(&line.text) else {
-            panic!("rank {rank} did not fail: {}", line.text);
-        };
+        let (_, _, message, at) = failure(&mut world, rank, deadline);
         // A rank further along may time out on its own neighbour a moment before that
         // neighbour times out on rank 1, so the peer it names may be one that was itself
         // waiting; the cause is always a timeout, never a closed or garbled stream.
         assert!(message.contains("no progress from rank"), "rank {rank}: {message}");
         // A rank may have been between collectives, or its last bytes still in flight: it
         // fails one timeout after its last progress, which is never before the stop.
-        let after = line.at.saturating_duration_since(stopped);
+        let after = at.saturating_duration_since(stopped);
         assert!(after >= timeout - Duration::from_millis(500), "rank {rank} at {after:?}");
     }
 }
