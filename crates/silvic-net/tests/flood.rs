@@ -452,7 +452,9 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
         Relay::start("127.0.0.1:0".parse().unwrap(), addresses[1].parse().unwrap(), link).unwrap();
     let mut slow = addresses.clone();
     slow[1] = relay.address().to_string();
-    let timeout = Duration::from_secs(6);
+    // The rendezvous timeout: the ring forms in about a second (a round trip and the
+    // handshakes); this only bounds the test if it does not.
+    let timeout = MARGIN;
     let mut listeners = listeners.into_iter();
     let (rank0, rank1) = (listeners.next().unwrap(), listeners.next().unwrap());
     let mut ranks = Ranks::new();
@@ -477,8 +479,7 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
     let per_round_trip = opened as f64 * (2 * delay).as_secs_f64() / flooded_for.as_secs_f64();
     assert!(per_round_trip > MAX_PENDING as f64, "the scanner was too slow: {per_round_trip:.0}");
     for (rank, outcome) in outcomes.into_iter().enumerate() {
-        let formed = outcome.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-        assert!(formed < timeout, "rank {rank} took {formed:?}");
+        outcome.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
     }
 }
 
