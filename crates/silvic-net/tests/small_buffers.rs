@@ -52,7 +52,11 @@ fn every_op_with_megabytes_on_the_smallest_socket_buffers_never_deadlocks() {
     let deadline = Instant::now() + Duration::from_secs(120) + MARGIN;
     let buffers = child.wait_for(&["BUFFERS"], deadline);
     let buffers = buffers.unwrap_or_else(|e| {
-        panic!("could not run ranks in an unprivileged network namespace (unshare -Urn): {e}")
+        panic!(
+            "could not run ranks in a network namespace of their own (unshare --user --net; \
+             unprivileged user namespaces may be off here: kernel.unprivileged_userns_clone, \
+             kernel.apparmor_restrict_unprivileged_userns): {e}"
+        )
     });
     eprintln!("{}", buffers.text);
     let done = child.wait_for(&["DONE"], deadline).unwrap_or_else(|e| panic!("{e}"));
