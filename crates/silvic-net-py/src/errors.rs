@@ -33,23 +33,10 @@ create_exception!(
      a handshake was rejected, such as \"token_mismatch\")."
 );
 
-fn collective_kind(error: &RustCollectiveError) -> &'static str {
-    match error {
-        RustCollectiveError::Io { .. } => "io",
-        RustCollectiveError::PeerClosed { .. } => "peer_closed",
-        RustCollectiveError::Timeout { .. } => "timeout",
-        RustCollectiveError::OutOfStep { .. } => "out_of_step",
-        RustCollectiveError::LengthMismatch { .. } => "length_mismatch",
-        RustCollectiveError::MalformedFrame { .. } => "malformed_frame",
-        RustCollectiveError::Aborted { .. } => "aborted",
-        _ => "other",
-    }
-}
-
 fn collective_exception(py: Python<'_>, error: &RustCollectiveError) -> PyResult<PyErr> {
     let exception = CollectiveError::new_err(error.to_string());
     let value = exception.value(py);
-    value.setattr("kind", collective_kind(error))?;
+    value.setattr("kind", error.kind())?;
     value.setattr("peer", error.peer())?;
     if let RustCollectiveError::Aborted { origin, cause } = error {
         value.setattr("origin", *origin)?;
