@@ -8,13 +8,13 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use silvic_net::handshake::{Connector, MESSAGE_LEN, Message, MessageKind, roster_digest};
 use silvic_net::{Collective, ConnectError, RejectReason, RingListener, TcpCollective};
+use silvic_testbed::relay::Link;
 
 const TOKEN: &str = "a-rendezvous-test-token-0123456789";
 /// What the accepting side holds at most (`MAX_PENDING` in src/rendezvous/accept.rs).
@@ -24,7 +24,9 @@ const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// A listener the other ranks reach through a relay, every rank holding the same address list:
 /// the rank listens on 127.0.0.1:P and advertises 127.0.0.2:P, where the returned relay
-/// listener sits. Returns both listeners and the rank's own address, for the relay.
+/// listener sits. Returns both listeners and the rank's own address, for the relay. (The
+/// shared relay, `common::listeners_with_relay`, delays whole streams; holding back one
+/// handshake message needs this one.)
 fn bind_behind_relay() -> (RingListener, TcpListener, String) {
     for _ in 0..50 {
         let listener = TcpCollective::bind_advertised("127.0.0.1", "127.0.0.2").unwrap();
@@ -48,21 +50,12 @@ fn pump(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
     let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
-/// Connects `rank` in a thread; its result and how long connect took arrive on `done`.
-fn spawn_connect(
-    rank: usize,
-    listener: RingListener,
-    addresses: Vec<String>,
-    timeout: Duration,
-    done: &mpsc::Sender<(usize, Result<TcpCollective, ConnectError>, Duration)>,
-) {
-    let done = done.clone();
-    thread::spawn(move || {
-        let started = Instant::now();
-        let result = TcpCollective::connect(listener, rank, &addresses, TOKEN, timeout);
-        let _ = done.send((rank, result, started.elapsed()));
-    });
+/// What a rank's connect returned and how long it took, as [`common::Ranks`] reports it.
+fn joined(ring: Result<TcpCollective, ConnectError>, took: Duration) -> Joined {
+    (ring, took)
 }
+
+type Joined = (Result<TcpCollective, ConnectError>, Duration);
 
 /// Both ranks of a world of two joined: checks one allreduce over the ring.
 fn check_ring(mut rings: Vec<TcpCollective>) {
@@ -121,13 +114,12 @@ fn a_welcome_held_past_the_stranger_deadline_still_forms_the_ring() {
         });
     }
     let timeout = Duration::from_secs(40);
-    let (done, results) = mpsc::channel();
+    let mut ranks = common::Ranks::new();
     for (rank, listener) in listeners.into_iter().enumerate() {
-        spawn_connect(rank, listener, addresses.clone(), timeout, &done);
+        ranks.start(rank, listener, addresses.clone(), TOKEN, timeout, joined);
     }
     let mut rings = Vec::new();
-    for _ in 0..2 {
-        let (rank, result, took) = results.recv_timeout(timeout * 2).expect("connect returns");
+    for (rank, (result, took)) in ranks.join(timeout + common::MARGIN).into_iter().enumerate() {
         let ring = result.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
         if rank == 0 {
             assert!(took >= hold, "the Welcome was not held: rank 0 joined in {took:?}");
@@ -166,33 +158,20 @@ fn challenged(stream: &mut TcpStream, limit: Duration) -> bool {
 /// first, and the ring forms.
 #[test]
 fn strangers_with_valid_hellos_cannot_evict_the_left_neighbour() {
-    let (behind, relay, direct) = bind_behind_relay();
-    let listeners = vec![TcpCollective::bind("127.0.0.1").unwrap(), behind];
-    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    // Rank 0 reaches rank 1 over a link with 250 ms each way: it proves itself a second or so
+    // after it connects, while the strangers stream in (straight to rank 1).
+    let delay = Duration::from_millis(250);
+    let (listeners, addresses, relay) =
+        common::listeners_with_relay(2, 1, Link { delay, ..Link::default() });
     let parsed: Vec<SocketAddr> = addresses.iter().map(|a| a.parse().unwrap()).collect();
     let roster = roster_digest(&parsed);
-    let target: SocketAddr = direct.parse().unwrap();
-    // Rank 0 reaches rank 1 over a link with 250 ms each way: it proves itself a second or so
-    // after it connects, while the strangers stream in.
-    let delay = Duration::from_millis(250);
-    let connections = Arc::new(AtomicUsize::new(0));
-    let counted = connections.clone();
-    thread::spawn(move || {
-        for client in relay.incoming() {
-            let Ok(client) = client else { return };
-            counted.fetch_add(1, Ordering::SeqCst);
-            let Ok(server) = TcpStream::connect(target) else { return };
-            let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            thread::spawn(move || pump(client, server, delay));
-            thread::spawn(move || pump(s2, c2, delay));
-        }
-    });
+    let target = common::behind(&relay);
     let sources: Vec<String> = (10..26).map(|i| format!("127.0.0.{i}")).collect();
     let timeout = Duration::from_secs(20);
-    let (done, results) = mpsc::channel();
+    let mut ranks = common::Ranks::new();
     let mut listeners = listeners.into_iter();
     let (rank0, rank1) = (listeners.next().unwrap(), listeners.next().unwrap());
-    spawn_connect(1, rank1, addresses.clone(), timeout, &done);
+    ranks.start(1, rank1, addresses.clone(), TOKEN, timeout, joined);
 
     // First the slots fill with strangers that were each challenged.
     let mut held = Vec::new();
@@ -228,10 +207,9 @@ fn strangers_with_valid_hellos_cannot_evict_the_left_neighbour() {
         })
         .collect();
     let flood_started = Instant::now();
-    spawn_connect(0, rank0, addresses, timeout, &done);
+    ranks.start(0, rank0, addresses, TOKEN, timeout, joined);
     let mut rings = Vec::new();
-    for _ in 0..2 {
-        let (rank, result, _) = results.recv_timeout(timeout * 2).expect("connect returns");
+    for (rank, (result, _)) in ranks.join(timeout + common::MARGIN).into_iter().enumerate() {
         rings.push(result.unwrap_or_else(|e| panic!("rank {rank}: {e}")));
     }
     stop.store(true, Ordering::Relaxed);
@@ -246,7 +224,7 @@ fn strangers_with_valid_hellos_cannot_evict_the_left_neighbour() {
         "the strangers were too slow: {per_round_trip:.0}"
     );
     // Not even a retry: the neighbour's first connection was never dropped for room.
-    assert_eq!(connections.load(Ordering::SeqCst), 1, "the neighbour was evicted and redialled");
+    assert_eq!(relay.recorded().len(), 1, "the neighbour was evicted and redialled");
     check_ring(rings);
     drop(held);
 }
@@ -291,8 +269,8 @@ fn a_refusal_tells_a_stranger_only_the_reason() {
     let (mut listeners, addresses) = common::listeners(2);
     let rank1 = listeners.pop().unwrap();
     let target: SocketAddr = addresses[1].parse().unwrap();
-    let (done, results) = mpsc::channel();
-    spawn_connect(1, rank1, addresses, Duration::from_secs(2), &done);
+    let mut ranks = common::Ranks::new();
+    ranks.start(1, rank1, addresses, TOKEN, Duration::from_secs(2), joined);
     for (world, rank) in [(5, 0), (2, 1)] {
         let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(3)).unwrap();
         let (_, hello) = Connector::start(b"whatever", [0; 32], world, rank, 1, [1; 16]);
@@ -305,7 +283,7 @@ fn a_refusal_tells_a_stranger_only_the_reason() {
         let told = (refusal.version, refusal.world, refusal.rank, refusal.nonce, refusal.mac);
         assert_eq!(told, (0, 0, 0, [0; 16], [0; 32]), "the refusal said more than why");
     }
-    let (_, result, _) = results.recv_timeout(Duration::from_secs(10)).expect("connect returns");
+    let (result, _) = ranks.join(Duration::from_secs(2) + common::MARGIN).remove(0);
     assert!(matches!(result, Err(ConnectError::Timeout { .. })), "{:?}", result.err());
 }
 
@@ -329,9 +307,9 @@ fn logged_while_connecting(token: &'static str) -> String {
     let rank1 = listeners.pop().unwrap();
     let rank0 = listeners.pop().unwrap();
     let timeout = Duration::from_secs(20);
-    let peer_addresses = addresses.clone();
-    let peer = thread::spawn(move || {
-        TcpCollective::connect(rank1, 1, &peer_addresses, token, timeout).map(|_| ())
+    let mut peer = common::Ranks::new();
+    peer.start(1, rank1, addresses.clone(), token, timeout, |ring, _| {
+        ring.map(|_| ()).map_err(|e| e.to_string())
     });
     let captured = Captured::default();
     let writer = captured.clone();
@@ -344,7 +322,7 @@ fn logged_while_connecting(token: &'static str) -> String {
         TcpCollective::connect(rank0, 0, &addresses, token, timeout)
     });
     joined.expect("rank 0 joins");
-    peer.join().unwrap().expect("rank 1 joins");
+    peer.join(timeout + common::MARGIN).remove(0).expect("rank 1 joins");
     String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
 }
 

@@ -16,7 +16,7 @@ For Ray actors, :mod:`silvic_net.ray` does the gathering in one call.
 While a collective runs on an array, the array is read-only to Python (another thread writing
 it gets a ``ValueError``); it is writeable again when the call returns or raises. The library's
 events (refused connections, a short job token, a long wait) reach :mod:`logging` under the
-logger ``"silvic_net"``; levels set there take effect from the next ``connect``.
+logger ``"silvic_net"``; levels set there take effect from the next ``connect`` or ``from_env``.
 """
 
 from silvic_net._native import (
