@@ -98,7 +98,7 @@ fn threads(config: &Config) -> Result<u64, Failure> {
                     let mut ring =
                         TcpCollective::connect(listener, rank, addresses, token, config.timeout)
                             .map_err(|e| format!("rank {rank}: {e}"))?;
-                    body(&mut ring, config, &host, preamble, "(MiB/proc)")
+                    body(&mut ring, config, host, preamble, "(MiB/proc)")
                         .map_err(|e| format!("rank {rank}: {e}"))
                 })
             })
