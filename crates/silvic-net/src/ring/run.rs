@@ -300,6 +300,7 @@ pub(crate) mod tests {
     use crate::frame::HEADER_LEN;
     use silvic_core::fold;
     use std::sync::mpsc::{Receiver, Sender, channel};
+    use std::sync::{Arc, Condvar, Mutex};
 
     /// An in-memory ring neighbour: frames travel over channels, and payloads are handed to the
     /// sink in uneven pieces to exercise partial commits.
@@ -508,6 +509,107 @@ pub(crate) mod tests {
                 assert!(got == expected, "world {world} len {len} rank {r}");
             }
         }
+    }
+
+    /// A frame slot between two ranks: one frame at a time, its memory kept.
+    #[derive(Default)]
+    struct Mailbox {
+        slot: Mutex<(Vec<u8>, bool)>,
+        changed: Condvar,
+    }
+
+    /// An in-memory ring neighbour that allocates nothing once its slots have grown to the
+    /// largest frame: a rank puts its frame in the right neighbour's slot (waiting until that
+    /// is empty), then takes the left neighbour's frame out of its own.
+    struct MailLink {
+        inbox: Arc<Mailbox>,
+        right: Arc<Mailbox>,
+        left_rank: usize,
+    }
+
+    impl Link for MailLink {
+        fn exchange(
+            &mut self,
+            header: &Header,
+            payload: &[u8],
+            expect: &Header,
+            sink: &mut dyn Sink,
+        ) -> Result<(), CollectiveError> {
+            let mut out = self.right.slot.lock().unwrap();
+            while out.1 {
+                out = self.right.changed.wait(out).unwrap();
+            }
+            out.0.clear();
+            out.0.extend_from_slice(&header.encode());
+            out.0.extend_from_slice(payload);
+            out.1 = true;
+            drop(out);
+            self.right.changed.notify_all();
+            let mut inn = self.inbox.slot.lock().unwrap();
+            while !inn.1 {
+                inn = self.inbox.changed.wait(inn).unwrap();
+            }
+            let head = Header::decode(inn.0[..HEADER_LEN].try_into().unwrap()).unwrap();
+            head.expect(expect, self.left_rank)?;
+            let mut rest = &inn.0[HEADER_LEN..];
+            while !rest.is_empty() {
+                let space = sink.space();
+                let n = space.len().min(rest.len());
+                space[..n].copy_from_slice(&rest[..n]);
+                sink.commit(n);
+                rest = &rest[n..];
+            }
+            inn.1 = false;
+            drop(inn);
+            self.inbox.changed.notify_all();
+            Ok(())
+        }
+    }
+
+    /// No allocation per call in steady state: once a rank has made one call of each size,
+    /// more calls of those sizes (the gather path below and above 4 KiB, the ring path with
+    /// several slices) allocate nothing on its thread, link included.
+    #[test]
+    fn steady_state_calls_allocate_nothing() {
+        let world = 4;
+        let boxes: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
+        let lengths = [1, 100, schedule::gather_limit(world) / 8, 3 * world * 32768 + 5];
+        assert!(schedule::uses_gather(lengths[2] * 8, world) && lengths[2] * 8 > 4096);
+        assert!(schedule::slices(lengths[3], world, 8) > 1);
+        let counts = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..world)
+                .map(|r| {
+                    let mut link = MailLink {
+                        inbox: boxes[r].clone(),
+                        right: boxes[(r + 1) % world].clone(),
+                        left_rank: (r + world - 1) % world,
+                    };
+                    s.spawn(move || {
+                        let mut scratch = Scratch::default();
+                        let mut buffers: Vec<Vec<f64>> =
+                            lengths.iter().map(|&len| input(r, len)).collect();
+                        let mut seq = 0;
+                        let mut calls = |buffers: &mut Vec<Vec<f64>>| {
+                            for buf in buffers.iter_mut() {
+                                let call = Call { rank: r, world, op: Op::AllreduceSumF64, seq };
+                                seq += 1;
+                                allreduce(&mut link, call, buf, fold::sum_f64, &mut scratch)
+                                    .unwrap();
+                            }
+                        };
+                        calls(&mut buffers);
+                        allocation_counter::measure(|| {
+                            for _ in 0..3 {
+                                calls(&mut buffers);
+                            }
+                        })
+                        .count_total
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<u64>>()
+        });
+        assert_eq!(counts, vec![0; world], "allocations per rank in 12 steady-state calls");
     }
 
     #[test]
