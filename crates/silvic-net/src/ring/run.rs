@@ -4,7 +4,7 @@ use silvic_core::{CollectiveError, Op};
 
 use std::ops::Range;
 
-use super::schedule::{self, pass, segment_of};
+use super::schedule::{self, pass, segment};
 use crate::frame::Header;
 
 /// Bytes of received data folded at a time. Small enough to stay in cache, large enough that a
@@ -233,15 +233,24 @@ fn small_allreduce<T: Element, C: Fn(T, T) -> T>(
     let gathered = &mut scratch.gathered[..];
     gathered[rank * block..(rank + 1) * block].copy_from_slice(mine);
     gather(link, call, block as u64, block, &mut Flat { buf: gathered, block })?;
-    let value = |r: usize, i: usize| {
-        let at = r * block + i * 8;
-        T::from_le(gathered[at..at + 8].try_into().expect("8 bytes"))
-    };
+    // Segment by segment, rank by rank in fold order: each element sees the same sequence of
+    // combines as one folded alone would, while the inner loop runs straight over memory.
     let len = buf.len();
-    for (i, out) in buf.iter_mut().enumerate() {
-        let mut order = schedule::fold_order(segment_of(i, len, world), world);
+    for j in 0..world {
+        let seg = segment(len, world, j);
+        let bytes = seg.start * 8..seg.end * 8;
+        let out = &mut buf[seg];
+        let mut order = schedule::fold_order(j, world);
         let first = order.next().expect("a world has a rank");
-        *out = order.fold(value(first, i), |acc, r| combine(acc, value(r, i)));
+        let values = |r: usize| gathered[r * block..][bytes.clone()].chunks_exact(8);
+        for (o, v) in out.iter_mut().zip(values(first)) {
+            *o = T::from_le(v.try_into().expect("chunks of 8"));
+        }
+        for r in order {
+            for (o, v) in out.iter_mut().zip(values(r)) {
+                *o = combine(*o, T::from_le(v.try_into().expect("chunks of 8")));
+            }
+        }
     }
     Ok(())
 }
@@ -298,6 +307,7 @@ fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
 pub(crate) mod tests {
     use super::*;
     use crate::frame::HEADER_LEN;
+    use crate::ring::schedule::segment_of;
     use silvic_core::fold;
     use std::sync::mpsc::{Receiver, Sender, channel};
     use std::sync::{Arc, Condvar, Mutex};

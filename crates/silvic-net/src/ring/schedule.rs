@@ -99,7 +99,10 @@ pub(crate) fn segment(len: usize, world: usize, j: usize) -> Range<usize> {
     start(j)..start(j + 1)
 }
 
-/// The segment that element `i` of a buffer of `len` elements belongs to.
+/// The segment that element `i` of a buffer of `len` elements belongs to: the fold order of
+/// element `i` is [`fold_order`] of this segment. The paths work segment by segment, so only
+/// the tests' oracles ask per element.
+#[cfg(test)]
 pub(crate) fn segment_of(i: usize, len: usize, world: usize) -> usize {
     let (base, extra) = (len / world, len % world);
     let long = extra * (base + 1);
