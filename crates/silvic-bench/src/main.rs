@@ -9,9 +9,9 @@
 //! carry in the ring's pattern.
 //!
 //! Modules: [`cli`] (flags), [`launch`] (processes, threads, namespace hosts, or one rank of a
-//! multi-host run), [`meet`] (the rendezvous folder), [`sweep`] and [`timing`] (the protocol),
-//! [`workload`] (inputs and checks), [`report`] (table, CSV, JSON, progress, peak RSS),
-//! [`link_limit`] (the flows without the ring).
+//! multi-host run), [`sweep`] and [`timing`] (the protocol), [`workload`] (inputs and checks),
+//! [`report`] (table, CSV, JSON, progress, peak RSS), [`link_limit`] (the flows without the
+//! ring).
 //!
 //! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
 #![forbid(unsafe_code)]
@@ -19,7 +19,6 @@
 mod cli;
 mod launch;
 mod link_limit;
-mod meet;
 mod report;
 mod sweep;
 mod timing;
