@@ -115,13 +115,11 @@ fn the_link_limit_reports_every_ranks_flow() {
 }
 
 /// Two namespace hosts shaped to 100 Mbit/s: the ranks meet, every result is right, the
-/// link column is there, and the hosts are gone afterwards. Root only; skipped (saying so)
-/// elsewhere.
+/// link column is there, and the hosts are gone afterwards. Root only: like the test bed's
+/// `netns_` tests, nextest's default profile skips it and `--profile ci` runs it.
 #[test]
 fn netns_hosts_run_a_checked_ring_and_leave_nothing_behind() {
-    if !silvic_testbed::net::can_run("netns_hosts_bench") {
-        return;
-    }
+    silvic_testbed::net::require("netns_hosts_run_a_checked_ring_and_leave_nothing_behind");
     let child = bench()
         .args(["--netns-hosts", "2", "--link-mbit", "100", "--timeout", "20", "--json", "-q"])
         .args(["--sizes", "8,64K", "--seconds-per-size", "0.01", "--warmup", "1"])
