@@ -94,9 +94,9 @@ fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
     out.into_iter().map(Option::unwrap).collect()
 }
 
-fn network(tag: &str, hosts: usize) -> Option<Net> {
+fn network(tag: &str, hosts: usize) -> Net {
     require(tag);
-    Some(Net::create(tag, hosts).unwrap_or_else(|e| panic!("{tag}: network: {e}")))
+    Net::create(tag, hosts).unwrap_or_else(|e| panic!("{tag}: network: {e}"))
 }
 
 fn vars(list: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
@@ -122,7 +122,7 @@ fn ring_of_hosts(net: &Net, world: usize, launcher: impl Fn(usize) -> Vec<(&'sta
 
 #[test]
 fn netns_from_env_over_tcp_with_slurm_variables() {
-    let Some(net) = network("envslurm", 4) else { return };
+    let net = network("envslurm", 4);
     ring_of_hosts(&net, 4, |r| {
         vars(&[
             ("SLURM_PROCID", r.to_string()),
@@ -135,7 +135,7 @@ fn netns_from_env_over_tcp_with_slurm_variables() {
 
 #[test]
 fn netns_from_env_over_tcp_with_torchrun_variables_on_eth0_and_a_port_range() {
-    let Some(net) = network("envtorch", 4) else { return };
+    let net = network("envtorch", 4);
     // Something already holds the range's first port on host 1: its rank takes the next one.
     let _holder = hold(&net.hosts[1], format!("{}:29500", host_ip(1)).parse().unwrap());
     ring_of_hosts(&net, 4, |r| {
@@ -153,7 +153,7 @@ fn netns_from_env_over_tcp_with_torchrun_variables_on_eth0_and_a_port_range() {
 
 #[test]
 fn netns_from_env_over_a_folder() {
-    let Some(net) = network("envfolder", 4) else { return };
+    let net = network("envfolder", 4);
     let dir = std::env::temp_dir().join(format!("silvic-cluster-folder-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     ring_of_hosts(&net, 4, |r| {
@@ -211,7 +211,7 @@ fn hold(ns: &str, address: SocketAddr) -> std::net::TcpListener {
 
 #[test]
 fn netns_from_env_survives_strays_at_the_rendezvous_port() {
-    let Some(net) = network("envstray", 4) else { return };
+    let net = network("envstray", 4);
     let rendezvous: SocketAddr = format!("{}:29400", host_ip(0)).parse().unwrap();
     let launcher = |r: usize| {
         vars(&[
@@ -237,7 +237,7 @@ fn netns_from_env_survives_strays_at_the_rendezvous_port() {
 
 #[test]
 fn netns_from_env_refuses_two_processes_claiming_one_rank() {
-    let Some(net) = network("envdup", 3) else { return };
+    let net = network("envdup", 3);
     let launcher = |r: usize| {
         vars(&[
             ("SILVIC_RANK", r.to_string()),
@@ -278,7 +278,7 @@ fn from_env_without_a_token_says_so() {
 
 #[test]
 fn netns_from_env_with_another_token_is_refused_by_rank_0() {
-    let Some(net) = network("envtoken", 2) else { return };
+    let net = network("envtoken", 2);
     let launcher = |r: usize, token: &str| {
         vars(&[
             ("SILVIC_RANK", r.to_string()),
