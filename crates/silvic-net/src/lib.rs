@@ -60,9 +60,10 @@ mod error;
 pub mod frame;
 pub mod handshake;
 mod liveness;
-mod poll;
+mod link;
 mod rendezvous;
 mod ring;
+mod stats;
 mod tcp;
 mod wait;
 
@@ -74,4 +75,5 @@ pub use error::{ConnectError, RejectReason};
 pub struct ReadmeDoctests;
 pub use liveness::LIVENESS;
 pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
+pub use stats::RingStats;
 pub use tcp::{RingListener, TcpCollective};
