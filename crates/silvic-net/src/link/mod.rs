@@ -457,7 +457,11 @@ impl TcpRing {
                 waits.iter().flatten().min_by_key(|w| w.1).copied().expect("the step waits");
             let blamed = self.blame(side, since);
             let stalled = now.saturating_duration_since(last_progress);
-            if stalled >= every && next_notice.is_none_or(|t| now >= t) {
+            let notice_due = |next: Option<Instant>| {
+                let first = last_progress + every;
+                next.map_or(first, |t| t.max(first))
+            };
+            if now >= notice_due(next_notice) {
                 self.send_notice(Waiting { on: blamed, waited: stalled }, seq, out.done());
                 next_notice = Some(now + every);
             }
@@ -480,7 +484,7 @@ impl TcpRing {
                 .flatten()
                 .filter_map(|(_, _, alive)| alive.checked_add(self.timeout))
                 .chain([self.liveness.next_check(last_progress)])
-                .chain(next_notice)
+                .chain([notice_due(next_notice)])
                 .chain(last_progress.checked_add(warn_at))
                 .min();
             let mut right_events = PollFlags::empty();
