@@ -41,7 +41,7 @@ pub const WAITING: u8 = 0xA7;
 /// Bytes in a waiting notice's payload.
 pub const WAITING_LEN: usize = 4 + 8;
 /// Bytes in an abort payload, before its message.
-const ABORT_FIXED_LEN: usize = 4 + 1 + 4 + 1 + 1 + 8 + 8 + 2;
+pub const ABORT_FIXED_LEN: usize = 4 + 1 + 4 + 1 + 1 + 8 + 8 + 2;
 /// The longest message an abort payload carries; longer messages are cut.
 pub const MAX_ABORT_MESSAGE: usize = 480;
 /// The largest abort payload.
@@ -323,7 +323,8 @@ impl Abort {
             }
             CollectiveError::OutOfStep { expected_op, expected_seq, got_op, got_seq, .. } => {
                 f.cause = CAUSE_OUT_OF_STEP;
-                (f.op_a, f.a, f.op_b, f.b) = (op(*expected_op), *expected_seq, op(*got_op), *got_seq);
+                (f.op_a, f.a, f.op_b, f.b) =
+                    (op(*expected_op), *expected_seq, op(*got_op), *got_seq);
                 String::new()
             }
             CollectiveError::LengthMismatch { expected, got, .. } => {
@@ -641,7 +642,10 @@ mod tests {
         assert_eq!(header, Header { kind: Kind::Waiting, seq: 9, total: 0, len: 12 });
         assert_eq!(Waiting::decode(&frame[HEADER_LEN..], 6), Ok(w));
         assert_eq!(Waiting::decode(&frame[HEADER_LEN..], 5), Err(FrameError::BadRank(5)));
-        assert_eq!(Waiting::decode(&frame[HEADER_LEN..HEADER_LEN + 8], 6), Err(FrameError::BadWaiting));
+        assert_eq!(
+            Waiting::decode(&frame[HEADER_LEN..HEADER_LEN + 8], 6),
+            Err(FrameError::BadWaiting)
+        );
         let mut long = header;
         long.len = 13;
         assert_eq!(Header::decode(&long.encode()), Err(FrameError::TooLong(13)));

@@ -58,9 +58,11 @@ compile_error!(
 
 mod error;
 pub mod frame;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod handshake;
-mod liveness;
 mod link;
+mod liveness;
 mod rendezvous;
 mod ring;
 mod stats;

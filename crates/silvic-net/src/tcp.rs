@@ -13,11 +13,11 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{info, info_span, warn};
 
 use crate::error::ConnectError;
-use crate::liveness;
 use crate::link::{Place, TcpRing};
-use crate::stats::RingStats;
+use crate::liveness;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::run::{self, Call, Element, Scratch};
+use crate::stats::RingStats;
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
 ///

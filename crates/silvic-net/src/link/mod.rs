@@ -44,6 +44,8 @@ use crate::stats::RingStats;
 use crate::wait::wait;
 
 mod reader;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod replay;
 
 use reader::{Control, ControlReader, Incoming, Parsed, ReadAhead, parse_control, stream_error};
 
@@ -435,7 +437,8 @@ impl TcpRing {
             }
 
             // Each side this step still needs, with its last sign of life.
-            let heard_at = |h: Option<Heard>, active: Instant| h.map_or(active, |h| h.at.max(active));
+            let heard_at =
+                |h: Option<Heard>, active: Instant| h.map_or(active, |h| h.at.max(active));
             let left_alive = heard_at(self.heard_left, left_active);
             let right_alive = heard_at(self.heard_right, right_active);
             let waits = [

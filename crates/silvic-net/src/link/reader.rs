@@ -41,9 +41,9 @@ fn control(
             seq: header.seq,
             error: Abort::decode(payload, world).map_err(malformed(peer))?.into_error(),
         }),
-        Kind::Waiting => Ok(Control::Waiting(
-            Waiting::decode(payload, world).map_err(malformed(peer))?,
-        )),
+        Kind::Waiting => {
+            Ok(Control::Waiting(Waiting::decode(payload, world).map_err(malformed(peer))?))
+        }
         Kind::Data(_) => unreachable!("called for control frames only"),
     }
 }
@@ -147,7 +147,12 @@ enum State {
 
 impl Incoming {
     pub(super) fn new() -> Self {
-        Incoming { head: [0; HEADER_LEN], got: 0, state: State::Header, control: [0; MAX_ABORT_LEN] }
+        Incoming {
+            head: [0; HEADER_LEN],
+            got: 0,
+            state: State::Header,
+            control: [0; MAX_ABORT_LEN],
+        }
     }
 
     pub(super) fn done(&self) -> bool {
@@ -406,8 +411,7 @@ mod tests {
         let mut sink = VecSink(vec![0; 8], 0);
         let mut heard = None;
         let error = loop {
-            match incoming.read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
-            {
+            match incoming.read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard) {
                 Ok(_) => continue,
                 Err(e) => break e,
             }
@@ -460,8 +464,8 @@ mod tests {
 
     #[test]
     fn parse_control_looks_without_consuming_and_stops_at_data() {
-        let bytes = [notice(1), Header::data(Op::AllgatherBytes, 0, 1, 1).encode().to_vec()]
-            .concat();
+        let bytes =
+            [notice(1), Header::data(Op::AllgatherBytes, 0, 1, 1).encode().to_vec()].concat();
         assert_eq!(parse_control(&bytes[..10], 0, 4), Ok(Parsed::Incomplete(HEADER_LEN)));
         assert_eq!(parse_control(&bytes[..40], 0, 4), Ok(Parsed::Incomplete(44)));
         let Ok(Parsed::Control(Control::Waiting(w), 44)) = parse_control(&bytes, 0, 4) else {
