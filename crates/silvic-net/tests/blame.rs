@@ -9,7 +9,6 @@
 mod common;
 
 use std::sync::{Arc, Barrier};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use common::ring_of_threads;
