@@ -296,8 +296,10 @@ impl TcpRing {
             let mut src = Counted { stream: &self.right, bytes: &mut self.stats.bytes_received };
             let failure = match self.reverse.next(&mut src, self.right_rank, self.world) {
                 Ok(None) => return Ok(()),
-                Ok(Some(Control::Waiting(notice))) => {
-                    self.heard_right = Some(Heard { notice, at: Instant::now() });
+                Ok(Some(Control::Waiting { notice, seq: of })) => {
+                    if of == seq {
+                        self.heard_right = Some(Heard { notice, at: Instant::now() });
+                    }
                     continue;
                 }
                 Ok(Some(Control::Abort { seq: of, error })) => {
@@ -326,9 +328,11 @@ impl TcpRing {
             let need = match parse_control(self.ahead.buffered(), self.left_rank, self.world) {
                 Ok(Parsed::Data) | Err(_) => return Ok(false),
                 Ok(Parsed::Incomplete(need)) => need,
-                Ok(Parsed::Control(Control::Waiting(notice), len)) => {
+                Ok(Parsed::Control(Control::Waiting { notice, seq: of }, len)) => {
                     self.ahead.consume(len);
-                    self.heard_left = Some(Heard { notice, at: Instant::now() });
+                    if of == seq {
+                        self.heard_left = Some(Heard { notice, at: Instant::now() });
+                    }
                     continue;
                 }
                 Ok(Parsed::Control(Control::Abort { seq: of, error }, _)) => {

@@ -19,8 +19,8 @@ use crate::ring::Sink;
 /// A control frame: what a neighbour says besides data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Control {
-    /// The neighbour is alive and waiting, blaming the rank it names.
-    Waiting(Waiting),
+    /// The neighbour is alive and waiting in collective `seq`, blaming the rank it names.
+    Waiting { notice: Waiting, seq: u64 },
     /// The neighbour gave up in collective `seq`, for this reason.
     Abort { seq: u64, error: CollectiveError },
 }
@@ -41,9 +41,10 @@ fn control(
             seq: header.seq,
             error: Abort::decode(payload, world).map_err(malformed(peer))?.into_error(),
         }),
-        Kind::Waiting => {
-            Ok(Control::Waiting(Waiting::decode(payload, world).map_err(malformed(peer))?))
-        }
+        Kind::Waiting => Ok(Control::Waiting {
+            notice: Waiting::decode(payload, world).map_err(malformed(peer))?,
+            seq: header.seq,
+        }),
         Kind::Data(_) => unreachable!("called for control frames only"),
     }
 }
@@ -228,8 +229,12 @@ impl Incoming {
                 let payload = &self.control[..header.len as usize];
                 self.got = 0;
                 match control(&header, payload, peer, world)? {
-                    Control::Waiting(w) => {
-                        *heard = Some(w);
+                    // A notice of an earlier call (sent while this rank was between calls) is
+                    // stale: it says nothing about this one.
+                    Control::Waiting { notice, seq } => {
+                        if seq == expect.seq {
+                            *heard = Some(notice);
+                        }
                         State::Header
                     }
                     Control::Abort { error, .. } => return Err(error),
@@ -444,7 +449,7 @@ mod tests {
             seen.push(c);
         }
         assert_eq!(seen.len(), 3, "{seen:?}");
-        assert!(matches!(seen[1], Control::Waiting(Waiting { on: 3, .. })));
+        assert!(matches!(seen[1], Control::Waiting { notice: Waiting { on: 3, .. }, seq: 4 }));
         assert_eq!(
             seen[2],
             Control::Abort {
@@ -468,7 +473,9 @@ mod tests {
             [notice(1), Header::data(Op::AllgatherBytes, 0, 1, 1).encode().to_vec()].concat();
         assert_eq!(parse_control(&bytes[..10], 0, 4), Ok(Parsed::Incomplete(HEADER_LEN)));
         assert_eq!(parse_control(&bytes[..40], 0, 4), Ok(Parsed::Incomplete(44)));
-        let Ok(Parsed::Control(Control::Waiting(w), 44)) = parse_control(&bytes, 0, 4) else {
+        let Ok(Parsed::Control(Control::Waiting { notice: w, .. }, 44)) =
+            parse_control(&bytes, 0, 4)
+        else {
             panic!("a notice")
         };
         assert_eq!(w.on, 1);
