@@ -120,6 +120,18 @@ impl Queued {
         Ok(self.sent - start)
     }
 
+    /// Writes what `stream` takes, dropping the queue if the stream fails (the failure shows
+    /// on reading it). Returns the bytes written.
+    fn flush_or_drop(&mut self, stream: &TcpStream) -> u64 {
+        match self.flush(stream) {
+            Ok(n) => n as u64,
+            Err(_) => {
+                self.sent = self.bytes.len();
+                0
+            }
+        }
+    }
+
     /// What is left to write.
     fn rest(&self) -> &[u8] {
         &self.bytes[self.sent..]
@@ -252,7 +264,14 @@ impl TcpRing {
     fn write_some(&mut self, out: &mut Outgoing<'_>) -> Result<bool, CollectiveError> {
         match self.to_right.flush(&self.right) {
             Ok(n) => self.stats.bytes_sent += n as u64,
-            Err(e) => return Err(self.right_gone(&e)),
+            Err(e) if !out.done() => return Err(self.right_gone(&e)),
+            // Only a notice was left to send: the right needs nothing more in this step, and
+            // the next step reports the failure.
+            Err(e) => {
+                self.to_right.sent = self.to_right.bytes.len();
+                let error = self.right_gone(&e);
+                self.pending.get_or_insert(error);
+            }
         }
         let mut moved = false;
         while !out.done() && self.to_right.is_empty() {
@@ -371,12 +390,8 @@ impl TcpRing {
         if out_done && self.to_right.is_empty() {
             self.to_right.push(&frame);
         }
-        if let Ok(n) = self.to_left.flush(&self.left) {
-            self.stats.bytes_sent += n as u64;
-        }
-        if let Ok(n) = self.to_right.flush(&self.right) {
-            self.stats.bytes_sent += n as u64;
-        }
+        self.stats.bytes_sent += self.to_left.flush_or_drop(&self.left);
+        self.stats.bytes_sent += self.to_right.flush_or_drop(&self.right);
     }
 
     fn drive(
@@ -424,9 +439,7 @@ impl TcpRing {
                 watch_left = self.read_left_controls(seq).map_err(|e| (Side::Left, e))?;
             }
             self.read_reverse(seq, !out.done()).map_err(|e| (Side::Right, e))?;
-            if let Ok(n) = self.to_left.flush(&self.left) {
-                self.stats.bytes_sent += n as u64;
-            }
+            self.stats.bytes_sent += self.to_left.flush_or_drop(&self.left);
             if out.done() && incoming.done() {
                 return Ok(());
             }
