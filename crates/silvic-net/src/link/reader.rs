@@ -160,8 +160,10 @@ impl Incoming {
         matches!(self.state, State::Done)
     }
 
-    /// Reads what `src` has, through `ahead`, into the frame. Returns whether a payload or
-    /// header byte of a data frame moved; a notice read on the way is put in `heard`.
+    /// Reads what `src` has, through `ahead`, into the frame. Returns whether the data frame
+    /// progressed (its header accepted, or payload bytes in): a waiting notice is no progress,
+    /// so a neighbour that only says it waits never looks like one that moves data. A notice
+    /// read on the way is put in `heard`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn read_from<R: Read>(
         &mut self,
@@ -181,7 +183,7 @@ impl Incoming {
                 State::Done => return Ok(moved),
             };
             if buf.is_empty() {
-                self.advance(peer, world, expect, heard)?;
+                moved |= self.advance(peer, world, expect, heard)?;
                 continue;
             }
             let n = match ahead.read(src, buf) {
@@ -196,23 +198,20 @@ impl Incoming {
                     sink.commit(n);
                     moved = true;
                 }
-                State::Header => {
-                    self.got += n;
-                    moved = true;
-                }
                 _ => self.got += n,
             }
         }
     }
 
     /// Moves past a completed part: checks a header, decodes a control frame, ends a payload.
+    /// Returns whether a data header was accepted.
     fn advance(
         &mut self,
         peer: usize,
         world: usize,
         expect: &Header,
         heard: &mut Option<Waiting>,
-    ) -> Result<(), CollectiveError> {
+    ) -> Result<bool, CollectiveError> {
         self.state = match self.state {
             State::Header => {
                 let header = Header::decode(&self.head).map_err(malformed(peer))?;
@@ -220,7 +219,8 @@ impl Incoming {
                 match header.kind {
                     Kind::Data(_) => {
                         header.expect(expect, peer)?;
-                        State::Payload
+                        self.state = State::Payload;
+                        return Ok(true);
                     }
                     Kind::Abort | Kind::Waiting => State::Control(header),
                 }
@@ -242,7 +242,7 @@ impl Incoming {
             }
             State::Payload | State::Done => State::Done,
         };
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -404,6 +404,25 @@ mod tests {
             assert_eq!(sink.0, b"hello");
             assert_eq!(heard, Some(Waiting { on: 3, waited: Duration::from_millis(300) }));
         }
+    }
+
+    #[test]
+    fn notices_alone_are_no_progress() {
+        let expect = Header::data(Op::AllgatherBytes, 4, 5, 5);
+        let mut src = Trickle::new([notice(2), notice(3)].concat(), 1000);
+        let (mut ahead, mut incoming) = (ReadAhead::new(0), Incoming::new());
+        let mut sink = VecSink(vec![0; 5], 0);
+        let mut heard = None;
+        let moved = incoming
+            .read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
+            .unwrap();
+        assert!(!moved, "a notice counted as data progress");
+        assert_eq!(heard.map(|w| w.on), Some(3));
+        let mut src = Trickle::new(expect.encode().to_vec(), 1000);
+        let moved = incoming
+            .read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
+            .unwrap();
+        assert!(moved, "an accepted data header is progress");
     }
 
     #[test]
