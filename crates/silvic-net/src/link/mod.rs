@@ -15,8 +15,9 @@
 //!   has taken everything may end its job before this rank has read its last frame.
 //! - Once this step's frame from the left is in, control frames behind it are read too (an abort
 //!   of this call fails the step), up to the next data frame, which is left for the next step.
-//! - Frames on a stream are read in order and every one is looked at: a waiting notice (or a data
-//!   frame, on the left) never hides an abort behind it.
+//! - Frames on a stream are read in order and every one is looked at: a waiting notice never
+//!   hides an abort behind it. On the left, a data frame of the next step waits for that step,
+//!   and what follows it with it. A notice of another call than the current one is ignored.
 //! - The timeout bounds inactivity per peer: a step fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long. A waiting rank sends notices to both
 //!   neighbours ([`notice_every`]), naming the rank it blames (its own stalled neighbour, or the
