@@ -1,5 +1,6 @@
 //! Starting the ranks: as processes of this program (the default), as threads, or as one rank
-//! of a multi-host run that meets in a shared folder.
+//! of a multi-host run that meets in a shared folder (silvic-net's [`folder`] rendezvous, as
+//! `TcpCollective::from_env` uses with `SILVIC_RENDEZVOUS=file:///PATH`).
 //!
 //! The default mode is a launcher like any other: it makes a fresh rendezvous folder, starts
 //! `world` copies of this program as `--rank R --rendezvous DIR`, and waits for them. So the
@@ -13,10 +14,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use silvic_core::Collective;
+use silvic_net::launch::folder;
 use silvic_net::{RingListener, TcpCollective};
 
 use crate::cli::{Config, Mode};
-use crate::meet;
 use crate::sweep::sweep;
 
 /// The job token of a run, read by each rank from the environment. The launcher sets a fresh
@@ -110,14 +111,14 @@ fn one_rank(config: &Config, rank: usize, dir: &Path) -> Result<u64, Failure> {
         None => host_address()?,
     };
     let listener = bind(config, &host)?;
-    meet::publish(dir, rank, config.world, &listener.address())?;
-    let addresses = meet::gather(dir, config.world, config.timeout)?;
+    folder::publish(dir, rank, config.world, &listener.address())?;
+    let addresses = folder::gather(dir, config.world, config.timeout)?;
     let token = std::env::var(TOKEN_VAR).unwrap_or_else(|_| DEFAULT_TOKEN.into());
     let mut ring = TcpCollective::connect(listener, rank, &addresses, &token, config.timeout)
         .map_err(|e| format!("rank {rank}: {e}"))?;
     // Every rank has read every file once all have joined the ring; only then may they go.
     ring.allreduce_sum_f64(&mut [0.0]).map_err(|e| format!("rank {rank}: {e}"))?;
-    meet::withdraw(dir, rank);
+    folder::withdraw(dir, rank);
     let preamble = describe(config, "one process per rank", &host);
     Ok(sweep(&mut ring, config, &preamble, "(MiB/rank)")
         .map_err(|e| format!("rank {rank}: {e}"))?)

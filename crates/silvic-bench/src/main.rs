@@ -6,7 +6,7 @@
 //! figures go into one table with OpenMPI's, XGBoost's and Gloo's.
 //!
 //! Modules: [`cli`] (flags), [`launch`] (processes, threads, or one rank of a multi-host run),
-//! [`meet`] (the rendezvous folder), [`sweep`] and [`timing`] (the protocol), [`workload`]
+//! [`sweep`] and [`timing`] (the protocol), [`workload`]
 //! (inputs and checks), [`report`] (table, CSV, progress, peak RSS).
 //!
 //! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
@@ -14,7 +14,6 @@
 
 mod cli;
 mod launch;
-mod meet;
 mod report;
 mod sweep;
 mod timing;

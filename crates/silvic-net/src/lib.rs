@@ -20,6 +20,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! On a cluster, [`TcpCollective::bind_with`] listens on an interface or a port range
+//! ([`BindOptions`]), and [`TcpCollective::from_env`] forms the ring from a launcher's
+//! variables (Slurm, torchrun, a Kubernetes indexed Job, OpenMPI) through rank 0's address
+//! exchange or a shared folder ([`launch`]).
+//!
 //! # The ring
 //!
 //! Rank `r` connects to `r + 1` and accepts `r - 1` (mod world size). A handshake checks magic,
@@ -64,11 +69,13 @@ compile_error!(
     "silvic-net sends numbers as they lie in memory and supports little-endian targets only"
 );
 
+mod bind;
 mod error;
 pub mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod handshake;
+pub mod launch;
 mod link;
 mod liveness;
 mod rendezvous;
@@ -79,6 +86,7 @@ mod sys;
 mod tcp;
 mod wait;
 
+pub use bind::BindOptions;
 pub use error::{ConnectError, RejectReason};
 
 /// The examples of README.md, run as doctests.

@@ -121,11 +121,11 @@ fn a_million_elements_reduce_exactly() {
 
 #[test]
 fn a_ring_forms_over_ipv6_loopback() {
-    let results =
-        common::ring_of_threads_with(3, "::1", "v6", Duration::from_secs(30), |rank, mut ring| {
-            let mut buf = vec![rank as f64; 1000];
-            ring.allreduce_sum_f64(&mut buf).unwrap();
-            buf[999]
-        });
+    let (timeout, limit) = (common::CONNECT_TIMEOUT, Duration::from_secs(60));
+    let results = common::ring_of_threads_with(3, "::1", "v6", timeout, limit, |rank, mut ring| {
+        let mut buf = vec![rank as f64; 1000];
+        ring.allreduce_sum_f64(&mut buf).unwrap();
+        buf[999]
+    });
     assert_eq!(results, [3.0, 3.0, 3.0]);
 }

@@ -24,9 +24,6 @@ pub const PREFIX: &str = "svt-";
 /// bridged packets: the reset is routed out of the switch namespace).
 pub const SWITCH_IP: &str = "10.231.0.100";
 
-/// Set this variable to make a missing capability fail the test instead of skipping it (CI).
-pub const REQUIRE_ENV: &str = "SILVIC_TESTBED_REQUIRE_NETNS";
-
 /// Host `h`'s address.
 pub fn host_ip(h: usize) -> String {
     format!("10.231.0.{}", h + 1)
@@ -79,19 +76,18 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
-/// True when the namespace tests can run. When they cannot, prints why and returns false, or
-/// panics if [`REQUIRE_ENV`] is set (CI installs everything and runs as root, so a skip there
-/// would hide a broken test bed).
-pub fn can_run(test: &str) -> bool {
-    match available() {
-        Ok(()) => true,
-        Err(why) if std::env::var_os(REQUIRE_ENV).is_some() => {
-            panic!("{test}: cannot run and {REQUIRE_ENV} is set: {why}")
-        }
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
+/// Fails the test `test`, saying what is missing, unless the namespace tests can run here.
+///
+/// A namespace test never passes without running: whether it runs is decided by nextest's
+/// filter (`.config/nextest.toml`: the default profile skips the `netns_` tests, and nextest
+/// counts them as skipped; the `ci` profile, which `.ci/run` uses as root, runs them), and once
+/// it runs it either does its job or fails.
+pub fn require(test: &str) {
+    if let Err(why) = available() {
+        panic!(
+            "{test} needs root, ip, nft and tc: {why}. Outside `--profile ci` nextest skips the \
+             netns_ tests"
+        );
     }
 }
 
