@@ -29,8 +29,8 @@
 //!
 //! Rank `r` connects to `r + 1` and accepts `r - 1` (mod world size). A handshake checks magic,
 //! version, world size and rank, and proves the job token with an HMAC over both sides' nonces
-//! ([`handshake`]). An allreduce is a reduce-scatter then an allgather; below 4 KiB it is one
-//! allgather of whole buffers. Every frame carries the op, the call's sequence number and the
+//! ([`handshake`]). An allreduce is a reduce-scatter then an allgather; below 4 KiB, and above
+//! it where a cost model of hops against bytes says so, it is one allgather of whole buffers. Every frame carries the op, the call's sequence number and the
 //! lengths ([`frame`]), checked before a payload byte is used.
 //!
 //! # Guarantees

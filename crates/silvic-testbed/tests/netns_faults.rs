@@ -290,13 +290,13 @@ fn sigstop_case() -> Duration {
     let pause = Duration::from_secs(100);
     assert!(pause > LIVENESS + Duration::from_secs(30));
     let args = words(&["kind=sum_f64", "bytes=16777216", "count=12", "timeout=300"]);
-    // Socket buffers of at most 1 MiB (Linux allows 6 MiB by default), so that a 4 MiB ring
-    // step cannot vanish into them: the stopped rank's window must close, as it does for the
-    // far larger histograms of a real job.
+    // Socket buffers of 16 KiB (Linux allows 6 MiB by default), so that a ring frame (a slice
+    // of up to 256 KiB) cannot vanish into them: the stopped rank's window must close, as it
+    // does for the far larger frames of a real job on a fast network.
     let net = Net::create("stop", WORLD).unwrap_or_else(|e| panic!("stop: network: {e}"));
     for ns in &net.hosts {
-        net.exec(ns, "sysctl", &["-qw", "net.ipv4.tcp_rmem=4096 131072 1048576"]).unwrap();
-        net.exec(ns, "sysctl", &["-qw", "net.ipv4.tcp_wmem=4096 16384 1048576"]).unwrap();
+        net.exec(ns, "sysctl", &["-qw", "net.ipv4.tcp_rmem=4096 16384 16384"]).unwrap();
+        net.exec(ns, "sysctl", &["-qw", "net.ipv4.tcp_wmem=4096 16384 16384"]).unwrap();
     }
     let mut world = World::start(exe(), WORLD, Some(net), &Layout::default(), &args, |_| vec![])
         .unwrap_or_else(|e| panic!("stop: start: {e}"));
