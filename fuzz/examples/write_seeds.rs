@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use silvic_net::frame::{Abort, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, MAX_LEN};
+use silvic_net::frame::{Abort, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, MAX_LEN, Waiting};
 use silvic_net::handshake::{Acceptor, Connector, Message, MessageKind, Next, VERSION};
 use silvic_net::{CollectiveError, Op};
 use silvic_net_fuzz::REASONS;
@@ -65,6 +65,15 @@ fn main() {
         let n = Abort { origin: 3, cause: cause.clone() }.encode(5, &mut frame);
         write(&aborts, &format!("payload-{i}"), &[&[0u8][..], &frame[HEADER_LEN..n]].concat());
     }
+    // Control characters in a cause, and a waiting notice's payload.
+    let garbled =
+        CollectiveError::MalformedFrame { peer: 1, reason: "a\nforged\u{1b}[2J\0".into() };
+    let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+    let n = Abort { origin: 0, cause: garbled }.encode(5, &mut frame);
+    write(&aborts, "payload-control-characters", &[&[0u8][..], &frame[HEADER_LEN..n]].concat());
+    let notice = Waiting { on: 2, waited: Duration::from_millis(1500) }.encode(5);
+    write(&aborts, "waiting-notice", &[&[0u8][..], &notice[HEADER_LEN..]].concat());
+    write(&frames, "waiting", &notice[..HEADER_LEN]);
     // Structured mode (odd first byte): the bytes pick an error to send.
     for i in 0..8u8 {
         write(&aborts, &format!("error-{i}"), &[1, 0, 0, 0, 0, i, 0xff, 0xff, 0xff, 0xff, 0xff]);
@@ -135,8 +144,22 @@ fn main() {
     input.extend([1; 20]);
     write(&ring, "short-payload", &input);
     let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
-    let n = Abort { origin: 1, cause: causes[2].clone() }.encode(0, &mut frame);
+    let timeout = CollectiveError::Timeout { peer: 0, waited: Duration::from_secs(60) };
+    let n = Abort { origin: 1, cause: timeout }.encode(0, &mut frame);
     write(&ring, "abort", &[&[0u8, 4, 0][..], &frame[..n]].concat());
+    let n = Abort { origin: 1, cause: causes[2].clone() }.encode(0, &mut frame);
+    write(&ring, "abort-rank-outside-the-world", &[&[0u8, 4, 0][..], &frame[..n]].concat());
+    // Waiting notices before the data frame, and before an abort.
+    let notice = Waiting { on: 0, waited: Duration::from_millis(750) }.encode(0);
+    let mut input = vec![3u8, 3, 0];
+    input.extend(notice);
+    input.extend(notice);
+    input.extend(Header::data(Op::AllgatherBytes, 0, 3, 3).encode());
+    input.extend([7, 8, 9]);
+    write(&ring, "notices-then-gather", &input);
+    let n = Abort { origin: 1, cause: causes[1].clone() }.encode(0, &mut frame);
+    let input = [&[0u8, 4, 0][..], &notice, &frame[..n]].concat();
+    write(&ring, "notice-then-abort", &input);
 
     println!("seeds written under {}", root.display());
 }

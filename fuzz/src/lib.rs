@@ -8,16 +8,19 @@
 //! - [`frame_decode`]: `Header::decode` never panics, accepts exactly the canonical encodings
 //!   (decode then encode gives the same 32 bytes), bounds every length it accepts, and
 //!   `Header::expect` accepts exactly the header it was asked to expect.
-//! - [`abort_decode`]: `Abort::decode` never panics, and anything it accepts re-encodes into a
-//!   frame that decodes to the same abort; and every error a rank can send survives the trip
-//!   through an abort frame (up to the documented losses: the I/O kind, milliseconds, the cut).
+//! - [`abort_decode`]: `Abort::decode` never panics, accepts only ranks of the world, lets no
+//!   control character into an error, and anything it accepts re-encodes into a frame that
+//!   decodes to the same abort (byte for byte when its text is clean); every error a rank can
+//!   send survives the trip through an abort frame (up to the documented losses: the I/O kind,
+//!   milliseconds, the cut, escaped control characters); a waiting notice is its own encoding.
 //! - [`handshake_decode`]: `Message::decode` never panics and round-trips byte for byte.
 //! - [`handshake_roles`]: `Acceptor` and `Connector` driven by a mix of honest, replayed,
 //!   mutated, wrong-token and arbitrary messages never panic, succeed at most once, succeed only
 //!   on the MAC a token holder computes for this very exchange, and do succeed when every
 //!   message is honest.
-//! - [`ring_frames`]: a real `TcpCollective` whose neighbour sends the fuzzer's bytes as its
-//!   frames returns, with a typed error or with what the frames said (see `ring.rs`).
+//! - [`ring_frames`]: one collective through the real ring algorithms and the ring link's frame
+//!   reader, in memory, whose neighbour's stream is the fuzzer's bytes, returns with a typed
+//!   error or with what the frames said (see `ring.rs`).
 
 mod ring;
 
@@ -25,8 +28,8 @@ pub use ring::ring_frames;
 
 use libfuzzer_sys::arbitrary::{Result as ArbitraryResult, Unstructured};
 use silvic_net::frame::{
-    ABORT, Abort, FRAME_MAGIC, FrameError, HEADER_LEN, Header, Kind, MAX_ABORT_LEN,
-    MAX_ABORT_MESSAGE, MAX_LEN,
+    ABORT, ABORT_FIXED_LEN, Abort, FRAME_MAGIC, FrameError, HEADER_LEN, Header, Kind,
+    MAX_ABORT_LEN, MAX_ABORT_MESSAGE, MAX_LEN, WAITING, WAITING_LEN, Waiting, escape_controls,
 };
 use silvic_net::handshake::{
     Acceptor, Connector, Failure, MAGIC, MESSAGE_LEN, Message, MessageError, MessageKind, Next,
@@ -42,14 +45,20 @@ pub fn frame_decode(data: &[u8]) {
     match decoded {
         Ok(h) => {
             assert_eq!(&h.encode(), first, "an accepted header is its own encoding");
-            let max = if h.kind == Kind::Abort { MAX_ABORT_LEN as u64 } else { MAX_LEN };
+            let max = max_len(h.kind);
             assert!(h.len <= max, "accepted a length of {} above {max}", h.len);
         }
         Err(FrameError::BadMagic(m)) => assert!(m == first[..2] && m != FRAME_MAGIC),
-        Err(FrameError::UnknownKind(k)) => assert!(k == first[2] && !matches!(k, 1..=4 | ABORT)),
+        Err(FrameError::UnknownKind(k)) => {
+            assert!(k == first[2] && !matches!(k, 1..=4 | ABORT | WAITING))
+        }
         Err(FrameError::Reserved) => assert_ne!(first[3..8], [0; 5]),
         Err(FrameError::TooLong(len)) => {
-            let max = if first[2] == ABORT { MAX_ABORT_LEN as u64 } else { MAX_LEN };
+            let max = match first[2] {
+                ABORT => MAX_ABORT_LEN as u64,
+                WAITING => WAITING_LEN as u64,
+                _ => MAX_LEN,
+            };
             assert!(len > max && len.to_be_bytes() == first[24..]);
         }
         Err(e) => panic!("a header cannot fail with {e:?}"),
@@ -65,8 +74,21 @@ pub fn frame_decode(data: &[u8]) {
     }
 }
 
+/// The longest payload a header of `kind` may claim.
+fn max_len(kind: Kind) -> u64 {
+    match kind {
+        Kind::Abort => MAX_ABORT_LEN as u64,
+        Kind::Waiting => WAITING_LEN as u64,
+        Kind::Data(_) => MAX_LEN,
+    }
+}
+
+/// The world size the abort oracles decode for: every rank a u32 field can name but one.
+const WIDE_WORLD: usize = u32::MAX as usize;
+
 /// Abort payloads: arbitrary bytes decoded (first byte even), or an arbitrary error encoded and
-/// decoded again (first byte odd).
+/// decoded again (first byte odd). Waiting notices ride along: bytes decoded as one must name a
+/// rank of the world and re-encode to themselves.
 pub fn abort_decode(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else { return };
     if mode % 2 == 0 {
@@ -89,18 +111,32 @@ fn decode_abort_frame(frame: &[u8], seq: u64) -> Result<Abort, FrameError> {
     assert_eq!(header.kind, Kind::Abort);
     assert_eq!((header.seq, header.total), (seq, 0));
     assert_eq!(header.len as usize, frame.len() - HEADER_LEN, "the header gives the length");
-    Abort::decode(&frame[HEADER_LEN..])
+    Abort::decode(&frame[HEADER_LEN..], WIDE_WORLD)
 }
 
 fn abort_bytes(payload: &[u8]) {
-    let Ok(abort) = Abort::decode(payload) else { return };
+    if let Ok(w) = Waiting::decode(payload, 4) {
+        assert!(w.on < 4, "a notice names a rank outside the world");
+        assert_eq!(w.encode(3)[HEADER_LEN..], *payload, "a notice is its own encoding");
+    }
+    let Ok(abort) = Abort::decode(payload, WIDE_WORLD) else { return };
     assert!(payload.len() <= MAX_ABORT_LEN);
+    // In a world of four, the same payload is accepted only if it names ranks of that world.
+    let small = Abort::decode(payload, 4);
+    let in_small = abort.origin < 4 && abort.cause.peer().is_some_and(|p| p < 4);
+    assert_eq!(small.is_ok(), in_small, "ranks checked against the world: {abort:?}");
+    let text = &abort.cause.to_string();
+    assert!(!text.chars().any(char::is_control), "a control character reached the error: {text:?}");
     let frame = encode_abort(&abort, 7);
     let again = decode_abort_frame(&frame, 7).expect("a decoded abort re-encodes validly");
-    // The message is text: bytes that are not UTF-8 are replaced, which may lengthen it past the
-    // cut. Otherwise the abort comes back as it was.
-    if std::str::from_utf8(&payload[11..]).is_ok() {
+    // The message is text: bytes that are not UTF-8 are replaced and control characters
+    // escaped, which may lengthen it past the cut. Otherwise the abort comes back as it was,
+    // byte for byte.
+    let clean = std::str::from_utf8(&payload[ABORT_FIXED_LEN..])
+        .is_ok_and(|m| !m.chars().any(char::is_control));
+    if clean {
         assert_eq!(again, abort);
+        assert_eq!(frame[HEADER_LEN..], *payload, "an accepted payload is its own encoding");
     }
     // Either way, one trip reaches the canonical form.
     assert_eq!(encode_abort(&again, 7), frame, "encode(decode(encode(a))) == encode(a)");
@@ -149,14 +185,15 @@ fn any_error(u: &mut Unstructured<'_>, depth: u8) -> ArbitraryResult<CollectiveE
 }
 
 /// What the receiving rank must see for `cause`: the same error, less what the frame documents
-/// it drops (the I/O kind, sub-millisecond time, text past [`MAX_ABORT_MESSAGE`] bytes).
+/// it drops (the I/O kind, sub-millisecond time, text past [`MAX_ABORT_MESSAGE`] bytes), with
+/// control characters escaped.
 fn as_received(cause: &CollectiveError) -> CollectiveError {
     let cut = |text: &str| {
         let mut n = text.len().min(MAX_ABORT_MESSAGE);
         while !text.is_char_boundary(n) {
             n -= 1;
         }
-        text[..n].to_string()
+        escape_controls(&text[..n])
     };
     match cause.clone() {
         CollectiveError::Io { peer, message, .. } => {

@@ -1,71 +1,16 @@
-//! The ring_frames oracle: a real [`TcpCollective`] of rank 0 in a world of two, whose only
-//! neighbour (rank 1, played here over loopback) passes the handshake honestly and then sends
-//! the fuzzer's bytes as its frames, then closes.
+//! The ring_frames oracle: one collective of rank 0 in a world of two, through the real ring
+//! algorithms and the ring link's frame reader, in memory (`silvic_net::fuzzing::replay`): rank
+//! 1's stream is the fuzzer's bytes, then its close.
 //!
-//! Checked: the collective returns (no panic, no hang), with an error naming rank 1 or with a
-//! result that is what the frames said: for the small path, every element is the fold of this
-//! rank's value and the one rank 1 sent; for an allgather, rank 1's block is its payload. A
-//! failed ring returns the same error again on the next call.
-
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant};
+//! Checked: the collective returns (no panic; a slice cannot hang), with an error naming a rank
+//! of the world (rank 1 unless rank 1's abort names another) or with a result that is what the
+//! frames said: for the small path, every element is the fold of this rank's value and the one
+//! rank 1 sent; for an allgather, rank 1's block is its payload.
 
 use silvic_core::fold;
-use silvic_net::frame::HEADER_LEN;
-use silvic_net::handshake::{Acceptor, Connector, MESSAGE_LEN, Message, Next, roster_digest};
-use silvic_net::{Collective, CollectiveError, TcpCollective};
-
-const TOKEN: &[u8] = b"ring-frames-token";
-/// How long a call may take before it counts as a hang: every input ends with a close.
-const HANG: Duration = Duration::from_secs(5);
-
-/// Plays one side of rank 1's handshake over a blocking stream.
-fn handshake(
-    stream: &mut TcpStream,
-    mut next: impl FnMut(&Message) -> Next,
-    first: Option<Message>,
-) {
-    if let Some(hello) = first {
-        stream.write_all(&hello.encode()).expect("send hello");
-    }
-    loop {
-        let mut bytes = [0u8; MESSAGE_LEN];
-        stream.read_exact(&mut bytes).expect("read a handshake message");
-        match next(&Message::decode(&bytes).expect("rank 0 speaks the protocol")) {
-            Next::Send(m) => stream.write_all(&m.encode()).expect("send"),
-            Next::SendAndDone(m) => return stream.write_all(&m.encode()).expect("send"),
-            Next::Done => return,
-            Next::Fail(failure, _) => panic!("rank 0 refused the honest neighbour: {failure:?}"),
-        }
-    }
-}
-
-/// A world of two: rank 0 a real TcpCollective, rank 1 two plain streams, handshakes done.
-/// Returns rank 0 and the stream rank 1 writes to rank 0 on.
-fn ring_of_two() -> (TcpCollective, TcpStream, TcpStream) {
-    let listener = TcpCollective::bind("127.0.0.1").expect("bind rank 0");
-    let fake = TcpListener::bind("127.0.0.1:0").expect("bind rank 1");
-    let addresses = vec![listener.address(), fake.local_addr().unwrap().to_string()];
-    let rank0_address = addresses[0].clone();
-    let parsed: Vec<std::net::SocketAddr> = addresses.iter().map(|a| a.parse().unwrap()).collect();
-    let roster = roster_digest(&parsed);
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(TcpCollective::connect(listener, 0, &addresses, "ring-frames-token", HANG));
-    });
-    // Rank 0 dials rank 1 (its right) and accepts rank 1 (its left).
-    let (mut from_rank0, _) = fake.accept().expect("rank 0 dials rank 1");
-    let mut acceptor = Acceptor::new(TOKEN, roster, 2, 1, 0, [1; 16]);
-    handshake(&mut from_rank0, |m| acceptor.on_message(m), None);
-    let mut to_rank0 = TcpStream::connect(rank0_address).expect("dial rank 0");
-    let (mut connector, hello) = Connector::start(TOKEN, roster, 2, 1, 0, [2; 16]);
-    handshake(&mut to_rank0, |m| connector.on_message(m), Some(hello));
-    let ring = rx.recv_timeout(HANG).expect("rank 0 connects").expect("the ring forms");
-    (ring, to_rank0, from_rank0)
-}
+use silvic_net::CollectiveError;
+use silvic_net::frame::{HEADER_LEN, WAITING, WAITING_LEN};
+use silvic_net::fuzzing::{Buffer, replay};
 
 /// What rank 0 is asked to do, and with what.
 #[derive(Debug, Clone, Copy)]
@@ -83,24 +28,28 @@ enum Outcome {
     Gathered(Vec<Vec<u8>>),
 }
 
-fn run(ring: &mut TcpCollective, call: Call, len: usize) -> Result<Outcome, CollectiveError> {
+fn run(call: Call, len: usize, stream: &[u8]) -> Result<Outcome, CollectiveError> {
     let bits = |v: Vec<f64>| Outcome::Reduced(v.into_iter().map(f64::to_bits).collect());
     match call {
         Call::SumF64 | Call::MaxF64 => {
             let mut buf = local_f64(len);
-            if matches!(call, Call::SumF64) {
-                ring.allreduce_sum_f64(&mut buf)?;
+            let b = if matches!(call, Call::SumF64) {
+                Buffer::SumF64(&mut buf)
             } else {
-                ring.allreduce_max_f64(&mut buf)?;
-            }
+                Buffer::MaxF64(&mut buf)
+            };
+            replay(b, stream)?;
             Ok(bits(buf))
         }
         Call::SumI64 => {
             let mut buf: Vec<i64> = (0..len as i64).map(|i| i * 3 - 7).collect();
-            ring.allreduce_sum_i64(&mut buf)?;
+            replay(Buffer::SumI64(&mut buf), stream)?;
             Ok(Outcome::Reduced(buf.into_iter().map(|x| x as u64).collect()))
         }
-        Call::Gather => Ok(Outcome::Gathered(ring.allgather_bytes(&local_bytes(len))?)),
+        Call::Gather => {
+            let blocks = replay(Buffer::Gather(&local_bytes(len)), stream)?;
+            Ok(Outcome::Gathered(blocks.expect("a gather returns blocks")))
+        }
     }
 }
 
@@ -114,6 +63,11 @@ fn local_bytes(len: usize) -> Vec<u8> {
 
 /// Checks a successful small-path result against the first frame rank 1 sent.
 fn check_result(call: Call, len: usize, sent: &[u8], outcome: &Outcome) {
+    // Waiting notices before the data frame are control frames, not data.
+    let mut sent = sent;
+    while sent.len() >= HEADER_LEN && sent[2] == WAITING {
+        sent = &sent[(HEADER_LEN + WAITING_LEN).min(sent.len())..];
+    }
     let payload = &sent[HEADER_LEN.min(sent.len())..];
     let word = |i: usize| u64::from_le_bytes(payload[8 * i..8 * i + 8].try_into().unwrap());
     match (call, outcome) {
@@ -150,39 +104,19 @@ pub fn ring_frames(data: &[u8]) {
     let call = [Call::SumF64, Call::SumI64, Call::MaxF64, Call::Gather][*selector as usize % 4];
     // Up to 700 elements: both sides of the 4 KiB small-path cut.
     let len = u16::from_le_bytes([*lo, *hi]) as usize % 701;
-    let (mut ring, mut to_rank0, from_rank0) = ring_of_two();
-
-    let (tx, rx) = mpsc::channel();
-    let worker = thread::spawn(move || {
-        let first = run(&mut ring, call, len);
-        let again = first.is_err().then(|| run(&mut ring, call, len));
-        let _ = tx.send((first, again, ring));
-    });
-    // Rank 1's frames, then its close. Rank 0 may fail and close first: writes may then fail.
-    let _ = to_rank0.write_all(stream);
-    let _ = to_rank0.shutdown(Shutdown::Write);
-    let started = Instant::now();
-    let (first, again, ring) = rx.recv_timeout(HANG).unwrap_or_else(|_| {
-        panic!("rank 0 did not return within {HANG:?} of rank 1's close ({:?})", started.elapsed())
-    });
-    worker.join().expect("the call panicked");
-    // Rank 1 resets both streams before rank 0 closes, so that neither side keeps the
-    // connections in TIME_WAIT: hundreds of rings a second would otherwise use up the ports.
-    // (Rank 0's own frames sat in its socket buffer: nothing to read.)
-    for stream in [&to_rank0, &from_rank0] {
-        let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
-    }
-    drop((to_rank0, from_rank0));
-    drop(ring);
-    match (first, again) {
-        (Ok(outcome), None) => check_result(call, len, stream, &outcome),
-        (Err(e), Some(Err(again))) => {
-            assert_eq!(again, e, "a failed ring returns the same error");
-            // An abort from rank 1 names whatever rank it says; anything else names rank 1.
-            if !matches!(e, CollectiveError::Aborted { .. }) {
-                assert_eq!(e.peer(), Some(1), "the error names rank 1: {e}");
+    match run(call, len, stream) {
+        Ok(outcome) => check_result(call, len, stream, &outcome),
+        Err(e) => {
+            // An abort from rank 1 names ranks it says, checked against the world of two;
+            // anything else names rank 1.
+            match &e {
+                CollectiveError::Aborted { origin, .. } => {
+                    assert!(*origin < 2, "an abort from outside the world: {e}");
+                    assert!(e.peer().is_some_and(|p| p < 2), "{e}");
+                }
+                _ => assert_eq!(e.peer(), Some(1), "the error names rank 1: {e}"),
             }
+            assert!(!e.to_string().chars().any(char::is_control), "{e:?}");
         }
-        other => panic!("impossible outcome {other:?}"),
     }
 }

@@ -40,7 +40,7 @@ use numpy::{Element, PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArr
 use numpy::{PyReadwriteArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 use silvic_net::Collective;
 
 /// A bound listening socket, to be handed to TcpCollective.connect once.
@@ -337,6 +337,20 @@ impl TcpCollective {
     #[getter]
     fn world_size(&self) -> usize {
         self.inner.world_size()
+    }
+
+    /// What this ring has done since connect, as a dict: "collectives" (calls that returned),
+    /// "bytes_sent" and "bytes_received" (ints), and "waited_left" and "waited_right" (seconds
+    /// spent waiting on each neighbour, floats).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.stats();
+        let out = PyDict::new(py);
+        out.set_item("collectives", s.collectives)?;
+        out.set_item("bytes_sent", s.bytes_sent)?;
+        out.set_item("bytes_received", s.bytes_received)?;
+        out.set_item("waited_left", s.waited_left.as_secs_f64())?;
+        out.set_item("waited_right", s.waited_right.as_secs_f64())?;
+        Ok(out)
     }
 
     /// Sums buf (1-D C-contiguous writeable numpy float64) across ranks, in place.

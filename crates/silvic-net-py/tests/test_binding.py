@@ -80,6 +80,8 @@ def test_world_of_one_returns_its_input_and_mirrors_the_rust_api() -> None:
     assert b.tolist() == [7, -1]
     assert ring.allgather_bytes(b"record") == [b"record"]
     assert repr(ring) == "TcpCollective(rank=0, world_size=1)"
+    stats = ring.stats()
+    assert stats["collectives"] == 3 and stats["bytes_sent"] == 0, stats
 
 
 def test_rings_of_threads_sum_gather_and_agree_bitwise() -> None:
@@ -138,6 +140,27 @@ def test_advertised_and_ipv6_listeners_form_rings(
     rings = ring_of(3, bind=bind)
     results = on_every_rank(3, lambda rank: rings[rank].allgather_bytes(b"%d" % rank))
     assert results == [[b"0", b"1", b"2"]] * 3
+
+
+def test_stats_count_collectives_bytes_and_waits() -> None:
+    rings = ring_of(2)
+
+    def work(rank: int) -> dict[str, float]:
+        a = np.ones(1000)
+        rings[rank].allreduce_sum_f64(a)
+        rings[rank].allgather_bytes(b"xy")
+        return rings[rank].stats()
+
+    with ThreadPoolExecutor(2) as pool:
+        stats = list(pool.map(work, range(2)))
+    for s in stats:
+        assert set(s) == {
+            "collectives", "bytes_sent", "bytes_received", "waited_left", "waited_right"
+        }
+        assert s["collectives"] == 2
+        # 8000 bytes of buffer each way at least, plus headers.
+        assert s["bytes_sent"] >= 8000 and s["bytes_received"] >= 8000, s
+        assert s["waited_left"] >= 0.0 and s["waited_right"] >= 0.0
 
 
 def test_max_propagates_nan_and_sums_keep_their_place() -> None:

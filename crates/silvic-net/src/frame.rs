@@ -1,4 +1,5 @@
-//! Data frames: the fixed header in front of every payload a ring step moves, and the abort frame.
+//! Data frames: the fixed header in front of every payload a ring step moves; the abort frame and
+//! the waiting notice, the two control frames.
 //!
 //! ```text
 //!  0      2      3      4             8                16               24               32
@@ -8,7 +9,7 @@
 //!  all integers big-endian; `len` payload bytes follow the header
 //! ```
 //!
-//! - `kind` is the collective ([`Op`]) or [`ABORT`].
+//! - `kind` is the collective ([`Op`]), [`ABORT`] or [`WAITING`].
 //! - `seq` is the collective's index since connect: the same on every rank for the same call.
 //! - `total` is the caller's buffer length in bytes, so ranks that passed different lengths fail
 //!   at the first frame even when a segment happens to be the same size as a whole buffer.
@@ -23,6 +24,8 @@
 //! refuses to build for big-endian targets rather than mix byte orders on the wire.
 
 use byteorder::{BigEndian, ByteOrder};
+use std::time::Duration;
+
 use silvic_core::{CollectiveError, Op};
 
 /// Bytes in a frame header.
@@ -33,8 +36,12 @@ pub const FRAME_MAGIC: [u8; 2] = *b"Sn";
 pub const ABORT: u8 = 0xAB;
 /// The largest payload length a header may claim: 256 TiB, far above any buffer.
 pub const MAX_LEN: u64 = 1 << 48;
+/// The kind byte of a waiting notice.
+pub const WAITING: u8 = 0xA7;
+/// Bytes in a waiting notice's payload.
+pub const WAITING_LEN: usize = 4 + 8;
 /// Bytes in an abort payload, before its message.
-const ABORT_FIXED_LEN: usize = 4 + 1 + 4 + 2;
+pub const ABORT_FIXED_LEN: usize = 4 + 1 + 4 + 1 + 1 + 8 + 8 + 2;
 /// The longest message an abort payload carries; longer messages are cut.
 pub const MAX_ABORT_MESSAGE: usize = 480;
 /// The largest abort payload.
@@ -47,6 +54,8 @@ pub enum Kind {
     Data(Op),
     /// The sender failed; the payload says where and why.
     Abort,
+    /// The sender is alive and waiting on another rank; the payload says which.
+    Waiting,
 }
 
 impl Kind {
@@ -58,6 +67,7 @@ impl Kind {
             Kind::Data(Op::AllgatherBytes) => 4,
             Kind::Data(_) => unreachable!("every Op has a kind byte"),
             Kind::Abort => ABORT,
+            Kind::Waiting => WAITING,
         }
     }
 
@@ -68,6 +78,7 @@ impl Kind {
             3 => Kind::Data(Op::AllreduceMaxF64),
             4 => Kind::Data(Op::AllgatherBytes),
             ABORT => Kind::Abort,
+            WAITING => Kind::Waiting,
             _ => return None,
         })
     }
@@ -101,9 +112,16 @@ pub enum FrameError {
     /// The payload length is above [`MAX_LEN`], or an abort payload above [`MAX_ABORT_LEN`].
     #[error("payload length {0} is too large")]
     TooLong(u64),
-    /// An abort payload is cut short or its fields disagree with its length.
+    /// An abort payload is cut short, its fields disagree with its length, or a field its
+    /// cause does not use is not zero.
     #[error("abort payload is malformed")]
     BadAbort,
+    /// A waiting notice's payload is not [`WAITING_LEN`] bytes.
+    #[error("waiting notice is malformed")]
+    BadWaiting,
+    /// A rank field names no rank of this world.
+    #[error("rank {0} is not in this world")]
+    BadRank(u32),
 }
 
 impl Header {
@@ -133,7 +151,11 @@ impl Header {
             return Err(FrameError::Reserved);
         }
         let len = BigEndian::read_u64(&bytes[24..32]);
-        let max = if kind == Kind::Abort { MAX_ABORT_LEN as u64 } else { MAX_LEN };
+        let max = match kind {
+            Kind::Abort => MAX_ABORT_LEN as u64,
+            Kind::Waiting => WAITING_LEN as u64,
+            Kind::Data(_) => MAX_LEN,
+        };
         if len > max {
             return Err(FrameError::TooLong(len));
         }
@@ -179,6 +201,29 @@ impl Header {
 }
 
 /// What an abort frame says: the rank where a failure began and the error it saw there.
+///
+/// The payload after an abort header, fixed binary fields then the message:
+///
+/// ```text
+///  0          4       5          9      10     11               19               27      29
+///  +----------+-------+----------+------+------+----------------+----------------+-------+---------+
+///  | origin   | cause | peer     | op_a | op_b | a: u64         | b: u64         | n: u16| message |
+///  +----------+-------+----------+------+------+----------------+----------------+-------+---------+
+///  integers big-endian; `n` message bytes (UTF-8) follow
+/// ```
+///
+/// | cause | op_a, a | op_b, b | message |
+/// |---|---|---|---|
+/// | 1 i/o error | 0, 0 | 0, 0 | the OS message |
+/// | 2 peer closed | 0, 0 | 0, 0 | empty |
+/// | 3 timeout | 0, waited ms | 0, 0 | empty |
+/// | 4 out of step | expected op, expected seq | got op, got seq | empty |
+/// | 5 length mismatch | 0, expected bytes | 0, got bytes | empty |
+/// | 6 malformed frame | 0, 0 | 0, 0 | the reason |
+///
+/// A field a cause does not use is zero, and [`Abort::decode`] rejects anything else, so every
+/// accepted payload is the one encoding of its abort. Ranks are checked below the world size;
+/// control characters in a message are escaped before the text reaches an error or a log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Abort {
     /// The rank where the failure began.
@@ -193,7 +238,46 @@ const CAUSE_TIMEOUT: u8 = 3;
 const CAUSE_OUT_OF_STEP: u8 = 4;
 const CAUSE_LENGTH: u8 = 5;
 const CAUSE_MALFORMED: u8 = 6;
-const NO_PEER: u32 = u32::MAX;
+
+/// The fields of an abort payload, as they sit on the wire.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct AbortFields {
+    origin: u32,
+    cause: u8,
+    peer: u32,
+    op_a: u8,
+    op_b: u8,
+    a: u64,
+    b: u64,
+}
+
+/// A rank as a wire field: a world has fewer than `u32::MAX` ranks (checked at connect).
+fn rank_field(rank: usize) -> u32 {
+    u32::try_from(rank).unwrap_or(u32::MAX)
+}
+
+/// A rank read from the wire, if it is one of this world's.
+fn rank_of(field: u32, world: usize) -> Result<usize, FrameError> {
+    let rank = field as usize;
+    if rank < world { Ok(rank) } else { Err(FrameError::BadRank(field)) }
+}
+
+/// `text` with every control character (newlines, escapes, NUL...) written as an escape, so
+/// that a peer's text cannot forge or garble a log line.
+pub fn escape_controls(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 impl Abort {
     /// The abort to send for `error` seen on this rank, `rank`: an error relayed from elsewhere
@@ -214,103 +298,169 @@ impl Abort {
 
     /// Encodes a whole abort frame (header and payload) into `out`, returning its length.
     ///
-    /// The cause travels as its kind, its peer and its message; the message is cut to
-    /// [`MAX_ABORT_MESSAGE`] bytes on a character boundary.
+    /// The message is cut to [`MAX_ABORT_MESSAGE`] bytes on a character boundary; a wait longer
+    /// than `u64::MAX` milliseconds is sent as that.
     pub fn encode(&self, seq: u64, out: &mut [u8; HEADER_LEN + MAX_ABORT_LEN]) -> usize {
-        let (code, message) = match &self.cause {
-            CollectiveError::Io { message, .. } => (CAUSE_IO, message.clone()),
-            CollectiveError::PeerClosed { .. } => (CAUSE_CLOSED, String::new()),
+        let op = |op: Op| Kind::Data(op).to_byte();
+        let mut f = AbortFields {
+            origin: rank_field(self.origin),
+            peer: self.cause.peer().map_or(u32::MAX, rank_field),
+            ..AbortFields::default()
+        };
+        let message = match &self.cause {
+            CollectiveError::Io { message, .. } => {
+                f.cause = CAUSE_IO;
+                message.clone()
+            }
+            CollectiveError::PeerClosed { .. } => {
+                f.cause = CAUSE_CLOSED;
+                String::new()
+            }
             CollectiveError::Timeout { waited, .. } => {
-                // Decoded as a u64 of milliseconds: a longer wait (a timeout of Duration::MAX)
-                // is sent as the longest one that fits.
-                let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-                (CAUSE_TIMEOUT, ms.to_string())
+                f.cause = CAUSE_TIMEOUT;
+                f.a = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+                String::new()
             }
             CollectiveError::OutOfStep { expected_op, expected_seq, got_op, got_seq, .. } => {
-                let (expected, got) =
-                    (Kind::Data(*expected_op).to_byte(), Kind::Data(*got_op).to_byte());
-                (CAUSE_OUT_OF_STEP, format!("{expected} {expected_seq} {got} {got_seq}"))
+                f.cause = CAUSE_OUT_OF_STEP;
+                (f.op_a, f.a, f.op_b, f.b) =
+                    (op(*expected_op), *expected_seq, op(*got_op), *got_seq);
+                String::new()
             }
             CollectiveError::LengthMismatch { expected, got, .. } => {
-                (CAUSE_LENGTH, format!("{expected} {got}"))
+                f.cause = CAUSE_LENGTH;
+                (f.a, f.b) = (*expected, *got);
+                String::new()
             }
-            CollectiveError::MalformedFrame { reason, .. } => (CAUSE_MALFORMED, reason.clone()),
-            other => (CAUSE_MALFORMED, other.to_string()),
+            CollectiveError::MalformedFrame { reason, .. } => {
+                f.cause = CAUSE_MALFORMED;
+                reason.clone()
+            }
+            other => {
+                f.cause = CAUSE_MALFORMED;
+                other.to_string()
+            }
         };
         let mut cut = message.len().min(MAX_ABORT_MESSAGE);
         while !message.is_char_boundary(cut) {
             cut -= 1;
         }
         let message = &message.as_bytes()[..cut];
-        let peer = self.cause.peer().map_or(NO_PEER, |p| u32::try_from(p).unwrap_or(NO_PEER));
         let payload_len = ABORT_FIXED_LEN + message.len();
         let header = Header { kind: Kind::Abort, seq, total: 0, len: payload_len as u64 };
         out[..HEADER_LEN].copy_from_slice(&header.encode());
         let p = &mut out[HEADER_LEN..];
-        BigEndian::write_u32(&mut p[0..4], u32::try_from(self.origin).unwrap_or(NO_PEER));
-        p[4] = code;
-        BigEndian::write_u32(&mut p[5..9], peer);
-        BigEndian::write_u16(&mut p[9..11], message.len() as u16);
+        BigEndian::write_u32(&mut p[0..4], f.origin);
+        p[4] = f.cause;
+        BigEndian::write_u32(&mut p[5..9], f.peer);
+        (p[9], p[10]) = (f.op_a, f.op_b);
+        BigEndian::write_u64(&mut p[11..19], f.a);
+        BigEndian::write_u64(&mut p[19..27], f.b);
+        BigEndian::write_u16(&mut p[27..29], message.len() as u16);
         p[ABORT_FIXED_LEN..payload_len].copy_from_slice(message);
         HEADER_LEN + payload_len
     }
 
-    /// Decodes an abort payload (the bytes after an abort header). Never panics; text that is not
-    /// UTF-8 is replaced, not trusted.
-    pub fn decode(payload: &[u8]) -> Result<Abort, FrameError> {
+    /// Decodes an abort payload (the bytes after an abort header) from a peer of a world of
+    /// `world` ranks. Never panics; ranks at or above `world`, a field the cause does not use
+    /// that is not zero, and a length that disagrees are errors; text that is not UTF-8 is
+    /// replaced and control characters escaped ([`escape_controls`]).
+    pub fn decode(payload: &[u8], world: usize) -> Result<Abort, FrameError> {
         if payload.len() < ABORT_FIXED_LEN || payload.len() > MAX_ABORT_LEN {
             return Err(FrameError::BadAbort);
         }
-        let origin = BigEndian::read_u32(&payload[0..4]) as usize;
-        let code = payload[4];
-        let peer = BigEndian::read_u32(&payload[5..9]);
-        let message_len = BigEndian::read_u16(&payload[9..11]) as usize;
-        if ABORT_FIXED_LEN + message_len != payload.len() || peer == NO_PEER {
+        let f = AbortFields {
+            origin: BigEndian::read_u32(&payload[0..4]),
+            cause: payload[4],
+            peer: BigEndian::read_u32(&payload[5..9]),
+            op_a: payload[9],
+            op_b: payload[10],
+            a: BigEndian::read_u64(&payload[11..19]),
+            b: BigEndian::read_u64(&payload[19..27]),
+        };
+        let message_len = BigEndian::read_u16(&payload[27..29]) as usize;
+        if ABORT_FIXED_LEN + message_len != payload.len() {
             return Err(FrameError::BadAbort);
         }
-        let peer = peer as usize;
-        let message = String::from_utf8_lossy(&payload[ABORT_FIXED_LEN..]).into_owned();
-        let cause = match code {
+        let origin = rank_of(f.origin, world)?;
+        let peer = rank_of(f.peer, world)?;
+        let raw = &payload[ABORT_FIXED_LEN..];
+        let message = escape_controls(&String::from_utf8_lossy(raw));
+        // What each cause uses, beyond origin and peer: (ops, a, b, message).
+        let uses = match f.cause {
+            CAUSE_IO | CAUSE_MALFORMED => (false, false, false, true),
+            CAUSE_CLOSED => (false, false, false, false),
+            CAUSE_TIMEOUT => (false, true, false, false),
+            CAUSE_OUT_OF_STEP => (true, true, true, false),
+            CAUSE_LENGTH => (false, true, true, false),
+            _ => return Err(FrameError::BadAbort),
+        };
+        let unused_set = (!uses.0 && (f.op_a, f.op_b) != (0, 0))
+            || (!uses.1 && f.a != 0)
+            || (!uses.2 && f.b != 0)
+            || (!uses.3 && !raw.is_empty());
+        if unused_set {
+            return Err(FrameError::BadAbort);
+        }
+        let op = |byte: u8| match Kind::from_byte(byte) {
+            Some(Kind::Data(op)) => Ok(op),
+            _ => Err(FrameError::BadAbort),
+        };
+        let cause = match f.cause {
             CAUSE_IO => CollectiveError::Io { peer, kind: std::io::ErrorKind::Other, message },
             CAUSE_CLOSED => CollectiveError::PeerClosed { peer },
-            CAUSE_TIMEOUT => {
-                let ms = message.parse::<u64>().map_err(|_| FrameError::BadAbort)?;
-                CollectiveError::Timeout { peer, waited: std::time::Duration::from_millis(ms) }
-            }
-            CAUSE_LENGTH => match numbers::<2>(&message)? {
-                [expected, got] => CollectiveError::LengthMismatch { peer, expected, got },
+            CAUSE_TIMEOUT => CollectiveError::Timeout { peer, waited: Duration::from_millis(f.a) },
+            CAUSE_OUT_OF_STEP => CollectiveError::OutOfStep {
+                peer,
+                expected_op: op(f.op_a)?,
+                expected_seq: f.a,
+                got_op: op(f.op_b)?,
+                got_seq: f.b,
             },
-            CAUSE_OUT_OF_STEP => {
-                let [expected_op, expected_seq, got_op, got_seq] = numbers::<4>(&message)?;
-                let op = |byte: u64| match u8::try_from(byte).ok().and_then(Kind::from_byte) {
-                    Some(Kind::Data(op)) => Ok(op),
-                    _ => Err(FrameError::BadAbort),
-                };
-                CollectiveError::OutOfStep {
-                    peer,
-                    expected_op: op(expected_op)?,
-                    expected_seq,
-                    got_op: op(got_op)?,
-                    got_seq,
-                }
-            }
-            CAUSE_MALFORMED => CollectiveError::MalformedFrame { peer, reason: message },
-            _ => return Err(FrameError::BadAbort),
+            CAUSE_LENGTH => CollectiveError::LengthMismatch { peer, expected: f.a, got: f.b },
+            _ => CollectiveError::MalformedFrame { peer, reason: message },
         };
         Ok(Abort { origin, cause })
     }
 }
 
-/// Exactly `N` space-separated decimal numbers.
-fn numbers<const N: usize>(text: &str) -> Result<[u64; N], FrameError> {
-    let mut out = [0u64; N];
-    let mut parts = text.split(' ');
-    for slot in &mut out {
-        *slot = parts.next().and_then(|p| p.parse().ok()).ok_or(FrameError::BadAbort)?;
+/// What a waiting notice says: the sender has waited `waited` without progress, and the rank
+/// it blames for that is `on` (its neighbour, or the rank that neighbour itself said it waits
+/// on). A rank waiting on the sender learns that the sender is alive and whom to blame.
+///
+/// ```text
+///  0          4                    12
+///  +----------+--------------------+
+///  | on: u32  | waited ms: u64     |
+///  +----------+--------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    /// The rank the sender waits on.
+    pub on: usize,
+    /// How long the sender has waited without progress, in whole milliseconds.
+    pub waited: Duration,
+}
+
+impl Waiting {
+    /// Encodes a whole waiting frame of collective `seq`.
+    pub fn encode(&self, seq: u64) -> [u8; HEADER_LEN + WAITING_LEN] {
+        let mut out = [0u8; HEADER_LEN + WAITING_LEN];
+        let header = Header { kind: Kind::Waiting, seq, total: 0, len: WAITING_LEN as u64 };
+        out[..HEADER_LEN].copy_from_slice(&header.encode());
+        BigEndian::write_u32(&mut out[HEADER_LEN..HEADER_LEN + 4], rank_field(self.on));
+        let ms = u64::try_from(self.waited.as_millis()).unwrap_or(u64::MAX);
+        BigEndian::write_u64(&mut out[HEADER_LEN + 4..], ms);
+        out
     }
-    match parts.next() {
-        None => Ok(out),
-        Some(_) => Err(FrameError::BadAbort),
+
+    /// Decodes a waiting payload from a peer of a world of `world` ranks.
+    pub fn decode(payload: &[u8], world: usize) -> Result<Waiting, FrameError> {
+        let Ok(p) = <&[u8; WAITING_LEN]>::try_from(payload) else {
+            return Err(FrameError::BadWaiting);
+        };
+        let on = rank_of(BigEndian::read_u32(&p[..4]), world)?;
+        Ok(Waiting { on, waited: Duration::from_millis(BigEndian::read_u64(&p[4..])) })
     }
 }
 
@@ -404,7 +554,7 @@ mod tests {
             let n = abort.encode(11, &mut out);
             let header = Header::decode(out[..HEADER_LEN].try_into().unwrap()).unwrap();
             assert_eq!((header.kind, header.seq, header.len), (Kind::Abort, 11, (n - 32) as u64));
-            assert_eq!(Abort::decode(&out[HEADER_LEN..n]), Ok(abort));
+            assert_eq!(Abort::decode(&out[HEADER_LEN..n], 8), Ok(abort));
         }
     }
 
@@ -417,7 +567,7 @@ mod tests {
         let mut out = [0u8; HEADER_LEN + MAX_ABORT_LEN];
         let n = abort.encode(0, &mut out);
         assert!(n <= out.len());
-        let back = Abort::decode(&out[HEADER_LEN..n]).unwrap();
+        let back = Abort::decode(&out[HEADER_LEN..n], 8).unwrap();
         assert_eq!(back.origin, 7);
         assert_eq!(back.cause.peer(), Some(1));
     }
@@ -429,22 +579,75 @@ mod tests {
         let cause = CollectiveError::Timeout { peer: 1, waited: Duration::MAX };
         let mut out = [0u8; HEADER_LEN + MAX_ABORT_LEN];
         let n = Abort { origin: 0, cause }.encode(3, &mut out);
-        let back = Abort::decode(&out[HEADER_LEN..n]).expect("decodes");
+        let back = Abort::decode(&out[HEADER_LEN..n], 8).expect("decodes");
         let longest = Duration::from_millis(u64::MAX);
         assert_eq!(back.cause, CollectiveError::Timeout { peer: 1, waited: longest });
     }
 
     #[test]
     fn malformed_abort_payloads_are_rejected() {
-        assert_eq!(Abort::decode(&[]), Err(FrameError::BadAbort));
-        assert_eq!(Abort::decode(&[0; ABORT_FIXED_LEN]), Err(FrameError::BadAbort));
+        assert_eq!(Abort::decode(&[], 4), Err(FrameError::BadAbort));
+        assert_eq!(Abort::decode(&[0; ABORT_FIXED_LEN], 4), Err(FrameError::BadAbort));
         let mut p = [0u8; ABORT_FIXED_LEN + 2];
-        p[4] = CAUSE_CLOSED;
-        p[10] = 5; // claims a 5-byte message, has 2
-        assert_eq!(Abort::decode(&p), Err(FrameError::BadAbort));
-        p[10] = 2;
-        assert!(Abort::decode(&p).is_ok());
+        p[4] = CAUSE_MALFORMED;
+        p[28] = 5; // claims a 5-byte message, has 2
+        assert_eq!(Abort::decode(&p, 4), Err(FrameError::BadAbort));
+        p[28] = 2;
+        assert!(Abort::decode(&p, 4).is_ok());
         p[4] = 99;
-        assert_eq!(Abort::decode(&p), Err(FrameError::BadAbort));
+        assert_eq!(Abort::decode(&p, 4), Err(FrameError::BadAbort));
+        // A peer-closed abort carries no message, no ops and no numbers.
+        p[4] = CAUSE_CLOSED;
+        assert_eq!(Abort::decode(&p, 4), Err(FrameError::BadAbort), "a message it does not use");
+        let mut q = [0u8; ABORT_FIXED_LEN];
+        q[4] = CAUSE_CLOSED;
+        assert!(Abort::decode(&q, 4).is_ok());
+        for at in [9, 10, 18, 26] {
+            let mut bad = q;
+            bad[at] = 1;
+            assert_eq!(Abort::decode(&bad, 4), Err(FrameError::BadAbort), "byte {at}");
+        }
+    }
+
+    #[test]
+    fn abort_ranks_must_be_of_this_world() {
+        let abort = Abort { origin: 3, cause: CollectiveError::PeerClosed { peer: 1 } };
+        let mut out = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let n = abort.encode(0, &mut out);
+        let payload = &out[HEADER_LEN..n];
+        assert_eq!(Abort::decode(payload, 4), Ok(abort));
+        assert_eq!(Abort::decode(payload, 3), Err(FrameError::BadRank(3)), "origin 3 of 3");
+        let peer_out = Abort { origin: 0, cause: CollectiveError::PeerClosed { peer: 7 } };
+        let n = peer_out.encode(0, &mut out);
+        assert_eq!(Abort::decode(&out[HEADER_LEN..n], 4), Err(FrameError::BadRank(7)));
+    }
+
+    #[test]
+    fn control_characters_in_a_cause_are_escaped() {
+        let reason = "line one\nFORGED log line\u{1b}[31m red\0";
+        let sent = CollectiveError::MalformedFrame { peer: 1, reason: "a\nb\u{1b}[2Jc\0d".into() };
+        let mut out = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let n = Abort { origin: 0, cause: sent }.encode(0, &mut out);
+        let back = Abort::decode(&out[HEADER_LEN..n], 2).unwrap().into_error().to_string();
+        assert!(!back.chars().any(char::is_control), "{back:?}");
+        assert!(back.ends_with(r"a\nb\u{1b}[2Jc\u{0}d"), "{back}");
+        assert_eq!(escape_controls(reason), escape_controls(&escape_controls(reason)));
+    }
+
+    #[test]
+    fn waiting_notices_round_trip_and_are_checked() {
+        let w = Waiting { on: 5, waited: Duration::from_millis(2500) };
+        let frame = w.encode(9);
+        let header = Header::decode(frame[..HEADER_LEN].try_into().unwrap()).unwrap();
+        assert_eq!(header, Header { kind: Kind::Waiting, seq: 9, total: 0, len: 12 });
+        assert_eq!(Waiting::decode(&frame[HEADER_LEN..], 6), Ok(w));
+        assert_eq!(Waiting::decode(&frame[HEADER_LEN..], 5), Err(FrameError::BadRank(5)));
+        assert_eq!(
+            Waiting::decode(&frame[HEADER_LEN..HEADER_LEN + 8], 6),
+            Err(FrameError::BadWaiting)
+        );
+        let mut long = header;
+        long.len = 13;
+        assert_eq!(Header::decode(&long.encode()), Err(FrameError::TooLong(13)));
     }
 }

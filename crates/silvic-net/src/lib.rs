@@ -40,11 +40,18 @@
 //!   on both paths: results are bitwise identical on every rank and every run.
 //! - **No deadlock.** Each step sends and receives at once over non-blocking sockets.
 //! - **Timeouts bound inactivity.** A collective fails when the peer it waits on moves no byte
-//!   for the timeout; a vanished host is found sooner by TCP keepalive and TCP_USER_TIMEOUT
-//!   (about a minute, [`LIVENESS`]).
-//! - **Failures travel and stick.** A failed rank tells both neighbours where and why it failed
-//!   and shuts its streams; every rank's error names the origin, and every later call returns
-//!   the same error. Nothing panics on what a peer sends, and no error exits the process.
+//!   and says nothing for the timeout; a rank that is itself waiting says so (a waiting notice
+//!   naming the rank it waits on), so only a stalled rank's neighbour times out, and every
+//!   rank's error names the stalled rank. A vanished host is found sooner by TCP keepalive and
+//!   TCP_USER_TIMEOUT (about a minute, [`LIVENESS`]).
+//! - **Failures travel both ways and stick.** A failed rank tells both neighbours where and why
+//!   it failed and shuts its streams; a rank hears either neighbour at any moment of a
+//!   collective, so the failure goes round the ring both ways in moments. Every rank's error
+//!   names the origin, and every later call returns the same error. Nothing panics on what a
+//!   peer sends, and no error exits the process.
+//! - **Watchable.** [`TcpCollective::stats`] counts collectives, bytes and the time waited on
+//!   each neighbour; a collective that waits logs a warning after 10 s and then as its wait
+//!   doubles, naming the rank it waits on and its address.
 //!
 //! # Threat model
 //!
@@ -65,7 +72,8 @@
 //! Payload numbers travel little-endian as they lie in memory; big-endian targets are refused at
 //! build time rather than mixing byte orders on the wire.
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+// Forbidden everywhere but `sys`, the one `TCP_INFO` call (neither rustix nor socket2 has it).
+#![deny(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
 #[cfg(not(target_endian = "little"))]
@@ -76,12 +84,17 @@ compile_error!(
 mod bind;
 mod error;
 pub mod frame;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod handshake;
 pub mod launch;
+mod link;
 mod liveness;
-mod poll;
 mod rendezvous;
 mod ring;
+mod stats;
+#[allow(unsafe_code)]
+mod sys;
 mod tcp;
 mod wait;
 
@@ -94,4 +107,5 @@ pub use error::{ConnectError, RejectReason};
 pub struct ReadmeDoctests;
 pub use liveness::LIVENESS;
 pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
+pub use stats::RingStats;
 pub use tcp::{RingListener, TcpCollective};

@@ -7,28 +7,33 @@
 //! longer than [`LIVENESS`] while its left neighbour has bytes queued to it would so fail the
 //! ring, where SPEC.md wants it waited for up to the collective timeout.
 //!
-//! So when a collective has waited [`CHECK_EVERY`] without a byte moving, the right stream's
-//! row of `/proc/net/tcp` (or `tcp6`) is read. The zero-window probe timer (`tr` 4) with no
-//! unanswered probe means the neighbour's kernel is alive and its window closed: then the
-//! stream's TCP_USER_TIMEOUT is raised to the collective timeout. It is put back to
+//! So when a collective has waited [`CHECK_EVERY`] without a byte moving, the right stream's own
+//! `TCP_INFO` is read ([`crate::sys`]). A closed send window with an acknowledgement from the
+//! neighbour within the last [`LIVENESS`] plus one probe interval means the neighbour's kernel is
+//! alive and its window closed: then the stream's TCP_USER_TIMEOUT is raised to the collective
+//! timeout (clamped to what the kernel accepts, [`MAX_USER_TIMEOUT`]). One lost probe does not
+//! undo that: a probe interval grows to 120 s after a long pause, so only silence for longer than
+//! the liveness bound past the interval counts as a host gone. The timeout is put back to
 //! [`LIVENESS`] as soon as the neighbour is seen otherwise: a byte written (the window opened),
-//! or a later check that finds the window open or a probe unanswered (the host may be gone, and
-//! the kernel then fails the stream at its next probe). Data in flight, and keepalive on idle
-//! streams, keep the one-minute bound throughout.
+//! or a later check that finds the window open or the neighbour silent that long (the kernel then
+//! fails the stream at its next probe). Data in flight, and keepalive on idle streams, keep the
+//! one-minute bound throughout; a vanished host behind a closed window after a long pause is
+//! found within the liveness bound plus two probe intervals (at most about five minutes).
 //!
-//! Without a readable `/proc/net/tcp` nothing is raised: a neighbour that stops reading for
-//! longer than [`LIVENESS`] then fails the collective, as it would without this module.
+//! Without `TCP_INFO` (not Linux, or a kernel before 5.4) nothing is raised: a neighbour that
+//! stops reading for longer than [`LIVENESS`] then fails the collective, as it would without this
+//! module. A socket option that cannot be set is logged as a warning, never silently ignored.
 //!
 //! Not covered: a rank outside any collective (between calls) does not check, so a neighbour
 //! that stops reading bytes it has queued for longer than [`LIVENESS`] still fails its stream.
 
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use socket2::{SockRef, TcpKeepalive};
-use tracing::debug;
+use tracing::{debug, warn};
+
+use crate::sys::{TcpInfo, tcp_info};
 
 /// How long TCP itself waits on a host that stopped answering (keepalive probes unanswered, or
 /// data unacknowledged) before it fails the connection, whatever the collective timeout.
@@ -56,42 +61,32 @@ pub(crate) fn configure(stream: &TcpStream) -> std::io::Result<()> {
     socket.set_tcp_user_timeout(Some(LIVENESS))
 }
 
+/// The longest TCP_USER_TIMEOUT Linux accepts: `i32::MAX` milliseconds (about 24.8 days). A
+/// longer one is refused with `EINVAL`, which would leave the stream at its old value.
+pub(crate) const MAX_USER_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// TCP_USER_TIMEOUT to raise a stream to for a collective `timeout`: never below [`LIVENESS`],
+/// never above [`MAX_USER_TIMEOUT`].
+fn raised_timeout(timeout: Duration) -> Duration {
+    timeout.clamp(LIVENESS, MAX_USER_TIMEOUT)
+}
+
 /// How long a collective waits without progress before it looks at the right stream, and how
 /// often it looks again: well inside [`LIVENESS`], so the raise comes before the kernel acts.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(10);
 
-/// What the kernel's table says about a stream's sending side.
+/// What `TCP_INFO` says about a stream's sending side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SendSide {
-    /// Zero-window probing, and the last probe was answered: the peer is alive, not reading.
+    /// The window is closed and the neighbour's kernel answered recently: alive, not reading.
     ClosedWindowAlive,
-    /// Anything else: window open, data in flight, idle, or probes unanswered.
+    /// Anything else: window open, or the neighbour silent past the liveness bound.
     Other,
 }
 
-/// Finds the row of socket `inode` in a `/proc/net/tcp`-format table.
-fn parse_table(table: &str, inode: u64) -> Option<SendSide> {
-    let inode = inode.to_string();
-    table.lines().skip(1).find_map(|row| {
-        let f: Vec<&str> = row.split_whitespace().collect();
-        if f.get(9) != Some(&inode.as_str()) {
-            return None;
-        }
-        let timer = f.get(5)?.split(':').next()?;
-        let unanswered: u64 = f.get(8)?.parse().ok()?;
-        Some(if timer == "04" && unanswered == 0 {
-            SendSide::ClosedWindowAlive
-        } else {
-            SendSide::Other
-        })
-    })
-}
-
-fn send_side(stream: &TcpStream) -> Option<SendSide> {
-    let inode = std::fs::metadata(format!("/proc/self/fd/{}", stream.as_raw_fd())).ok()?.ino();
-    let table =
-        if stream.local_addr().ok()?.is_ipv6() { "/proc/net/tcp6" } else { "/proc/net/tcp" };
-    parse_table(&std::fs::read_to_string(table).ok()?, inode)
+fn send_side(info: &TcpInfo) -> SendSide {
+    let answered = info.last_ack < LIVENESS.saturating_add(info.probe_interval);
+    if info.send_window == 0 && answered { SendSide::ClosedWindowAlive } else { SendSide::Other }
 }
 
 /// The liveness state of the right stream.
@@ -120,15 +115,15 @@ impl Liveness {
             return;
         }
         self.last_check = Some(now);
-        match send_side(stream) {
+        match tcp_info(stream).as_ref().map(send_side) {
             Some(SendSide::ClosedWindowAlive) if !self.raised => {
-                let raised = timeout.max(LIVENESS);
-                if SockRef::from(stream).set_tcp_user_timeout(Some(raised)).is_ok() {
-                    debug!(
-                        ?raised,
-                        "right neighbour alive with a closed window; user timeout raised"
-                    );
-                    self.raised = true;
+                let raised = raised_timeout(timeout);
+                match SockRef::from(stream).set_tcp_user_timeout(Some(raised)) {
+                    Ok(()) => {
+                        debug!(?raised, "right neighbour alive with a closed window; raised");
+                        self.raised = true;
+                    }
+                    Err(error) => warn!(%error, ?raised, "cannot raise TCP_USER_TIMEOUT"),
                 }
             }
             Some(SendSide::ClosedWindowAlive) => {}
@@ -138,9 +133,15 @@ impl Liveness {
 
     /// Puts TCP_USER_TIMEOUT back to [`LIVENESS`], if it was raised.
     pub(crate) fn restore(&mut self, stream: &TcpStream) {
-        if self.raised && SockRef::from(stream).set_tcp_user_timeout(Some(LIVENESS)).is_ok() {
-            debug!("user timeout back to the liveness bound");
-            self.raised = false;
+        if !self.raised {
+            return;
+        }
+        match SockRef::from(stream).set_tcp_user_timeout(Some(LIVENESS)) {
+            Ok(()) => {
+                debug!("user timeout back to the liveness bound");
+                self.raised = false;
+            }
+            Err(error) => warn!(%error, "cannot restore TCP_USER_TIMEOUT"),
         }
     }
 }
@@ -149,22 +150,37 @@ impl Liveness {
 mod tests {
     use super::*;
 
-    const TABLE: &str = "\
-  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:A1B2 0100007F:1F90 01 00400000:00000000 04:00000BB8 00000000     0        0 4242 1 0000000000000000 20 4 30 10 -1
-   1: 0100007F:A1B3 0100007F:1F90 01 00400000:00000000 04:00000BB8 00000003     0        2 4243 1 0000000000000000 20 4 30 10 -1
-   2: 0100007F:A1B4 0100007F:1F90 01 00001000:00000000 01:00000014 00000001     0        0 4244 1 0000000000000000 20 4 30 10 -1
-   3: 0100007F:A1B5 0100007F:1F90 01 00000000:00000000 02:00000BB8 00000000     0        0 4245 1 0000000000000000 20 4 30 10 -1
-";
+    fn info(send_window: u32, last_ack_s: u64, probes: u8, interval_s: u64) -> TcpInfo {
+        TcpInfo {
+            send_window,
+            last_ack: Duration::from_secs(last_ack_s),
+            unanswered_probes: probes,
+            probe_interval: Duration::from_secs(interval_s),
+        }
+    }
 
     #[test]
-    fn a_probed_closed_window_with_answers_is_alive_and_nothing_else_is() {
-        assert_eq!(parse_table(TABLE, 4242), Some(SendSide::ClosedWindowAlive));
-        assert_eq!(parse_table(TABLE, 4243), Some(SendSide::Other), "2 probes unanswered");
-        assert_eq!(parse_table(TABLE, 4244), Some(SendSide::Other), "retransmitting");
-        assert_eq!(parse_table(TABLE, 4245), Some(SendSide::Other), "keepalive");
-        assert_eq!(parse_table(TABLE, 9999), None);
-        assert_eq!(parse_table("", 4242), None);
+    fn a_closed_window_answered_within_the_bound_is_alive_even_after_a_lost_probe() {
+        assert_eq!(send_side(&info(0, 1, 0, 1)), SendSide::ClosedWindowAlive);
+        // After a long pause probes come 120 s apart; one of them lost is not a dead host.
+        assert_eq!(send_side(&info(0, 150, 1, 120)), SendSide::ClosedWindowAlive);
+        assert_eq!(send_side(&info(0, 181, 2, 120)), SendSide::Other, "silent past the bound");
+        assert_eq!(send_side(&info(0, 61, 3, 0)), SendSide::Other);
+        assert_eq!(send_side(&info(65536, 0, 0, 1)), SendSide::Other, "window open");
+    }
+
+    #[test]
+    fn the_raised_timeout_is_clamped_to_what_the_kernel_accepts() {
+        assert_eq!(raised_timeout(Duration::from_secs(5)), LIVENESS);
+        assert_eq!(raised_timeout(Duration::from_secs(1800)), Duration::from_secs(1800));
+        assert_eq!(raised_timeout(Duration::from_secs(30 * 86_400)), MAX_USER_TIMEOUT);
+        assert_eq!(raised_timeout(Duration::MAX), MAX_USER_TIMEOUT);
+        // The kernel takes it: set on a real socket, read back.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let socket = SockRef::from(&stream);
+        socket.set_tcp_user_timeout(Some(raised_timeout(Duration::MAX))).unwrap();
+        assert_eq!(socket.tcp_user_timeout().unwrap(), Some(MAX_USER_TIMEOUT));
     }
 
     #[test]
@@ -178,30 +194,32 @@ mod tests {
         assert_eq!(l.next_check(later), later + CHECK_EVERY);
     }
 
-    /// On Linux with /proc: a receiver that never reads closes its window; the sender's row
-    /// then shows the zero-window probe timer with every probe answered.
+    /// A receiver that never reads closes its window; the sender's TCP_INFO then shows the
+    /// closed window with the receiver's kernel answering. Linux only (the one place TCP_INFO
+    /// is read); elsewhere `tcp_info` is `None` and nothing is raised.
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_receiver_that_stops_reading_is_seen_alive_with_a_closed_window() {
         use std::io::Write;
-        if std::fs::metadata("/proc/net/tcp").is_err() {
-            eprintln!("SKIPPED: no /proc/net/tcp");
-            return;
-        }
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (_receiver, _) = listener.accept().unwrap();
         sender.set_nonblocking(true).unwrap();
+        let open = tcp_info(&sender).expect("TCP_INFO on Linux 5.4 or later");
+        assert_eq!(send_side(&open), SendSide::Other, "an idle stream's window is open");
         let chunk = vec![0u8; 1 << 16];
+        // Bounded poll: the window closes once the receiver's buffer is full.
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut seen = None;
         while Instant::now() < deadline {
             while (&sender).write(&chunk).is_ok() {}
-            seen = send_side(&sender);
-            if seen == Some(SendSide::ClosedWindowAlive) {
+            seen = tcp_info(&sender);
+            if seen.as_ref().map(send_side) == Some(SendSide::ClosedWindowAlive) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        assert_eq!(seen, Some(SendSide::ClosedWindowAlive));
+        let seen = seen.unwrap();
+        assert_eq!(send_side(&seen), SendSide::ClosedWindowAlive, "{seen:?}");
     }
 }

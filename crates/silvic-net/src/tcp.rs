@@ -13,10 +13,11 @@ use tracing::{info, info_span, warn};
 
 use crate::bind::{self, BindOptions, bind_error, listen, resolve};
 use crate::error::ConnectError;
+use crate::link::{Place, TcpRing};
 use crate::liveness;
-use crate::poll::TcpRing;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::run::{self, Call, Element, Scratch};
+use crate::stats::RingStats;
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
 ///
@@ -60,6 +61,8 @@ pub struct TcpCollective {
     ring: Option<TcpRing>,
     failed: Option<CollectiveError>,
     scratch: Scratch,
+    /// Collectives that returned `Ok`.
+    done: u64,
 }
 
 fn invalid(message: String) -> ConnectError {
@@ -229,6 +232,7 @@ impl TcpCollective {
             ring: None,
             failed: None,
             scratch: Scratch::default(),
+            done: 0,
         };
         if world == 1 {
             return Ok(collective);
@@ -256,7 +260,8 @@ impl TcpCollective {
             })?;
         }
         info!(elapsed = ?started.elapsed(), "ring formed");
-        collective.ring = Some(TcpRing::new(left, right, left_rank, right_rank, timeout));
+        let place = Place { rank, addresses: parsed };
+        collective.ring = Some(TcpRing::new(left, right, place, timeout));
         Ok(collective)
     }
 
@@ -277,6 +282,27 @@ impl TcpCollective {
     /// The current collective timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// What this rank's ring has done since connect: collectives, bytes, and the time spent
+    /// waiting on each neighbour (see [`RingStats`]). A world of one counts its collectives and
+    /// nothing else.
+    ///
+    /// ```
+    /// use silvic_net::{Collective, TcpCollective};
+    /// use std::time::Duration;
+    ///
+    /// let listener = TcpCollective::bind("127.0.0.1")?;
+    /// let addresses = vec![listener.address()];
+    /// let mut ring = TcpCollective::connect(listener, 0, &addresses, "job-1", Duration::from_secs(5))?;
+    /// ring.allgather_bytes(b"x")?;
+    /// assert_eq!(ring.stats().collectives, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> RingStats {
+        let mut stats = self.ring.as_ref().map(TcpRing::stats).unwrap_or_default();
+        stats.collectives = self.done;
+        stats
     }
 
     /// Runs one collective on the ring, recording a failure so that it sticks.
@@ -301,11 +327,13 @@ impl TcpCollective {
         )
         .entered();
         let ring = self.ring.as_mut().expect("a world of more than one has a ring");
-        body(ring, seq, &mut self.scratch).inspect_err(|error| {
+        let result = body(ring, seq, &mut self.scratch).inspect_err(|error| {
             warn!(%error, "collective failed; closing the ring");
             ring.abort(self.rank, error, seq);
             self.failed = Some(error.clone());
-        })
+        });
+        self.done += u64::from(result.is_ok());
+        result
     }
 
     fn allreduce<T: Element>(
@@ -315,6 +343,7 @@ impl TcpCollective {
         combine: impl Fn(T, T) -> T + Copy,
     ) -> Result<(), CollectiveError> {
         if self.world == 1 {
+            self.done += 1;
             return Ok(());
         }
         let (rank, world) = (self.rank, self.world);
@@ -348,6 +377,7 @@ impl Collective for TcpCollective {
 
     fn allgather_bytes(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
         if self.world == 1 {
+            self.done += 1;
             return Ok(vec![local.to_vec()]);
         }
         let (rank, world) = (self.rank, self.world);

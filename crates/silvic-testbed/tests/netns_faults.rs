@@ -175,6 +175,72 @@ fn netns_connection_reset_fails_every_rank_within_seconds() {
     assert_survivors_fail("reset", &ends, &[], KEEPALIVE_IDLE + MARGIN);
 }
 
+/// Rank 2's host answers every packet sent to it with a reset and sends nothing itself (its
+/// packets are dropped): its left neighbour fails at the first write, and the failure must
+/// travel back around the ring through the reverse direction to every other rank, including
+/// rank 3, which only waits on rank 2 for data, with every error naming rank 2. The bound is
+/// the keepalive idle time (5 s), the only other way a rank that only waits could learn of it.
+#[test]
+fn netns_one_way_reset_fails_every_rank_naming_the_host_hit_before_keepalive() {
+    require("netns_one_way_reset");
+    let keepalive_idle = Duration::from_secs(5);
+    let mut world = start("oneway", &steady(), |_| vec![], &Layout::default());
+    after_warmup(&mut world);
+    let victim = host_ip(VICTIM);
+    let rules = format!(
+        "table inet svt {{ chain forward_filter {{ type filter hook forward priority 0;
+           ip daddr {victim} meta l4proto tcp counter reject with tcp reset
+           ip saddr {victim} meta l4proto tcp counter drop
+         }}
+         }}"
+    );
+    let net = world.net.as_ref().unwrap();
+    let t0 = Instant::now();
+    net.nft(&net.switch.clone(), &rules).unwrap();
+    // The host hit hears nothing and fails only by the liveness tier (a minute): it is left
+    // out, and shows as silent.
+    let ends = outcomes("one-way reset", &mut world, t0, Duration::from_secs(20));
+    let net = world.net.as_ref().unwrap();
+    assert!(net.nft_packets(&net.switch) > 0, "the reject rule never matched");
+    let worst = assert_survivors_fail("one-way reset", &ends, &[VICTIM], keepalive_idle);
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        if rank == VICTIM {
+            continue;
+        }
+        if let End::Failed { peer, .. } = end {
+            assert_eq!(*peer, Some(VICTIM), "rank {rank} did not name the host hit: {end:?}");
+        }
+    }
+    assert!(worst < keepalive_idle, "{worst:?}");
+}
+
+/// Rank 2 SIGSTOPped (alive, silent) with a 3 s collective timeout: every other rank fails
+/// naming rank 2 as its peer, whether it waited on rank 2 itself or on a rank that was waiting
+/// on it (those hear rank 2's neighbour's timeout abort, or time out themselves only if a
+/// waiting rank stopped saying so).
+#[test]
+fn netns_a_stopped_rank_is_blamed_by_every_rank() {
+    require("netns_stop_blame");
+    let mut args = steady();
+    args.push("timeout=3".into());
+    let mut world = start("blame", &args, |_| vec![], &Layout::default());
+    after_warmup(&mut world);
+    let t0 = Instant::now();
+    world.ranks[VICTIM].signal(Signal::STOP).unwrap();
+    let ends = outcomes("sigstop, timeout 3 s", &mut world, t0, Duration::from_secs(20));
+    world.ranks[VICTIM].signal(Signal::CONT).unwrap();
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        if rank == VICTIM {
+            continue;
+        }
+        let End::Failed { peer, message, .. } = end else {
+            panic!("rank {rank} should have failed, got {end:?}");
+        };
+        assert_eq!(*peer, Some(VICTIM), "rank {rank} blamed another rank: {end:?}");
+        assert!(message.contains("no progress from rank 2"), "rank {rank}: {end:?}");
+    }
+}
+
 /// How a liveness case cuts the victim off.
 #[derive(Debug, Clone, Copy)]
 enum Cut {

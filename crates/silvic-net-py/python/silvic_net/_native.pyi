@@ -112,6 +112,13 @@ class TcpCollective:
     def world_size(self) -> int:
         """The number of ranks in the ring."""
 
+    def stats(self) -> dict[str, float]:
+        """What this ring has done since connect.
+
+        Keys: ``collectives``, ``bytes_sent``, ``bytes_received`` (ints), ``waited_left`` and
+        ``waited_right`` (seconds spent waiting on each neighbour).
+        """
+
     def allreduce_sum_f64(self, buf: npt.NDArray[np.float64]) -> None:
         """Sum ``buf`` (1-D, C-contiguous, writeable float64) across ranks, in place.
 

@@ -1,0 +1,104 @@
+//! A ring you can watch: `TcpCollective::stats` counts collectives, bytes and waits, and a
+//! collective that waits long logs a warning naming the rank it waits on and its address.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::ring_of_threads;
+use silvic_net::{Collective, RingStats};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn stats_count_collectives_bytes_and_nothing_for_a_failed_call() {
+    let world = 3;
+    let n = 30_000; // above the small-path cut: a reduce-scatter then an allgather
+    let results = ring_of_threads(world, LIMIT, move |rank, mut ring| {
+        assert_eq!(ring.stats(), RingStats::default(), "nothing before the first call");
+        let mut buf = vec![rank as f64; n];
+        ring.allreduce_sum_f64(&mut buf).unwrap();
+        ring.allreduce_max_f64(&mut buf).unwrap();
+        let gathered = ring.allgather_bytes(&[rank as u8; 100]).unwrap();
+        assert_eq!(gathered.len(), world);
+        let before = ring.stats();
+        // Another length on one rank: every rank fails, and a failure is not counted.
+        let mut odd = vec![0.0; if rank == 1 { 7 } else { 8 }];
+        ring.allreduce_sum_f64(&mut odd).unwrap_err();
+        (before, ring.stats())
+    });
+    for (rank, (before, after)) in results.iter().enumerate() {
+        assert_eq!(before.collectives, 3, "rank {rank}: {before:?}");
+        assert_eq!(after.collectives, 3, "rank {rank}: a failed call counted: {after:?}");
+        // An allreduce moves at least 2(n-1)/n of the buffer out of every rank and the same
+        // in (the ring's optimum), at most (n-1) whole buffers (the small path).
+        let (w, buffer) = (world as u64, n as u64 * 8);
+        let least = 2 * (2 * (w - 1) * buffer / w) + (w - 1) * 100;
+        let most = 2 * (w - 1) * buffer + (w - 1) * 100 + 64 * 1024; // + headers and notices
+        for (what, bytes) in [("sent", before.bytes_sent), ("received", before.bytes_received)] {
+            assert!((least..most).contains(&bytes), "rank {rank} {what} {bytes}: {before:?}");
+        }
+    }
+}
+
+/// A `Write` into a shared buffer, for a tracing subscriber.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capture {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[test]
+fn a_long_wait_is_logged_naming_the_rank_and_its_address_and_counted() {
+    let log = Capture::default();
+    let seen = log.clone();
+    let results = ring_of_threads(2, LIMIT, move |rank, mut ring| {
+        ring.set_timeout(Duration::from_secs(40));
+        let mut buf = vec![1.0; 1000];
+        if rank == 1 {
+            // A slow rank: it calls only once rank 0 has said it waits on it (bounded).
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !seen.text().contains("has waited") && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(50));
+            }
+            ring.allreduce_sum_f64(&mut buf).unwrap();
+            return None;
+        }
+        let writer = seen.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        let t = Instant::now();
+        tracing::subscriber::with_default(subscriber, || ring.allreduce_sum_f64(&mut buf)).unwrap();
+        assert_eq!(buf, vec![2.0; 1000]);
+        Some((t.elapsed(), ring.stats()))
+    });
+    let (took, stats) = results[0].unwrap();
+    let text = log.text();
+    let line = text.lines().find(|l| l.contains("has waited")).expect("a warning was logged");
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains("allreduce_sum_f64 #0 has waited 10 s on rank 1 (127.0.0.1:"), "{line}");
+    assert!(took >= Duration::from_secs(10), "{took:?}");
+    // Rank 0 took its part to rank 1 at once, then waited on rank 1's part.
+    assert!(stats.waited_left >= Duration::from_secs(10), "{stats:?}");
+    assert!(stats.waited_left <= took, "{stats:?} in {took:?}");
+    assert_eq!(stats.collectives, 1);
+}
