@@ -23,6 +23,7 @@ use silvic_net::{RingListener, TcpCollective};
 use silvic_testbed::net::{Net, host_ip};
 
 use crate::cli::{Config, Format, Mode};
+use crate::failure::Failure;
 use crate::link_limit;
 use crate::sweep::sweep;
 
@@ -32,9 +33,6 @@ pub(crate) const TOKEN_VAR: &str = "SILVIC_BENCH_TOKEN";
 const DEFAULT_TOKEN: &str = "silvic-bench";
 /// How long the launcher lets the other ranks end by themselves after one failed.
 const GRACE: Duration = Duration::from_secs(5);
-
-/// Whatever ends a run early, as a message.
-pub(crate) type Failure = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs `config` and returns the number of wrong elements seen.
 pub(crate) fn run(config: &Config) -> Result<u64, Failure> {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use silvic_core::Collective;
 
 use crate::cli::{Config, Format};
-use crate::launch::Failure;
+use crate::failure::Failure;
 use crate::report::mbit_to_gbs;
 
 /// Bytes one write or read moves (iperf3's default for TCP).

@@ -8,7 +8,7 @@
 //! network-namespace hosts with R Mbit/s links, and `--link-limit` measures what those links
 //! carry in the ring's pattern.
 //!
-//! Modules: [`cli`] (flags), [`launch`] (processes, threads, namespace hosts, or one rank of a
+//! Modules: [`cli`] (flags), [`failure`] (the error of a run), [`launch`] (processes, threads, namespace hosts, or one rank of a
 //! multi-host run), [`sweep`] and [`timing`] (the protocol), [`workload`] (inputs and checks),
 //! [`report`] (table, CSV, JSON, progress, peak RSS), [`link_limit`] (the flows without the
 //! ring).
@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod failure;
 mod launch;
 mod link_limit;
 mod report;

@@ -28,10 +28,32 @@ use crate::error::ConnectError;
 use crate::tcp::{RingListener, TcpCollective};
 use env::{Launch, Meeting, env_error};
 
-/// Reads the launcher's variables and forms the ring (see `TcpCollective::from_env`).
-pub(crate) fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
-    let launch = Launch::parse(|name| std::env::var(name).ok())?;
-    launch_ring(&launch, timeout)
+// Here rather than in tcp.rs: launching builds on the ring, so this module imports `tcp` and
+// `tcp` imports nothing of it.
+impl TcpCollective {
+    /// Forms the ring from a launcher's environment variables, for launchers (Slurm's `srun`, a
+    /// Kubernetes indexed Job, torchrun, mpirun, a shell script) that start every rank with
+    /// variables but cannot gather addresses.
+    ///
+    /// - rank and world: `SILVIC_RANK`/`SILVIC_WORLD_SIZE`, else torchrun's `RANK`/`WORLD_SIZE`,
+    ///   Slurm's `SLURM_PROCID`/`SLURM_NTASKS`, OpenMPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`;
+    /// - `SILVIC_RENDEZVOUS=tcp://HOST:PORT`: rank 0 (on `HOST`) serves an address exchange on
+    ///   `PORT`, every other rank sends it its address and gets the whole list back (the job
+    ///   token proven as in the ring handshake); else `MASTER_ADDR`/`MASTER_PORT`; or
+    ///   `SILVIC_RENDEZVOUS=file:///PATH`, a folder every rank sees, one file per rank;
+    /// - `SILVIC_JOB_TOKEN`: the job's secret (required);
+    /// - `SILVIC_SOCKET_IFNAME` (optional): the interface to listen on and advertise; by
+    ///   default the address this host uses to reach the rendezvous host;
+    /// - `SILVIC_PORTS` (optional): the ring listener's port, `29500`, or range, `29500-29599`.
+    ///
+    /// `timeout` bounds the whole start (exchange and ring), then is the collective timeout as
+    /// for [`TcpCollective::connect`]. Every error names the variable or the rank at fault; two
+    /// processes claiming one rank are both refused ([`ConnectError::DuplicateRank`]), while a
+    /// rank that restarts before every rank has joined takes its place again.
+    pub fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
+        let launch = Launch::parse(|name| std::env::var(name).ok())?;
+        launch_ring(&launch, timeout)
+    }
 }
 
 /// Resolves the rendezvous host, retrying until `deadline`: a launcher's DNS name (a
