@@ -43,6 +43,16 @@ pub use self::message::{
 const CONNECT_LABEL: &[u8] = b"silvic-net connector proof";
 const ACCEPT_LABEL: &[u8] = b"silvic-net acceptor proof";
 
+/// A fresh random nonce for one handshake, from the operating system. The one place nonces
+/// are drawn; [`Connector`] and [`Acceptor`] take theirs as an argument, so they stay
+/// deterministic under test and fuzzing.
+pub(crate) fn fresh_nonce() -> std::io::Result<[u8; NONCE_LEN]> {
+    let mut nonce = [0u8; NONCE_LEN];
+    getrandom::fill(&mut nonce)
+        .map_err(|e| std::io::Error::other(format!("no random bytes: {e}")))?;
+    Ok(nonce)
+}
+
 /// The SHA-256 digest of the address list every rank was handed, in rank order: each
 /// address's canonical text (`ip:port`, IPv6 as `[ip]:port`) followed by a newline. Ranks
 /// whose digests differ refuse each other with [`RejectReason::AddressMismatch`].

@@ -25,9 +25,10 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
+use super::Plan;
 use super::conn::Conn;
-use super::{Plan, fresh_nonce};
 use crate::error::ConnectError;
+use crate::handshake::fresh_nonce;
 use crate::handshake::{Acceptor, Claims, Failure, Message, MessageError, Next};
 
 /// How long one incoming connection has to complete its handshake.
@@ -334,7 +335,7 @@ impl<'t> Lobby<'t> {
             plan.world as u32,
             plan.rank as u32,
             plan.left() as u32,
-            fresh_nonce(plan, plan.left())?,
+            fresh_nonce().map_err(|e| plan.io_error(plan.left(), &e))?,
         );
         let deadline = Instant::now() + HANDSHAKE_DEADLINE;
         self.held.push(Incoming::new(self.next_id, stream, role, remote, preferred, deadline));

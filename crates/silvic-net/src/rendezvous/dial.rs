@@ -22,10 +22,11 @@ use rustix::event::PollFlags;
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::debug;
 
+use super::Plan;
 use super::accept::HANDSHAKE_DEADLINE;
 use super::conn::Conn;
-use super::{Plan, fresh_nonce};
 use crate::error::ConnectError;
+use crate::handshake::fresh_nonce;
 use crate::handshake::{Claims, Connector, Failure, Message, Next, RejectReason, VERSION};
 
 const FIRST_RETRY: Duration = Duration::from_millis(20);
@@ -168,7 +169,7 @@ impl<'p> Dialer<'p> {
             plan.world as u32,
             plan.rank as u32,
             plan.right() as u32,
-            fresh_nonce(plan, plan.right())?,
+            fresh_nonce().map_err(|e| plan.io_error(plan.right(), &e))?,
         );
         let mut conn = Conn::new(stream);
         conn.queue(&hello);

@@ -82,14 +82,6 @@ impl Plan<'_> {
     }
 }
 
-/// A fresh handshake nonce; failing that, an error about `peer`.
-fn fresh_nonce(plan: &Plan<'_>, peer: usize) -> Result<[u8; 16], ConnectError> {
-    let mut nonce = [0u8; 16];
-    getrandom::fill(&mut nonce)
-        .map_err(|e| plan.io_error(peer, &io::Error::other(format!("no random bytes: {e}"))))?;
-    Ok(nonce)
-}
-
 /// What polled ready in one turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Slot {

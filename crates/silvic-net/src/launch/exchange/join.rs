@@ -1,0 +1,212 @@
+//! Every other rank's side of the exchange: prove the token to rank 0, send this rank's
+//! address, read the list (or the news that another process claims this rank).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use super::wire::{
+    ADDRESS_LEN, DUPLICATE, LIST, NO_ROSTER, decode_address, encode_address, exchange_key,
+};
+use crate::error::ConnectError;
+use crate::handshake::{
+    Claims, Connector, Failure, MESSAGE_LEN, Message, Next, RejectReason, fresh_nonce,
+};
+
+const FIRST_RETRY: Duration = Duration::from_millis(20);
+const MAX_RETRY: Duration = Duration::from_millis(500);
+
+/// What rank `rank` needs to join the exchange.
+#[derive(Debug)]
+pub(crate) struct Join<'a> {
+    /// Rank 0's exchange address.
+    pub(crate) server: SocketAddr,
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
+    /// This rank's own ring address.
+    pub(crate) own: SocketAddr,
+    pub(crate) token: &'a [u8],
+    pub(crate) deadline: Instant,
+    pub(crate) timeout: Duration,
+}
+
+/// Why one attempt did not get the list: retry (rank 0 not up yet) or give up.
+enum Attempt {
+    Retry(String),
+    Fatal(ConnectError),
+}
+
+/// Sends this rank's address to rank 0 and returns the whole list, retrying the connection
+/// until rank 0 serves the exchange or the deadline passes.
+pub(crate) fn join(plan: &Join<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
+    let key = exchange_key(plan.token);
+    let mut backoff = FIRST_RETRY;
+    loop {
+        let last_error = match attempt(plan, &key) {
+            Ok(list) => return Ok(list),
+            Err(Attempt::Fatal(e)) => return Err(e),
+            Err(Attempt::Retry(why)) => why,
+        };
+        let left = plan.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnectError::Timeout {
+                peer: 0,
+                address: plan.server.to_string(),
+                waited: plan.timeout,
+                waiting_for: format!("to serve the address exchange (last error: {last_error})"),
+            });
+        }
+        std::thread::sleep(backoff.min(left));
+        backoff = (backoff * 2).min(MAX_RETRY);
+    }
+}
+
+fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> {
+    let server = plan.server.to_string();
+    let left = || plan.deadline.saturating_duration_since(Instant::now());
+    if left().is_zero() {
+        return Err(Attempt::Retry("no time left".into()));
+    }
+    let mut stream = TcpStream::connect_timeout(&plan.server, left())
+        .map_err(|e| Attempt::Retry(e.to_string()))?;
+    let timed_out = |what: &str| {
+        Attempt::Fatal(ConnectError::Timeout {
+            peer: 0,
+            address: server.clone(),
+            waited: plan.timeout,
+            waiting_for: what.to_string(),
+        })
+    };
+    let fatal_io = |e: io::Error| {
+        Attempt::Fatal(ConnectError::Io {
+            peer: 0,
+            address: server.clone(),
+            kind: e.kind(),
+            message: e.to_string(),
+        })
+    };
+    // Reads exactly `buf.len()` bytes before the deadline.
+    let read = |stream: &mut TcpStream, buf: &mut [u8], what: &str| -> Result<(), Attempt> {
+        stream.set_read_timeout(Some(left().max(Duration::from_millis(1)))).map_err(fatal_io)?;
+        match stream.read_exact(buf) {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Err(timed_out(what))
+            }
+            Err(e) => Err(fatal_io(e)),
+        }
+    };
+    let _ = stream.set_write_timeout(Some(left().max(Duration::from_millis(1))));
+    let nonce = fresh_nonce().map_err(fatal_io)?;
+    let (mut connector, hello) =
+        Connector::start(key, NO_ROSTER, plan.world as u32, plan.rank as u32, 0, nonce);
+    stream.write_all(&hello.encode()).map_err(|e| Attempt::Retry(e.to_string()))?;
+    let mut inbox = [0u8; MESSAGE_LEN];
+    let handshake = |reason: String| {
+        Attempt::Fatal(ConnectError::Handshake { peer: 0, address: server.clone(), reason })
+    };
+    let mut first = true;
+    loop {
+        match read(&mut stream, &mut inbox, "to answer the exchange handshake") {
+            // Rank 0 closed before answering: it may be starting over; try again.
+            Err(Attempt::Fatal(ConnectError::Io { kind, message, .. }))
+                if first
+                    && matches!(
+                        kind,
+                        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+                    ) =>
+            {
+                return Err(Attempt::Retry(message));
+            }
+            other => other?,
+        }
+        first = false;
+        let message = Message::decode(&inbox).map_err(|e| handshake(e.to_string()))?;
+        match connector.on_message(&message) {
+            Next::Send(reply) => stream.write_all(&reply.encode()).map_err(fatal_io)?,
+            Next::Done => break,
+            Next::SendAndDone(_) => unreachable!("a connector never ends by sending"),
+            Next::Fail(failure, reply) => {
+                if let Some(reply) = reply {
+                    let _ = stream.write_all(&reply.encode());
+                }
+                let claims = connector.peer_claims.unwrap_or_default();
+                return Err(match failure {
+                    Failure::Refused(reason) | Failure::RefusedBy(reason) => {
+                        Attempt::Fatal(ConnectError::Rejected {
+                            peer: 0,
+                            address: server.clone(),
+                            reason,
+                            detail: detail(reason, &claims, plan),
+                        })
+                    }
+                    Failure::Protocol(why) => handshake(why.to_string()),
+                });
+            }
+        }
+    }
+    stream.write_all(&encode_address(plan.own)).map_err(fatal_io)?;
+    let mut kind = [0u8; 1];
+    match read(&mut stream, &mut kind, "to send the address list (waiting for the other ranks)") {
+        Err(Attempt::Fatal(ConnectError::Io { kind: io::ErrorKind::UnexpectedEof, .. })) => {
+            return Err(handshake(
+                "rank 0 closed the exchange before sending the address list; its own error \
+                 says why"
+                    .into(),
+            ));
+        }
+        other => other?,
+    }
+    let mut address = [0u8; ADDRESS_LEN];
+    match kind[0] {
+        LIST => {
+            let mut list = Vec::with_capacity(plan.world);
+            for rank in 0..plan.world {
+                read(&mut stream, &mut address, "to send the whole address list")?;
+                let entry = decode_address(&address).ok_or_else(|| {
+                    handshake(format!("the list holds an unusable address for rank {rank}"))
+                })?;
+                list.push(entry);
+            }
+            if list[plan.rank] != plan.own {
+                return Err(handshake(format!(
+                    "the list gives rank {} the address {}, not this rank's {}",
+                    plan.rank, list[plan.rank], plan.own
+                )));
+            }
+            Ok(list)
+        }
+        DUPLICATE => {
+            let mut other = [0u8; ADDRESS_LEN];
+            read(&mut stream, &mut address, "to say which processes claim this rank")?;
+            read(&mut stream, &mut other, "to say which processes claim this rank")?;
+            let show = |b: &[u8; ADDRESS_LEN]| {
+                decode_address(b).map_or_else(|| "?".to_string(), |a| a.to_string())
+            };
+            Err(Attempt::Fatal(ConnectError::DuplicateRank {
+                rank: plan.rank,
+                first: show(&address),
+                second: show(&other),
+            }))
+        }
+        other => Err(handshake(format!("unknown exchange answer {other}"))),
+    }
+}
+
+fn detail(reason: RejectReason, claims: &Claims, plan: &Join<'_>) -> String {
+    match reason {
+        RejectReason::WorldMismatch if claims.world != 0 => format!(
+            ": rank 0 has a world of {}, this rank {} (check the world size variables)",
+            claims.world, plan.world
+        ),
+        // A refusal tells only its reason, not the refusing rank's world.
+        RejectReason::WorldMismatch => {
+            format!(": this rank has a world of {} (check the world size variables)", plan.world)
+        }
+        RejectReason::WrongRank => {
+            format!(": rank {} is outside the world of {}", plan.rank, plan.world)
+        }
+        RejectReason::TokenMismatch => ": check SILVIC_JOB_TOKEN".to_string(),
+        _ => String::new(),
+    }
+}
