@@ -33,9 +33,9 @@ use silvic_net::frame::{
 };
 use silvic_net::handshake::{
     Acceptor, Connector, Failure, MAGIC, MESSAGE_LEN, Message, MessageError, MessageKind, Next,
-    RejectReason, VERSION,
+    VERSION,
 };
-use silvic_net::{CollectiveError, Op};
+use silvic_net::{CollectiveError, Op, RejectReason};
 use std::time::Duration;
 
 /// `Header::decode` on 32 bytes, and `Header::expect` between two decoded headers.

@@ -5,7 +5,7 @@
 
 use std::{fmt, io, time::Duration};
 
-pub use crate::handshake::RejectReason;
+pub use crate::handshake::message::RejectReason;
 
 /// Why [`crate::TcpCollective::bind`], [`crate::TcpCollective::bind_advertised`],
 /// [`crate::TcpCollective::bind_with`], [`crate::TcpCollective::connect`] or

@@ -30,9 +30,9 @@
 //!
 //! Rank `r` connects to `r + 1` and accepts `r - 1` (mod world size). A handshake checks magic,
 //! version, world size and rank, and proves the job token with an HMAC over both sides' nonces
-//! ([`handshake`]). An allreduce is a reduce-scatter then an allgather; below 4 KiB, and above
+//! (`src/handshake`). An allreduce is a reduce-scatter then an allgather; below 4 KiB, and above
 //! it where a cost model of hops against bytes says so, it is one allgather of whole buffers. Every frame carries the op, the call's sequence number and the
-//! lengths ([`frame`]), checked before a payload byte is used.
+//! lengths (`src/frame.rs`), checked before a payload byte is used.
 //!
 //! # Guarantees
 //!
@@ -83,10 +83,21 @@ compile_error!(
 
 mod bind;
 mod error;
+// The wire's codecs are public only to fuzz/ and the tests that forge wire bytes, behind the
+// `fuzzing` feature, so wire internals are no part of the API. Without it, their `pub` items
+// are the crate's own, some used by fuzz/ alone.
+#[cfg(feature = "fuzzing")]
 pub mod frame;
+#[cfg(not(feature = "fuzzing"))]
+#[allow(unreachable_pub, dead_code)]
+mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+#[cfg(feature = "fuzzing")]
 pub mod handshake;
+#[cfg(not(feature = "fuzzing"))]
+#[allow(unreachable_pub, dead_code, unused_imports)]
+mod handshake;
 pub mod launch;
 mod link;
 mod liveness;

@@ -36,9 +36,9 @@ use silvic_testbed::child::LineChild;
 use silvic_testbed::relay::Link;
 
 use silvic_net::handshake::{
-    Connector, MAGIC, MESSAGE_LEN, Message, MessageKind, Next, RejectReason, VERSION, roster_digest,
+    Connector, MAGIC, MESSAGE_LEN, Message, MessageKind, Next, VERSION, roster_digest,
 };
-use silvic_net::{Collective, TcpCollective};
+use silvic_net::{Collective, RejectReason, TcpCollective};
 
 const WORLD: usize = 3;
 /// The rank under attack; its left neighbour is rank 0.

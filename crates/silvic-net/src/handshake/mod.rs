@@ -30,15 +30,16 @@
 //! This module is sans-IO: [`Connector`] and [`Acceptor`] take messages and return what to send;
 //! the rendezvous loop owns the sockets and the clocks.
 
-mod message;
+pub(crate) mod message;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 pub use self::message::{
-    MAC_LEN, MAGIC, MESSAGE_LEN, Message, MessageError, MessageKind, NONCE_LEN, RejectReason,
-    VERSION,
+    MAC_LEN, MAGIC, MESSAGE_LEN, Message, MessageError, MessageKind, NONCE_LEN, VERSION,
 };
+// Public as `silvic_net::RejectReason` only (it is part of `ConnectError`): one path.
+use self::message::RejectReason;
 
 const CONNECT_LABEL: &[u8] = b"silvic-net connector proof";
 const ACCEPT_LABEL: &[u8] = b"silvic-net acceptor proof";

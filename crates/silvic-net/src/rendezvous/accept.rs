@@ -361,7 +361,8 @@ mod tests {
     use std::os::unix::net::UnixStream;
 
     use super::*;
-    use crate::handshake::{Connector, MESSAGE_LEN, MessageKind, RejectReason};
+    use crate::RejectReason;
+    use crate::handshake::{Connector, MESSAGE_LEN, MessageKind};
 
     fn standing(preferred: bool, progress: Progress, id: u64) -> Standing {
         Standing { preferred, progress, id }

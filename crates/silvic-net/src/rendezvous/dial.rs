@@ -25,9 +25,10 @@ use tracing::debug;
 use super::Plan;
 use super::accept::HANDSHAKE_DEADLINE;
 use super::conn::Conn;
+use crate::RejectReason;
 use crate::error::ConnectError;
 use crate::handshake::fresh_nonce;
-use crate::handshake::{Claims, Connector, Failure, Message, Next, RejectReason, VERSION};
+use crate::handshake::{Claims, Connector, Failure, Message, Next, VERSION};
 
 const FIRST_RETRY: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_millis(500);

@@ -8,10 +8,8 @@ use std::time::{Duration, Instant};
 use super::wire::{
     ADDRESS_LEN, DUPLICATE, LIST, NO_ROSTER, decode_address, encode_address, exchange_key,
 };
-use crate::error::ConnectError;
-use crate::handshake::{
-    Claims, Connector, Failure, MESSAGE_LEN, Message, Next, RejectReason, fresh_nonce,
-};
+use crate::error::{ConnectError, RejectReason};
+use crate::handshake::{Claims, Connector, Failure, MESSAGE_LEN, Message, Next, fresh_nonce};
 
 const FIRST_RETRY: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_millis(500);
