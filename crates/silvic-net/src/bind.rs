@@ -91,9 +91,15 @@ fn invalid(message: String) -> ConnectError {
     ConnectError::InvalidArgument(message)
 }
 
+/// `host` without the brackets of an IPv6 literal (`[fd00::1]` is `fd00::1`); the one place
+/// brackets come off.
+pub(crate) fn unbracket(host: &str) -> &str {
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
 /// Parses an IP address, with or without IPv6 brackets.
 pub(crate) fn parse_ip(text: &str) -> Option<IpAddr> {
-    text.trim_start_matches('[').trim_end_matches(']').parse().ok()
+    unbracket(text).parse().ok()
 }
 
 /// An IP address, or the first address `host` resolves to.
@@ -101,8 +107,7 @@ pub(crate) fn resolve(host: &str) -> Result<IpAddr, ConnectError> {
     if let Some(ip) = parse_ip(host) {
         return Ok(ip);
     }
-    let trimmed = host.trim_start_matches('[').trim_end_matches(']');
-    (trimmed, 0)
+    (unbracket(host), 0)
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
@@ -112,10 +117,9 @@ pub(crate) fn resolve(host: &str) -> Result<IpAddr, ConnectError> {
 
 /// The address of interface `name`: its first IPv4 address, else its first IPv6 one.
 pub(crate) fn interface_address(name: &str) -> Result<IpAddr, ConnectError> {
-    let interfaces = if_addrs::get_if_addrs().map_err(|e| ConnectError::Bind {
-        host: format!("interface {name}"),
-        kind: e.kind(),
-        message: format!("cannot list the network interfaces: {e}"),
+    let interfaces = if_addrs::get_if_addrs().map_err(|e| {
+        let listing = io::Error::new(e.kind(), format!("cannot list the network interfaces: {e}"));
+        ConnectError::bind(format!("interface {name}"), &listing)
     })?;
     let mine = || interfaces.iter().filter(|i| i.name == name).map(|i| i.ip());
     if let Some(ip) = mine().find(IpAddr::is_ipv4).or_else(|| mine().next()) {
@@ -128,7 +132,7 @@ pub(crate) fn interface_address(name: &str) -> Result<IpAddr, ConnectError> {
 
 /// Opens a listener on `address`; `host` names it in errors.
 pub(crate) fn listen(host: &str, address: SocketAddr) -> Result<TcpListener, ConnectError> {
-    try_listen(address).map_err(|e| bind_error(host, &e))
+    try_listen(address).map_err(|e| ConnectError::bind(host, &e))
 }
 
 fn try_listen(address: SocketAddr) -> io::Result<TcpListener> {
@@ -137,10 +141,6 @@ fn try_listen(address: SocketAddr) -> io::Result<TcpListener> {
     socket.bind(&address.into())?;
     socket.listen(LISTEN_BACKLOG)?;
     Ok(socket.into())
-}
-
-pub(crate) fn bind_error(host: &str, e: &io::Error) -> ConnectError {
-    ConnectError::Bind { host: host.to_string(), kind: e.kind(), message: e.to_string() }
 }
 
 /// Binds the first free port of `ports` on `ip`. Each candidate is bound for real; only
@@ -154,7 +154,7 @@ fn listen_in_range(
         match try_listen(SocketAddr::new(ip, port)) {
             Ok(listener) => return Ok(listener),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
-            Err(e) => return Err(bind_error(host, &e)),
+            Err(e) => return Err(ConnectError::bind(host, &e)),
         }
     }
     Err(ConnectError::PortsTaken {
@@ -196,7 +196,7 @@ pub(crate) fn bind_with(options: &BindOptions) -> Result<(TcpListener, SocketAdd
         )));
     }
     let listener = listen_in_range(&host, ip, &options.ports)?;
-    let port = listener.local_addr().map_err(|e| bind_error(&host, &e))?.port();
+    let port = listener.local_addr().map_err(|e| ConnectError::bind(&host, &e))?.port();
     Ok((listener, SocketAddr::new(advertised_ip, port)))
 }
 

@@ -143,6 +143,17 @@ impl fmt::Display for RejectReason {
 }
 
 impl ConnectError {
+    /// The one way to build [`ConnectError::Bind`]: `e` met opening a listener for `host`.
+    pub(crate) fn bind(host: impl Into<String>, e: &io::Error) -> ConnectError {
+        ConnectError::Bind { host: host.into(), kind: e.kind(), message: e.to_string() }
+    }
+
+    /// The one way to build [`ConnectError::Io`]: `e` met on the way to rank `peer` at
+    /// `address`.
+    pub(crate) fn io(peer: usize, address: impl Into<String>, e: &io::Error) -> ConnectError {
+        ConnectError::Io { peer, address: address.into(), kind: e.kind(), message: e.to_string() }
+    }
+
     /// The peer rank this error is about, if any.
     pub fn peer(&self) -> Option<usize> {
         match self {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use silvic_core::{Collective, CollectiveError, Op, fold};
 use tracing::{info, info_span, warn};
 
-use crate::bind::{self, BindOptions, bind_error, listen, resolve};
+use crate::bind::{self, BindOptions, listen, resolve};
 use crate::error::ConnectError;
 use crate::link::{Place, TcpRing};
 use crate::liveness;
@@ -130,7 +130,7 @@ impl TcpCollective {
             )));
         }
         let listener = listen(host, SocketAddr::new(ip, 0))?;
-        let advertised = listener.local_addr().map_err(|e| bind_error(host, &e))?;
+        let advertised = listener.local_addr().map_err(|e| ConnectError::bind(host, &e))?;
         Ok(RingListener { listener, advertised })
     }
 
@@ -146,7 +146,7 @@ impl TcpCollective {
             )));
         }
         let listener = listen(host, SocketAddr::new(ip, 0))?;
-        let port = listener.local_addr().map_err(|e| bind_error(host, &e))?.port();
+        let port = listener.local_addr().map_err(|e| ConnectError::bind(host, &e))?.port();
         Ok(RingListener { listener, advertised: SocketAddr::new(node, port) })
     }
 
@@ -229,12 +229,8 @@ impl TcpCollective {
         drop(listener);
         let (left_rank, right_rank) = ((rank + world - 1) % world, (rank + 1) % world);
         for (stream, peer) in [(&left, left_rank), (&right, right_rank)] {
-            liveness::configure(stream).map_err(|e| ConnectError::Io {
-                peer,
-                address: addresses[peer].clone(),
-                kind: e.kind(),
-                message: e.to_string(),
-            })?;
+            liveness::configure(stream)
+                .map_err(|e| ConnectError::io(peer, addresses[peer].clone(), &e))?;
         }
         info!(elapsed = ?started.elapsed(), "ring formed");
         let place = Place { rank, addresses: parsed };

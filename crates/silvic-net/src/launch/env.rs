@@ -17,6 +17,7 @@
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
+use crate::bind::unbracket;
 use crate::error::ConnectError;
 
 /// The rank and world variables of each launcher, in the order they are looked at.
@@ -112,7 +113,7 @@ fn parse_host_port(variable: &'static str, text: &str) -> Result<Meeting, Connec
     if port.start() != port.end() {
         return Err(bad());
     }
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let host = unbracket(host).to_string();
     Ok(Meeting::Tcp { host, port: *port.start(), variable })
 }
 

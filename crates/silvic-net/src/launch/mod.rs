@@ -242,11 +242,8 @@ fn leave_folder(
     folder::withdraw(dir, ring.rank());
     passed.map(drop).map_err(|e| {
         let peer = e.peer().unwrap_or(0);
-        ConnectError::Io {
-            peer,
-            address: addresses.get(peer).cloned().unwrap_or_default(),
-            kind: std::io::ErrorKind::Other,
-            message: format!("the ring formed but its first collective failed: {e}"),
-        }
+        let failed =
+            std::io::Error::other(format!("the ring formed but its first collective failed: {e}"));
+        ConnectError::io(peer, addresses.get(peer).cloned().unwrap_or_default(), &failed)
     })
 }

@@ -30,6 +30,7 @@ use super::conn::Conn;
 use crate::error::ConnectError;
 use crate::handshake::fresh_nonce;
 use crate::handshake::{Acceptor, Claims, Failure, Message, MessageError, Next};
+use crate::wait::nonblocking;
 
 /// How long one incoming connection has to complete its handshake.
 pub(super) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
@@ -293,14 +294,10 @@ impl<'t> Lobby<'t> {
     /// Takes up to [`MAX_ACCEPTS_PER_TURN`] waiting connections into their own handshakes.
     pub(super) fn accept(&mut self, listener: &impl Listen) -> Result<Accepted, ConnectError> {
         for _ in 0..MAX_ACCEPTS_PER_TURN {
-            match listener.accept() {
-                Ok((stream, remote)) => self.admit(stream, remote)?,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Accepted::Turn),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                    ) => {}
+            match nonblocking(|| listener.accept()) {
+                Ok(Some((stream, remote))) => self.admit(stream, remote)?,
+                Ok(None) => return Ok(Accepted::Turn),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
                 Err(e) => {
                     // Out of descriptors, most likely: make room by the same rule as a cap.
                     warn!(error = %e, "accept failed");

@@ -9,6 +9,7 @@ use std::io::{self, Read, Write};
 use rustix::event::PollFlags;
 
 use crate::handshake::{MESSAGE_LEN, Message};
+use crate::wait::nonblocking;
 
 /// A stream and the message in flight each way.
 #[derive(Debug)]
@@ -47,12 +48,10 @@ impl<S: Read + Write> Conn<S> {
     /// Writes as much of the queued message as the stream takes now.
     pub(super) fn flush(&mut self) -> io::Result<()> {
         while !self.flushed() {
-            match self.stream.write(&self.outbox[self.sent..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            match nonblocking(|| self.stream.write(&self.outbox[self.sent..]))? {
+                Some(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Some(n) => self.sent += n,
+                None => break,
             }
         }
         Ok(())
@@ -61,12 +60,10 @@ impl<S: Read + Write> Conn<S> {
     /// The next whole message, if it has arrived; a close is `UnexpectedEof`.
     pub(super) fn receive(&mut self) -> io::Result<Option<[u8; MESSAGE_LEN]>> {
         while self.got < MESSAGE_LEN {
-            match self.stream.read(&mut self.inbox[self.got..]) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => self.got += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            match nonblocking(|| self.stream.read(&mut self.inbox[self.got..]))? {
+                Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Some(n) => self.got += n,
+                None => return Ok(None),
             }
         }
         self.got = 0;

@@ -73,12 +73,7 @@ impl Plan<'_> {
     }
 
     fn io_error(&self, peer: usize, e: &io::Error) -> ConnectError {
-        ConnectError::Io {
-            peer,
-            address: self.addresses[peer].to_string(),
-            kind: e.kind(),
-            message: e.to_string(),
-        }
+        ConnectError::io(peer, self.addresses[peer].to_string(), e)
     }
 }
 

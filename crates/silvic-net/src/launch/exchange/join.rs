@@ -75,14 +75,7 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
             waiting_for: what.to_string(),
         })
     };
-    let fatal_io = |e: io::Error| {
-        Attempt::Fatal(ConnectError::Io {
-            peer: 0,
-            address: server.clone(),
-            kind: e.kind(),
-            message: e.to_string(),
-        })
-    };
+    let fatal_io = |e: io::Error| Attempt::Fatal(ConnectError::io(0, server.clone(), &e));
     // Reads exactly `buf.len()` bytes before the deadline.
     let read = |stream: &mut TcpStream, buf: &mut [u8], what: &str| -> Result<(), Attempt> {
         stream.set_read_timeout(Some(left().max(Duration::from_millis(1)))).map_err(fatal_io)?;

@@ -13,7 +13,7 @@ use super::wire::{
 };
 use crate::error::ConnectError;
 use crate::handshake::{Acceptor, MESSAGE_LEN, Message, MessageKind, Next, fresh_nonce};
-use crate::wait::wait as poll_wait;
+use crate::wait::{nonblocking, wait as poll_wait};
 
 /// How long one incoming connection has to prove the token and send its address.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
@@ -66,12 +66,10 @@ impl Pending<'_> {
     fn fill(&mut self) -> io::Result<bool> {
         let need = self.need();
         while self.got < need {
-            match self.stream.read(&mut self.inbox[self.got..need]) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => self.got += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            match nonblocking(|| self.stream.read(&mut self.inbox[self.got..need]))? {
+                Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Some(n) => self.got += n,
+                None => return Ok(false),
             }
         }
         Ok(need > 0)
@@ -84,11 +82,9 @@ impl Pending<'_> {
 
 fn write_some(stream: &mut TcpStream, bytes: &[u8], sent: &mut usize) -> io::Result<()> {
     while *sent < bytes.len() {
-        match stream.write(&bytes[*sent..]) {
-            Ok(n) => *sent += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        match nonblocking(|| stream.write(&bytes[*sent..]))? {
+            Some(n) => *sent += n,
+            None => break,
         }
     }
     Ok(())
@@ -97,11 +93,8 @@ fn write_some(stream: &mut TcpStream, bytes: &[u8], sent: &mut usize) -> io::Res
 /// True when a member's connection is closed (its process ended) rather than still open.
 fn closed(stream: &mut TcpStream) -> bool {
     let mut byte = [0u8; 1];
-    match stream.read(&mut byte) {
-        Ok(0) => true,
-        Ok(_) => true, // a member has nothing more to say: treat chatter as a broken claimant
-        Err(e) => e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted,
-    }
+    // A member has nothing more to say: chatter, like a close or an error, is a broken claimant.
+    !matches!(nonblocking(|| stream.read(&mut byte)), Ok(None))
 }
 
 /// Best effort: sends `bytes` on a blocking stream within a short bound, then drops it.
@@ -139,13 +132,9 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
     let world = plan.world;
     let listen_address =
         plan.listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-    let io_error = |peer: usize, address: String, e: io::Error| ConnectError::Io {
-        peer,
-        address,
-        kind: e.kind(),
-        message: e.to_string(),
-    };
-    plan.listener.set_nonblocking(true).map_err(|e| io_error(0, listen_address.clone(), e))?;
+    plan.listener
+        .set_nonblocking(true)
+        .map_err(|e| ConnectError::io(0, listen_address.clone(), &e))?;
     let mut members: Vec<Option<Member>> = (0..world).map(|_| None).collect();
     let mut pending: Vec<Pending<'_>> = Vec::new();
     loop {
@@ -206,7 +195,7 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
             fds.push(PollFd::new(&m.stream, PollFlags::IN));
         }
         poll_wait(&mut fds, Some(next_deadline.min(plan.deadline)))
-            .map_err(|e| io_error(0, listen_address.clone(), e))?;
+            .map_err(|e| ConnectError::io(0, listen_address.clone(), &e))?;
         let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
         drop(fds);
 
@@ -292,8 +281,8 @@ fn claim(
 
 fn accept_all(listener: &TcpListener, pending: &mut Vec<Pending<'_>>) -> Result<(), ConnectError> {
     loop {
-        match listener.accept() {
-            Ok((stream, peer)) => {
+        match nonblocking(|| listener.accept()) {
+            Ok(Some((stream, peer))) => {
                 if stream.set_nonblocking(true).is_err() {
                     continue;
                 }
@@ -315,8 +304,7 @@ fn accept_all(listener: &TcpListener, pending: &mut Vec<Pending<'_>>) -> Result<
                     deadline: Instant::now() + HANDSHAKE_DEADLINE,
                 });
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Ok(None) => return Ok(()),
             // A connection that failed before it was accepted, or a shortage of descriptors:
             // neither ends the exchange; the loop comes back when the listener is ready again.
             Err(e) => {
