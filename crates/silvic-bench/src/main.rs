@@ -8,10 +8,10 @@
 //! network-namespace hosts with R Mbit/s links, and `--link-limit` measures what those links
 //! carry in the ring's pattern.
 //!
-//! Modules: [`cli`] (flags), [`failure`] (the error of a run), [`launch`] (processes, threads, namespace hosts, or one rank of a
+//! Modules: [`cli`] (flags), [`launch`] (processes, threads, namespace hosts, or one rank of a
 //! multi-host run), [`sweep`] and [`timing`] (the protocol), [`workload`] (inputs and checks),
 //! [`report`] (table, CSV, JSON, progress, peak RSS), [`link_limit`] (the flows without the
-//! ring).
+//! ring), [`failure`] (what ends a run early).
 //!
 //! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
 #![forbid(unsafe_code)]

@@ -2,8 +2,8 @@
 //!
 //! Linux applies TCP_USER_TIMEOUT to zero-window probing too: once the receiver has advertised
 //! a zero window for longer than the timeout, the sender's connection is aborted with
-//! `ETIMEDOUT`, although the receiver's kernel answers every probe (kernel 5.11 onwards;
-//! measured on 6.18 with a 5 s timeout: aborted after 5.4 s). A rank that is paused or busy for
+//! `ETIMEDOUT`, although the receiver's kernel answers every probe (README gives the kernels
+//! and a measurement). A rank that is paused or busy for
 //! longer than [`LIVENESS`] while its left neighbour has bytes queued to it would so fail the
 //! ring, where SPEC.md wants it waited for up to the collective timeout.
 //!

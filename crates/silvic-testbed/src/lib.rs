@@ -8,7 +8,7 @@
 //! - [`child`]: child processes with line-based, deadline-bounded I/O, killed on drop.
 //! - [`net`]: namespaces, a bridge, veths, nft rules and qdiscs, all removed on drop and swept
 //!   if a run died before it could remove them.
-//! - [`relay`]: the one TCP relay of the tests: delay and jitter (this kernel has no netem),
+//! - [`relay`]: the one TCP relay of the tests: delay and jitter (with no need of netem),
 //!   and a record of what each client sent; in a test's process or as the relay process.
 //! - [`ring`]: a world of rank processes, started and driven from a test.
 //!
@@ -18,10 +18,9 @@
 use std::time::Duration;
 
 /// How late past its own bound an event may come on a loaded machine before a test calls the
-/// behaviour broken. Far above anything measured here (milliseconds to tens of milliseconds on
-/// two shared cores), so an upper bound of "the behaviour's bound + `MARGIN`" fails only when
-/// the behaviour is broken (it hung, or waited out another timeout), never because the machine
-/// was busy. Upper bounds in tests are written this way; the measured figures go in README.
+/// behaviour broken. Far above any lateness a busy machine causes, so an upper bound of "the
+/// behaviour's bound + `MARGIN`" fails only when the behaviour is broken (it hung, or waited
+/// out another timeout), never because the machine was busy. Upper bounds in tests are written this way; the measured figures go in README.
 pub const MARGIN: Duration = Duration::from_secs(20);
 
 pub mod child;

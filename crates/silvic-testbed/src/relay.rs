@@ -1,5 +1,5 @@
-//! The one TCP relay of the tests: a slow link (delay and jitter, which this kernel's missing
-//! netem would have added) and a wiretap (the first bytes each client sent), in one place.
+//! The one TCP relay of the tests: a slow link (delay and jitter, with no need of the kernel's
+//! netem) and a wiretap (the first bytes each client sent), in one place.
 //!
 //! A [`Relay`] listens on an address and forwards every connection it accepts to a target, as a
 //! link of the given [`Link`] would: the upstream connection is opened `delay` after the client's

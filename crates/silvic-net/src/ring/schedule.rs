@@ -20,12 +20,12 @@ pub(crate) const SMALL_BYTES: usize = 4096;
 // hop × rate. The constants are this project's loopback figures (../shared/notes); on another
 // network, measure a hop and the per-rank rate with silvic-bench and change them here.
 
-/// What one hop costs, in nanoseconds: a wake-up and a round trip of a small frame (about
-/// 20 us on loopback with more ranks than cores, 6-7 us at world 2; tens of us across hosts).
+/// What one hop costs, in nanoseconds: a wake-up and a round trip of a small frame (a loopback
+/// figure; README's "The cut between the two paths" gives the measurements).
 pub(crate) const HOP_NS: u64 = 20_000;
 
-/// The rate at which one rank's bytes leave it, in bytes per microsecond (1500: 1.5 GB/s, the
-/// ring's busbw on loopback; a 10 Gbit/s link carries about 1200).
+/// The rate at which one rank's bytes leave it, in bytes per microsecond (1500 is 1.5 GB/s, a
+/// loopback figure; README gives the measurements).
 pub(crate) const RATE_BYTES_PER_US: u64 = 1_500;
 
 /// The most memory the gather path may hold for the gathered buffers (`world × bytes`) above
