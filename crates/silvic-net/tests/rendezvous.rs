@@ -7,8 +7,8 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -287,20 +287,6 @@ fn a_refusal_tells_a_stranger_only_the_reason() {
     assert!(matches!(result, Err(ConnectError::Timeout { .. })), "{:?}", result.err());
 }
 
-/// A writer into a shared buffer, for capturing log lines.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// What rank 0 logged while forming a world of two with `token`.
 fn logged_while_connecting(token: &'static str) -> String {
     let (mut listeners, addresses) = common::listeners(2);
@@ -311,19 +297,14 @@ fn logged_while_connecting(token: &'static str) -> String {
     peer.start(1, rank1, addresses.clone(), token, timeout, |ring, _| {
         ring.map(|_| ()).map_err(|e| e.to_string())
     });
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let captured = common::Capture::default();
+    let subscriber = captured.subscriber();
     let joined = tracing::subscriber::with_default(subscriber, || {
         TcpCollective::connect(rank0, 0, &addresses, token, timeout)
     });
     joined.expect("rank 0 joins");
     peer.join(timeout + common::MARGIN).remove(0).expect("rank 1 joins");
-    String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    captured.text()
 }
 
 #[test]

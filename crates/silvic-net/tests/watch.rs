@@ -3,12 +3,10 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::ring_of_threads;
+use common::{Capture, ring_of_threads};
 use silvic_net::{Collective, RingStats};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -44,26 +42,6 @@ fn stats_count_collectives_bytes_and_nothing_for_a_failed_call() {
     }
 }
 
-/// A `Write` into a shared buffer, for a tracing subscriber.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[test]
 fn a_long_wait_is_logged_naming_the_rank_and_its_address_and_counted() {
     let log = Capture::default();
@@ -80,12 +58,7 @@ fn a_long_wait_is_logged_naming_the_rank_and_its_address_and_counted() {
             ring.allreduce_sum_f64(&mut buf).unwrap();
             return None;
         }
-        let writer = seen.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .finish();
+        let subscriber = seen.subscriber();
         let t = Instant::now();
         tracing::subscriber::with_default(subscriber, || ring.allreduce_sum_f64(&mut buf)).unwrap();
         assert_eq!(buf, vec![2.0; 1000]);

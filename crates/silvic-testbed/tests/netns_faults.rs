@@ -36,6 +36,16 @@ fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
+/// An nft table that applies `statements` to what the switch forwards between hosts.
+fn forward_filter(statements: &str) -> String {
+    format!(
+        "table inet svt {{ chain forward_filter {{ type filter hook forward priority 0;
+           {statements}
+         }}
+         }}"
+    )
+}
+
 /// Starts the world on a fresh network, or panics with what failed.
 fn start(
     tag: &str,
@@ -157,13 +167,10 @@ fn netns_connection_reset_fails_every_rank_within_seconds() {
     let mut world = start("reset", &steady(), |_| vec![], &Layout::default());
     after_warmup(&mut world);
     let victim = host_ip(VICTIM);
-    let rules = format!(
-        "table inet svt {{ chain forward_filter {{ type filter hook forward priority 0;
-           ip saddr {victim} meta l4proto tcp counter reject with tcp reset
-           ip daddr {victim} meta l4proto tcp counter reject with tcp reset
-         }}
-         }}"
-    );
+    let rules = forward_filter(&format!(
+        "ip saddr {victim} meta l4proto tcp counter reject with tcp reset
+         ip daddr {victim} meta l4proto tcp counter reject with tcp reset"
+    ));
     let net = world.net.as_ref().unwrap();
     let t0 = Instant::now();
     net.nft(&net.switch.clone(), &rules).unwrap();
@@ -183,17 +190,13 @@ fn netns_connection_reset_fails_every_rank_within_seconds() {
 #[test]
 fn netns_one_way_reset_fails_every_rank_naming_the_host_hit_before_keepalive() {
     require("netns_one_way_reset");
-    let keepalive_idle = Duration::from_secs(5);
     let mut world = start("oneway", &steady(), |_| vec![], &Layout::default());
     after_warmup(&mut world);
     let victim = host_ip(VICTIM);
-    let rules = format!(
-        "table inet svt {{ chain forward_filter {{ type filter hook forward priority 0;
-           ip daddr {victim} meta l4proto tcp counter reject with tcp reset
-           ip saddr {victim} meta l4proto tcp counter drop
-         }}
-         }}"
-    );
+    let rules = forward_filter(&format!(
+        "ip daddr {victim} meta l4proto tcp counter reject with tcp reset
+         ip saddr {victim} meta l4proto tcp counter drop"
+    ));
     let net = world.net.as_ref().unwrap();
     let t0 = Instant::now();
     net.nft(&net.switch.clone(), &rules).unwrap();
@@ -202,7 +205,7 @@ fn netns_one_way_reset_fails_every_rank_naming_the_host_hit_before_keepalive() {
     let ends = outcomes("one-way reset", &mut world, t0, Duration::from_secs(20));
     let net = world.net.as_ref().unwrap();
     assert!(net.nft_packets(&net.switch) > 0, "the reject rule never matched");
-    let worst = assert_survivors_fail("one-way reset", &ends, &[VICTIM], keepalive_idle);
+    let worst = assert_survivors_fail("one-way reset", &ends, &[VICTIM], KEEPALIVE_IDLE);
     for (rank, (end, _)) in ends.iter().enumerate() {
         if rank == VICTIM {
             continue;
@@ -211,7 +214,7 @@ fn netns_one_way_reset_fails_every_rank_naming_the_host_hit_before_keepalive() {
             assert_eq!(*peer, Some(VICTIM), "rank {rank} did not name the host hit: {end:?}");
         }
     }
-    assert!(worst < keepalive_idle, "{worst:?}");
+    assert!(worst < KEEPALIVE_IDLE, "{worst:?}");
 }
 
 /// Rank 2 SIGSTOPped (alive, silent) with a 3 s collective timeout: every other rank fails

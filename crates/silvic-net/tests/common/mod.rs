@@ -6,9 +6,10 @@
 //! processes, the relay) live in `silvic-testbed`, a dev-dependency of this crate.
 #![allow(dead_code, unreachable_pub)]
 
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -193,4 +194,35 @@ pub fn listeners_with_relay(
 /// strangers that go around the relay.
 pub fn behind(relay: &Relay) -> std::net::SocketAddr {
     ([127, 0, 0, 1], relay.address().port()).into()
+}
+
+/// Log lines of warning level and above, captured in memory for a test to read.
+#[derive(Clone, Default)]
+pub struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capture {
+    /// What has been logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// A subscriber that writes warnings and errors, without colours, into this capture.
+    pub fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + use<> {
+        let writer = self.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish()
+    }
 }
