@@ -35,7 +35,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// The protocol version. Ranks of different versions reject each other.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.

@@ -19,5 +19,6 @@
 
 pub(crate) mod run;
 pub(crate) mod schedule;
+pub(crate) mod twoway;
 
-pub(crate) use run::{Link, Sink};
+pub(crate) use run::{Lane, Link, Sink};

@@ -3,7 +3,8 @@
 use silvic_core::{CollectiveError, Op};
 
 use super::schedule::{self, pass, segment, segment_of};
-use crate::frame::Header;
+use super::twoway;
+use crate::frame::{Dir, Header};
 
 /// Bytes of received data folded at a time. Small enough to stay in cache, large enough that a
 /// read moves plenty per system call.
@@ -17,18 +18,37 @@ pub(crate) trait Sink {
     fn commit(&mut self, n: usize);
 }
 
+/// One way round the ring in one step: a frame out to the neighbour on one side and a frame in
+/// from the neighbour on the other, both travelling the same way.
+pub(crate) struct Lane<'a> {
+    /// The header of the frame sent.
+    pub(crate) header: Header,
+    /// The payload sent.
+    pub(crate) payload: &'a [u8],
+    /// What the header of the frame received must equal (checked before a payload byte is read).
+    pub(crate) expect: Header,
+    /// Where the payload received goes.
+    pub(crate) sink: &'a mut dyn Sink,
+}
+
 /// A connection to both ring neighbours.
 pub(crate) trait Link {
-    /// One ring step: sends `header` and `payload` to the right neighbour while receiving one
-    /// frame from the left, whose header must equal `expect` (checked before a payload byte is
-    /// read) and whose payload goes to `sink`. Returns once both are complete.
+    /// One ring step: the `right` lane sends to the right neighbour and receives from the left;
+    /// the `left` lane, if any, sends to the left neighbour and receives from the right. Every
+    /// frame moves at the same time; returns once all are complete.
+    fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError>;
+
+    /// A step with the rightward lane only: sends `header` and `payload` to the right
+    /// neighbour while receiving one frame from the left, whose header must equal `expect`.
     fn exchange(
         &mut self,
         header: &Header,
         payload: &[u8],
         expect: &Header,
         sink: &mut dyn Sink,
-    ) -> Result<(), CollectiveError>;
+    ) -> Result<(), CollectiveError> {
+        self.step(Lane { header: *header, payload, expect: *expect, sink }, None)
+    }
 }
 
 /// A number type the ring reduces. Payloads carry its little-endian bytes.
@@ -140,8 +160,36 @@ fn segments_mut<T>(buf: &mut [T], world: usize) -> Vec<&mut [T]> {
     out
 }
 
+/// Borrows, from blocks in rank order, `reads` for reading and `writes` for writing. The two
+/// reads may be one block; a write is neither the other write nor a read.
+fn pick<'a>(
+    blocks: impl Iterator<Item = &'a mut [u8]>,
+    reads: [usize; 2],
+    writes: [Option<usize>; 2],
+) -> ([&'a [u8]; 2], [Option<&'a mut [u8]>; 2]) {
+    let (mut read, mut write): ([&[u8]; 2], _) = ([&[], &[]], [None, None]);
+    for (i, block) in blocks.enumerate() {
+        if writes[0] == Some(i) {
+            write[0] = Some(block);
+        } else if writes[1] == Some(i) {
+            write[1] = Some(block);
+        } else {
+            let block: &'a [u8] = block;
+            for (r, at) in read.iter_mut().zip(reads) {
+                if at == i {
+                    *r = block;
+                }
+            }
+        }
+    }
+    (read, write)
+}
+
 /// Allgathers one equal-length block per rank: on return `blocks[r]` holds rank `r`'s block.
 /// `blocks[rank]` is this rank's on entry. `total` is the length the frames report.
+///
+/// Two-way ([`twoway`]): each block travels both ways round the ring at once, so the gather
+/// takes `floor(world / 2)` steps.
 pub(crate) fn allgather(
     link: &mut dyn Link,
     call: Call,
@@ -150,13 +198,39 @@ pub(crate) fn allgather(
 ) -> Result<(), CollectiveError> {
     let Call { rank, world, op, seq } = call;
     debug_assert_eq!(blocks.len(), world);
-    let header = Header::data(op, seq, total, blocks[rank].len() as u64);
-    for step in 0..world - 1 {
-        let p = pass(rank, world, step, 0);
-        tracing::debug!(step, send = p.send, recv = p.recv, "allgather step");
-        let (send, recv) = send_and_recv(blocks, p.send, p.recv);
-        recv.resize(send.len(), 0);
-        link.exchange(&header, send, &header, &mut CopySink { dst: recv, filled: 0 })?;
+    let block = blocks[rank].len();
+    for b in blocks.iter_mut() {
+        b.resize(block, 0);
+    }
+    let header = Header::data(op, seq, total, block as u64);
+    for h in 0..twoway::hops(world) {
+        let hop = twoway::hop(rank, world, h);
+        tracing::debug!(hop = h, ?hop, "allgather hop");
+        let reads = [hop.right.send, hop.left.map_or(hop.right.send, |l| l.send)];
+        let writes = [Some(hop.right.recv), hop.left.map(|l| l.recv)];
+        let ([to_right, to_left], [from_left, from_right]) =
+            pick(blocks.iter_mut().map(Vec::as_mut_slice), reads, writes);
+        let mut right_sink = CopySink { dst: from_left.expect("a rightward block"), filled: 0 };
+        let right = Lane {
+            header: header.carrying(Dir::Right, hop.right.send),
+            payload: to_right,
+            expect: header.carrying(Dir::Right, hop.right.recv),
+            sink: &mut right_sink,
+        };
+        let mut left_sink;
+        let left = match (hop.left, from_right) {
+            (Some(l), Some(dst)) => {
+                left_sink = CopySink { dst, filled: 0 };
+                Some(Lane {
+                    header: header.carrying(Dir::Left, l.send),
+                    payload: to_left,
+                    expect: header.carrying(Dir::Left, l.recv),
+                    sink: &mut left_sink,
+                })
+            }
+            _ => None,
+        };
+        link.step(right, left)?;
     }
     Ok(())
 }
@@ -212,7 +286,10 @@ fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     let len = buf.len();
     scratch.fold.resize(FOLD_SCRATCH, 0);
     let mut segments = segments_mut(buf, world);
-    let header = |j: usize| Header::data(op, seq, total, segment(len, world, j).len() as u64 * 8);
+    let header = |j: usize| {
+        Header::data(op, seq, total, segment(len, world, j).len() as u64 * 8)
+            .carrying(Dir::Right, j)
+    };
     for step in 0..world - 1 {
         let p = pass(rank, world, step, 0);
         tracing::debug!(step, send = p.send, recv = p.recv, "reduce-scatter step");
@@ -238,44 +315,52 @@ pub(crate) mod tests {
     use silvic_core::fold;
     use std::sync::mpsc::{Receiver, Sender, channel};
 
-    /// An in-memory ring neighbour: frames travel over channels, and payloads are handed to the
-    /// sink in uneven pieces to exercise partial commits.
+    /// An in-memory ring neighbour: frames travel over channels both ways, and payloads are
+    /// handed to the sink in uneven pieces to exercise partial commits.
     pub(crate) struct MemLink {
-        right: Sender<Vec<u8>>,
-        left: Receiver<Vec<u8>>,
+        to_right: Sender<Vec<u8>>,
+        to_left: Sender<Vec<u8>>,
+        from_left: Receiver<Vec<u8>>,
+        from_right: Receiver<Vec<u8>>,
         left_rank: usize,
+        right_rank: usize,
         piece: usize,
+        /// Steps taken so far.
+        pub(crate) steps: usize,
     }
 
     pub(crate) fn mem_ring(world: usize) -> Vec<MemLink> {
-        let (senders, receivers): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
-        // Rank r sends into channel r + 1, and receives from channel r.
-        let mut receivers: Vec<Option<Receiver<Vec<u8>>>> =
-            receivers.into_iter().map(Some).collect();
+        // Rank r sends rightward into channel r + 1 and leftward into channel r - 1 of the other
+        // set, and receives from channel r of each.
+        let (right_tx, right_rx): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
+        let (left_tx, left_rx): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
+        let mut right_rx: Vec<Option<Receiver<Vec<u8>>>> = right_rx.into_iter().map(Some).collect();
+        let mut left_rx: Vec<Option<Receiver<Vec<u8>>>> = left_rx.into_iter().map(Some).collect();
         (0..world)
             .map(|r| MemLink {
-                right: senders[(r + 1) % world].clone(),
-                left: receivers[r].take().unwrap(),
+                to_right: right_tx[(r + 1) % world].clone(),
+                to_left: left_tx[(r + world - 1) % world].clone(),
+                from_left: right_rx[r].take().unwrap(),
+                from_right: left_rx[r].take().unwrap(),
                 left_rank: (r + world - 1) % world,
+                right_rank: (r + 1) % world,
                 piece: 1 + r * 37 % 4099,
+                steps: 0,
             })
             .collect()
     }
 
-    impl Link for MemLink {
-        fn exchange(
-            &mut self,
-            header: &Header,
-            payload: &[u8],
+    impl MemLink {
+        fn receive(
+            &self,
+            from: &Receiver<Vec<u8>>,
+            peer: usize,
             expect: &Header,
             sink: &mut dyn Sink,
         ) -> Result<(), CollectiveError> {
-            let mut frame = header.encode().to_vec();
-            frame.extend_from_slice(payload);
-            self.right.send(frame).map_err(|_| CollectiveError::PeerClosed { peer: 99 })?;
-            let got = self.left.recv().map_err(|_| CollectiveError::PeerClosed { peer: 99 })?;
+            let got = from.recv().map_err(|_| CollectiveError::PeerClosed { peer })?;
             let head = Header::decode(got[..HEADER_LEN].try_into().unwrap()).unwrap();
-            head.expect(expect, self.left_rank)?;
+            head.expect(expect, peer)?;
             let mut rest = &got[HEADER_LEN..];
             while !rest.is_empty() {
                 let space = sink.space();
@@ -285,6 +370,26 @@ pub(crate) mod tests {
                 rest = &rest[n..];
             }
             assert!(sink.space().is_empty(), "payload shorter than the sink");
+            Ok(())
+        }
+    }
+
+    fn frame(header: &Header, payload: &[u8]) -> Vec<u8> {
+        [&header.encode()[..], payload].concat()
+    }
+
+    impl Link for MemLink {
+        fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
+            self.steps += 1;
+            let closed = |peer| move |_| CollectiveError::PeerClosed { peer };
+            self.to_right.send(frame(&right.header, right.payload)).map_err(closed(self.right_rank))?;
+            if let Some(l) = &left {
+                self.to_left.send(frame(&l.header, l.payload)).map_err(closed(self.left_rank))?;
+            }
+            self.receive(&self.from_left, self.left_rank, &right.expect, right.sink)?;
+            if let Some(l) = left {
+                self.receive(&self.from_right, self.right_rank, &l.expect, l.sink)?;
+            }
             Ok(())
         }
     }
@@ -398,19 +503,21 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn allgather_delivers_every_block() {
-        for world in 1..=8 {
+    fn allgather_delivers_every_block_in_half_the_world_of_steps() {
+        for world in 1..=16 {
             for block in [0, 1, 5, 4096] {
                 let results = on_ring(world, |r, link| {
                     let mut blocks = vec![Vec::new(); world];
-                    blocks[r] = vec![r as u8; block];
+                    blocks[r] = (0..block).map(|i| (i * 31 + r * 7) as u8).collect();
                     let call = Call { rank: r, world, op: Op::AllgatherBytes, seq: 3 };
                     allgather(link, call, block as u64, &mut blocks).unwrap();
-                    blocks
+                    (blocks, link.steps)
                 });
-                for blocks in results {
+                for (blocks, steps) in results {
+                    assert_eq!(steps, world / 2, "world {world}");
                     for (r, b) in blocks.iter().enumerate() {
-                        assert_eq!(b, &vec![r as u8; block], "world {world} block {block}");
+                        let sent: Vec<u8> = (0..block).map(|i| (i * 31 + r * 7) as u8).collect();
+                        assert_eq!(b, &sent, "world {world} block {block} rank {r}");
                     }
                 }
             }
