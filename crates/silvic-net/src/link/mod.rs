@@ -467,7 +467,11 @@ impl TcpRing {
         }
     }
 
-    fn drive(&mut self, right: &mut Flow<'_>, left: &mut Flow<'_>) -> Result<(), (Side, CollectiveError)> {
+    fn drive(
+        &mut self,
+        right: &mut Flow<'_>,
+        left: &mut Flow<'_>,
+    ) -> Result<(), (Side, CollectiveError)> {
         let seq = right.expect.seq;
         let started = Instant::now();
         // Data progress per side; a notice also shows a neighbour alive (for the timeout).
@@ -484,13 +488,17 @@ impl TcpRing {
             if self.write_some(Side::Left, &mut left.out).map_err(|e| (Side::Left, e))? {
                 left_active = Instant::now();
             }
-            if !right.incoming.done() && self.read_lane(Side::Left, right).map_err(|e| (Side::Left, e))? {
+            if !right.incoming.done()
+                && self.read_lane(Side::Left, right).map_err(|e| (Side::Left, e))?
+            {
                 left_active = Instant::now();
             }
             if right.incoming.done() && watch_left {
                 watch_left = self.read_left_controls(seq).map_err(|e| (Side::Left, e))?;
             }
-            if !left.incoming.done() && self.read_lane(Side::Right, left).map_err(|e| (Side::Right, e))? {
+            if !left.incoming.done()
+                && self.read_lane(Side::Right, left).map_err(|e| (Side::Right, e))?
+            {
                 right_active = Instant::now();
             }
             if left.incoming.done() && watch_right {

@@ -499,8 +499,7 @@ mod tests {
         );
         // A notice naming a rank outside the world is malformed, not trusted.
         let mut ahead = ReadAhead::new(0);
-        let error =
-            next_control(&mut ahead, &mut Trickle::new(notice(4), 64), 2, 4).unwrap_err();
+        let error = next_control(&mut ahead, &mut Trickle::new(notice(4), 64), 2, 4).unwrap_err();
         assert!(matches!(error, CollectiveError::MalformedFrame { peer: 2, .. }), "{error}");
     }
 

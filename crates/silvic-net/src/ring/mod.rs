@@ -3,16 +3,18 @@
 //! Invariants this module keeps, whatever carries the bytes:
 //!
 //! - **Lock-step.** A collective is a fixed sequence of steps; in each, a rank sends one frame to
-//!   its right neighbour and receives one from its left, at the same time ([`Link::exchange`]).
-//!   Every frame names the op, the sequence number and the buffer length, and is checked before
-//!   its payload is used.
+//!   its right neighbour and receives one from its left, at the same time ([`Link::exchange`]);
+//!   a step of the two-way gather ([`twoway`]) also sends one to its left and receives one from
+//!   its right ([`Link::step`]). Every frame names the op, the sequence number, the buffer
+//!   length, its direction and its block, and is checked before its payload is used.
 //! - **Fold order.** Element `i` is folded over ranks in [`schedule::fold_order`] of its segment,
 //!   `j, j + 1, …, j - 1` (mod world), left to right with silvic-core's combiners. That depends
 //!   on `(i, len, world)` alone, and both paths use it, so results are bitwise identical on every
 //!   rank, on every run, and on either side of the 4 KiB cut.
 //! - **Traffic and memory.** At or above 4 KiB an allreduce is a reduce-scatter then an
 //!   allgather: `2(n-1)/n` of the buffer leaves each rank, and the only extra memory is a
-//!   fixed-size fold scratch. Below it, one allgather of whole buffers (at most `n × 4 KiB`).
+//!   fixed-size fold scratch. Below it, one two-way allgather of whole buffers (at most
+//!   `n × 4 KiB`) in `floor(n/2)` steps.
 //!
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
 //! over poll(2), and the tests plug in an in-memory ring.

@@ -382,7 +382,9 @@ pub(crate) mod tests {
         fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
             self.steps += 1;
             let closed = |peer| move |_| CollectiveError::PeerClosed { peer };
-            self.to_right.send(frame(&right.header, right.payload)).map_err(closed(self.right_rank))?;
+            self.to_right
+                .send(frame(&right.header, right.payload))
+                .map_err(closed(self.right_rank))?;
             if let Some(l) = &left {
                 self.to_left.send(frame(&l.header, l.payload)).map_err(closed(self.left_rank))?;
             }

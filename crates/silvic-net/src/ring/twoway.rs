@@ -115,7 +115,10 @@ mod tests {
                 assert_eq!(both, !(world % 2 == 0 && last), "world {world} hop {k}");
             }
         }
-        assert_eq!(hop(2, 4, 0), Hop { right: Move { send: 2, recv: 1 }, left: Some(Move { send: 2, recv: 3 }) });
+        assert_eq!(
+            hop(2, 4, 0),
+            Hop { right: Move { send: 2, recv: 1 }, left: Some(Move { send: 2, recv: 3 }) }
+        );
         assert_eq!(hop(2, 4, 1), Hop { right: Move { send: 1, recv: 0 }, left: None });
     }
 }
