@@ -681,3 +681,116 @@ impl Link for TcpRing {
         Err(error)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use silvic_core::Op;
+
+    use super::*;
+    use crate::frame::Dir;
+
+    /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
+    /// frame hid) fails the step with a timeout after this, never a hang.
+    const BOUND: Duration = Duration::from_secs(20);
+
+    struct VecSink(Vec<u8>, usize);
+
+    impl Sink for VecSink {
+        fn space(&mut self) -> &mut [u8] {
+            &mut self.0[self.1..]
+        }
+        fn commit(&mut self, n: usize) {
+            self.1 += n;
+        }
+    }
+
+    /// A connected pair of loopback streams: (this rank's end, the test's end).
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let theirs = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mine, _) = listener.accept().unwrap();
+        mine.set_nonblocking(true).unwrap();
+        (mine, theirs)
+    }
+
+    /// Rank 1 of a world of 3, its neighbours played by the test.
+    fn rank_one(timeout: Duration) -> (TcpRing, TcpStream, TcpStream) {
+        let ((left, rank0), (right, rank2)) = (pair(), pair());
+        let addresses = vec![left.local_addr().unwrap(); 3];
+        (TcpRing::new(left, right, Place { rank: 1, addresses }, timeout), rank0, rank2)
+    }
+
+    fn lanes<'a>(
+        header: Header,
+        payload: &'a [u8],
+        sinks: &'a mut [VecSink; 2],
+    ) -> (Lane<'a>, Lane<'a>) {
+        let [to_right, to_left] = sinks;
+        let right = Lane {
+            header: header.carrying(Dir::Right, 1),
+            payload,
+            expect: header.carrying(Dir::Right, 0),
+            sink: to_right,
+        };
+        let left = Lane {
+            header: header.carrying(Dir::Left, 1),
+            payload,
+            expect: header.carrying(Dir::Left, 2),
+            sink: to_left,
+        };
+        (right, left)
+    }
+
+    #[test]
+    fn a_step_moves_frames_both_ways_on_both_streams() {
+        let (mut ring, mut rank0, mut rank2) = rank_one(BOUND);
+        let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+        rank0.write_all(&[&header.carrying(Dir::Right, 0).encode()[..], b"zer"].concat()).unwrap();
+        rank2.write_all(&[&header.carrying(Dir::Left, 2).encode()[..], b"two"].concat()).unwrap();
+        let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
+        let (right, left) = lanes(header, b"one", &mut sinks);
+        ring.step(right, Some(left)).unwrap();
+        assert_eq!((&sinks[0].0[..], &sinks[1].0[..]), (&b"zer"[..], &b"two"[..]));
+        for (peer, dir) in [(&mut rank0, Dir::Left), (&mut rank2, Dir::Right)] {
+            let mut got = [0u8; HEADER_LEN + 3];
+            peer.read_exact(&mut got).unwrap();
+            let head = Header::decode(got[..HEADER_LEN].try_into().unwrap()).unwrap();
+            assert_eq!(head, header.carrying(dir, 1));
+            assert_eq!(&got[HEADER_LEN..], b"one");
+        }
+    }
+
+    #[test]
+    fn an_abort_behind_a_leftward_data_frame_fails_the_step_while_the_left_is_silent() {
+        // The left neighbour never sends: only the abort on the right can end this step before
+        // its timeout (a Timeout error), and it sits behind a whole data frame travelling
+        // leftwards.
+        let (mut ring, _rank0, mut rank2) = rank_one(BOUND);
+        let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+        let cause = CollectiveError::PeerClosed { peer: 0 };
+        let mut abort = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let n = Abort { origin: 2, cause: cause.clone() }.encode(0, &mut abort);
+        let data = [&header.carrying(Dir::Left, 2).encode()[..], b"two"].concat();
+        rank2.write_all(&[&data[..], &abort[..n]].concat()).unwrap();
+        let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
+        let (right, left) = lanes(header, b"one", &mut sinks);
+        let error = ring.step(right, Some(left)).unwrap_err();
+        assert_eq!(error, CollectiveError::Aborted { origin: 2, cause: Box::new(cause) });
+    }
+
+    #[test]
+    fn a_leftward_frame_of_another_block_or_way_is_refused_naming_the_right_neighbour() {
+        for wrong in [(Dir::Left, 0), (Dir::Right, 2)] {
+            let (mut ring, _rank0, mut rank2) = rank_one(BOUND);
+            let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+            let frame = [&header.carrying(wrong.0, wrong.1).encode()[..], b"two"].concat();
+            rank2.write_all(&frame).unwrap();
+            let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
+            let (right, left) = lanes(header, b"one", &mut sinks);
+            let error = ring.step(right, Some(left)).unwrap_err();
+            assert!(matches!(error, CollectiveError::MalformedFrame { peer: 2, .. }), "{error}");
+        }
+    }
+}
