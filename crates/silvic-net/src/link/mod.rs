@@ -287,21 +287,27 @@ impl TcpRing {
     }
 
     /// Writes what the stream on `side` takes: queued notices first, then the frame, header and
-    /// payload in one vectored write. Returns whether a byte of the frame moved.
-    fn write_some(&mut self, side: Side, out: &mut Outgoing<'_>) -> Result<bool, CollectiveError> {
+    /// payload in one vectored write. Returns whether a byte of the frame moved. `between` says
+    /// whether the frame read from that stream is at a boundary (see [`TcpRing::gone`]).
+    fn write_some(
+        &mut self,
+        side: Side,
+        out: &mut Outgoing<'_>,
+        between: bool,
+    ) -> Result<bool, CollectiveError> {
         let (mut stream, queued) = match side {
             Side::Left => (&self.left, &mut self.to_left),
             Side::Right => (&self.right, &mut self.to_right),
         };
         match queued.flush(stream) {
             Ok(n) => self.stats.bytes_sent += n as u64,
-            Err(e) if !out.done() => return Err(self.gone(side, &e)),
+            Err(e) if !out.done() => return Err(self.gone(side, &e, between)),
             // Only a notice was left to send: the neighbour needs nothing more in this step.
             // A failed right is reported by the next step; a failed left shows on reading it.
             Err(e) => {
                 queued.drop_rest();
                 if side == Side::Right {
-                    let error = self.gone(side, &e);
+                    let error = self.gone(side, &e, between);
                     self.pending.get_or_insert(error);
                 }
                 return Ok(false);
@@ -323,21 +329,24 @@ impl TcpRing {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.gone(side, &e)),
+                Err(e) => return Err(self.gone(side, &e, between)),
             }
         }
         Ok(moved)
     }
 
     /// The error for a failed write to `side`: the abort that neighbour sent before it closed,
-    /// if it is waiting to be read between frames, else the socket error itself.
-    fn gone(&mut self, side: Side, e: &io::Error) -> CollectiveError {
+    /// if it is waiting to be read between frames, else the socket error itself. Only looked
+    /// for when `between` frames: bytes of a frame partly read are no frame header.
+    fn gone(&mut self, side: Side, e: &io::Error, between: bool) -> CollectiveError {
         let (stream, ahead, peer) = match side {
             Side::Left => (&self.left, &mut self.ahead_left, self.left_rank),
             Side::Right => (&self.right, &mut self.ahead_right, self.right_rank),
         };
         let mut src = Counted { stream, bytes: &mut self.stats.bytes_received };
-        while let Ok(Next::Control(control)) = next_control(ahead, &mut src, peer, self.world) {
+        while let Some(Ok(Next::Control(control))) =
+            between.then(|| next_control(ahead, &mut src, peer, self.world))
+        {
             if let Control::Abort { error, .. } = control {
                 return error;
             }
@@ -481,11 +490,16 @@ impl TcpRing {
         let mut warn_at = WARN_AFTER;
         let every = notice_every(self.timeout);
         loop {
-            if self.write_some(Side::Right, &mut right.out).map_err(|e| (Side::Right, e))? {
+            let between = left.incoming.at_boundary();
+            if self
+                .write_some(Side::Right, &mut right.out, between)
+                .map_err(|e| (Side::Right, e))?
+            {
                 right_active = Instant::now();
                 self.liveness.restore(&self.right);
             }
-            if self.write_some(Side::Left, &mut left.out).map_err(|e| (Side::Left, e))? {
+            let between = right.incoming.at_boundary();
+            if self.write_some(Side::Left, &mut left.out, between).map_err(|e| (Side::Left, e))? {
                 left_active = Instant::now();
             }
             if !right.incoming.done()
@@ -614,7 +628,7 @@ impl TcpRing {
     fn finish_frame(&mut self, side: Side, out: &mut Outgoing<'_>) {
         let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
         while !out.done() && Instant::now() < deadline {
-            if self.write_some(side, out).is_err() {
+            if self.write_some(side, out, false).is_err() {
                 break;
             }
             let mut fds = [PollFd::new(self.stream(side), PollFlags::OUT)];

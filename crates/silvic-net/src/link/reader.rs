@@ -156,6 +156,15 @@ impl Incoming {
         matches!(self.state, State::Done)
     }
 
+    /// Whether no part of a frame is held: nothing read yet, or the frame is in.
+    pub(super) fn at_boundary(&self) -> bool {
+        match self.state {
+            State::Header => self.got == 0,
+            State::Done => true,
+            State::Payload | State::Control(_) => false,
+        }
+    }
+
     /// Reads what `src` has, through `ahead`, into the frame. Returns whether the data frame
     /// progressed (its header accepted, or payload bytes in): a waiting notice is no progress,
     /// so a neighbour that only says it waits never looks like one that moves data. A notice
