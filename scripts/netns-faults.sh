@@ -18,5 +18,4 @@ for tool in ip tc nft; do
   command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install iproute2 nftables" >&2; exit 1; }
 done
 bash scripts/netns-sweep.sh
-export SILVIC_TESTBED_REQUIRE_NETNS=1
 cargo test -p silvic-testbed --test netns_faults -- --nocapture --test-threads 8 "$@"

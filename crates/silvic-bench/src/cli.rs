@@ -12,6 +12,9 @@ use clap::{CommandFactory, Parser, ValueEnum};
 
 use crate::workload::Kind;
 
+/// The most hosts `--netns-hosts` builds (their addresses are 10.231.0.1 to .99).
+const MAX_NETNS_HOSTS: usize = 64;
+
 /// The sizes measured by default: 8 B to 64 MiB, a factor of 8 apart (as the peers' scripts).
 pub(crate) const DEFAULT_MIN: usize = 8;
 pub(crate) const DEFAULT_MAX: usize = 64 << 20;
@@ -23,12 +26,30 @@ const DEFAULT_FACTOR: usize = 8;
 /// With no flags: a 4-rank ring on loopback, one process per rank (this program starts itself as
 /// the ranks), f64 sum from 8 B to 64 MiB. On a cluster, start one rank per host with
 /// `--rank R --world N --rendezvous DIR`, DIR being a folder every host sees (NFS or similar).
+/// As root, `--netns-hosts N --link-mbit R` runs one rank on each of N network-namespace hosts
+/// of this machine, joined by a bridge, each host's egress shaped to R Mbit/s.
 #[derive(Debug, Parser)]
 #[command(name = "silvic-bench", version)]
 pub(crate) struct Args {
-    /// Number of ranks.
-    #[arg(long, short = 'n', default_value_t = 4)]
-    world: usize,
+    /// Number of ranks [default: 4, or the number of --netns-hosts].
+    #[arg(long, short = 'n')]
+    world: Option<usize>,
+
+    /// Run one rank on each of this many hosts made of network namespaces on a bridge (root;
+    /// needs ip and tc). The ranks meet through a --rendezvous folder, as on a cluster.
+    #[arg(long, conflicts_with_all = ["threads", "rank", "rendezvous", "host", "listen"])]
+    netns_hosts: Option<usize>,
+
+    /// The link rate in Mbit/s: adds a `link` column (busbw / link rate). With --netns-hosts,
+    /// each host's egress is also shaped to this rate (tc tbf).
+    #[arg(long)]
+    link_mbit: Option<u64>,
+
+    /// Measure what the links carry instead of a collective: every rank streams to its right
+    /// neighbour for --seconds-per-size seconds, all at once (host i to host i + 1, as iperf3
+    /// flows in the ring's pattern), and each rank's received rate is printed.
+    #[arg(long, conflicts_with_all = ["op", "sizes", "min_bytes", "max_bytes", "factor", "no_check", "cpu"])]
+    link_limit: bool,
 
     /// The collective to measure.
     #[arg(long, value_enum, default_value_t = OpArg::SumF64)]
@@ -84,9 +105,14 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
 
-    /// Print CSV (world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs) instead of the table.
-    #[arg(long)]
+    /// Print one CSV (world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs,op, then
+    /// link with --link-mbit) instead of the table: the peers' columns first.
+    #[arg(long, conflicts_with = "json")]
     csv: bool,
+
+    /// Print one JSON object per row (JSON Lines) instead of the table.
+    #[arg(long)]
+    json: bool,
 
     /// Do not check results (the #wrong column shows "-").
     #[arg(long)]
@@ -134,7 +160,7 @@ impl OpArg {
         }
     }
 
-    fn flag(self) -> &'static str {
+    pub(crate) fn flag(self) -> &'static str {
         match self {
             OpArg::SumF64 => "sum_f64",
             OpArg::SumI64 => "sum_i64",
@@ -159,6 +185,19 @@ pub(crate) enum Mode {
         /// The shared folder.
         dir: PathBuf,
     },
+    /// Build `world` namespace hosts and start one rank on each.
+    Netns,
+}
+
+/// How rank 0 prints its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// The nccl-tests style table.
+    Table,
+    /// One CSV, the peers' columns first.
+    Csv,
+    /// One JSON object per line.
+    Json,
 }
 
 /// A checked run description.
@@ -174,7 +213,11 @@ pub(crate) struct Config {
     pub(crate) host: Option<String>,
     pub(crate) listen: Option<String>,
     pub(crate) timeout: Duration,
-    pub(crate) csv: bool,
+    pub(crate) format: Format,
+    /// The link rate, in Mbit/s, if known.
+    pub(crate) link_mbit: Option<u64>,
+    /// Measure the links' limit instead of the collectives.
+    pub(crate) link_limit: bool,
     pub(crate) check: bool,
     pub(crate) progress: bool,
     pub(crate) cpu: bool,
@@ -219,8 +262,20 @@ impl Args {
     /// Checks the flags together; the error is a clap usage error (exit code 2).
     pub(crate) fn into_config(self) -> Result<Config, clap::Error> {
         let fail = |message: String| Args::command().error(ErrorKind::ValueValidation, message);
-        if self.world == 0 {
+        let world = match (self.world, self.netns_hosts) {
+            (Some(w), Some(h)) if w != h => {
+                return Err(fail(format!("--world {w} differs from --netns-hosts {h}")));
+            }
+            (w, h) => h.or(w).unwrap_or(4),
+        };
+        if world == 0 {
             return Err(fail("--world must be at least 1".into()));
+        }
+        if self.netns_hosts.is_some_and(|h| h > MAX_NETNS_HOSTS) {
+            return Err(fail(format!("--netns-hosts must be at most {MAX_NETNS_HOSTS}")));
+        }
+        if self.link_mbit == Some(0) {
+            return Err(fail("--link-mbit must be at least 1".into()));
         }
         let sizes = match self.sizes {
             Some(sizes) => sizes,
@@ -259,19 +314,22 @@ impl Args {
         }
         let mode = match (self.rank, self.rendezvous, self.threads) {
             (Some(rank), Some(dir), _) => {
-                if rank >= self.world {
-                    return Err(fail(format!(
-                        "--rank {rank} is out of range for --world {}",
-                        self.world
-                    )));
+                if rank >= world {
+                    return Err(fail(format!("--rank {rank} is out of range for --world {world}")));
                 }
                 Mode::Rank { rank, dir }
             }
+            _ if self.netns_hosts.is_some() => Mode::Netns,
             (_, _, true) => Mode::Threads,
             _ => Mode::Launch,
         };
+        let format = match (self.csv, self.json) {
+            (true, _) => Format::Csv,
+            (_, true) => Format::Json,
+            _ => Format::Table,
+        };
         Ok(Config {
-            world: self.world,
+            world,
             op: self.op,
             kinds,
             sizes,
@@ -281,7 +339,9 @@ impl Args {
             host: self.host,
             listen: self.listen,
             timeout: Duration::from_secs_f64(self.timeout),
-            csv: self.csv,
+            format,
+            link_mbit: self.link_mbit,
+            link_limit: self.link_limit,
             check: !self.no_check,
             progress: !self.quiet,
             cpu: self.cpu,
@@ -294,13 +354,11 @@ impl Config {
     /// meeting the others in `dir`.
     pub(crate) fn rank_args(&self, rank: usize, dir: &std::path::Path) -> Vec<String> {
         let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
-        let mut args = vec![
-            "--world".to_string(),
-            self.world.to_string(),
-            "--op".into(),
-            self.op.flag().into(),
-            "--sizes".into(),
-            sizes.join(","),
+        let mut args = vec!["--world".to_string(), self.world.to_string()];
+        if !self.link_limit {
+            args.extend(["--op".into(), self.op.flag().into(), "--sizes".into(), sizes.join(",")]);
+        }
+        args.extend([
             "--seconds-per-size".into(),
             self.seconds_per_size.to_string(),
             "--timeout".into(),
@@ -309,9 +367,12 @@ impl Config {
             rank.to_string(),
             "--rendezvous".into(),
             dir.display().to_string(),
-        ];
+        ]);
         if let Some(warmup) = self.warmup {
             args.extend(["--warmup".into(), warmup.to_string()]);
+        }
+        if let Some(mbit) = self.link_mbit {
+            args.extend(["--link-mbit".into(), mbit.to_string()]);
         }
         for (flag, value) in [("--host", &self.host), ("--listen", &self.listen)] {
             if let Some(value) = value {
@@ -319,7 +380,9 @@ impl Config {
             }
         }
         for (flag, on) in [
-            ("--csv", self.csv),
+            ("--csv", self.format == Format::Csv),
+            ("--json", self.format == Format::Json),
+            ("--link-limit", self.link_limit),
             ("--no-check", !self.check),
             ("--quiet", !self.progress),
             ("--cpu", self.cpu),
@@ -356,7 +419,7 @@ mod tests {
         assert_eq!(c.mode, Mode::Launch);
         assert_eq!(c.kinds, vec![Kind::SumF64]);
         assert_eq!(c.sizes, [8, 64, 512, 4096, 32768, 262144, 2097152, 16777216, 67108864]);
-        assert!(c.check && c.progress && !c.csv);
+        assert!(c.check && c.progress && c.format == Format::Table);
     }
 
     #[test]
@@ -403,10 +466,36 @@ mod tests {
             &["--rank", "4", "--rendezvous", "/tmp/x"],
             &["--threads", "--rank", "0", "--rendezvous", "/tmp/x"],
             &["--no-such-flag"],
+            &["--netns-hosts", "3", "--world", "4"],
+            &["--netns-hosts", "2", "--threads"],
+            &["--netns-hosts", "2", "--rank", "0", "--rendezvous", "/tmp/x"],
+            &["--netns-hosts", "65"],
+            &["--netns-hosts", "0"],
+            &["--link-mbit", "0"],
+            &["--csv", "--json"],
+            &["--link-limit", "--op", "all"],
         ] {
             let e = config(bad).expect_err(&format!("{bad:?} should be refused"));
             assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn netns_hosts_set_the_world_and_the_mode() {
+        let c = config(&["--netns-hosts", "3", "--link-mbit", "1000", "--json"]).unwrap();
+        assert_eq!((c.world, c.mode.clone(), c.link_mbit), (3, Mode::Netns, Some(1000)));
+        assert_eq!(c.format, Format::Json);
+        assert_eq!(config(&["--netns-hosts", "3", "--world", "3"]).unwrap().world, 3);
+    }
+
+    #[test]
+    fn link_limit_ranks_get_the_same_run() {
+        let c = config(&["--world", "2", "--link-limit", "--link-mbit", "10000", "--csv"]).unwrap();
+        let dir = std::path::Path::new("/tmp/meet");
+        let mut argv = vec!["silvic-bench".to_string()];
+        argv.extend(c.rank_args(1, dir));
+        let child = parse(argv).unwrap();
+        assert_eq!(Config { mode: Mode::Launch, ..child }, c);
     }
 
     #[test]

@@ -1,9 +1,13 @@
-//! Starting the ranks: as processes of this program (the default), as threads, or as one rank
-//! of a multi-host run that meets in a shared folder.
+//! Starting the ranks: as processes of this program (the default), as threads, as one rank of
+//! a multi-host run that meets in a shared folder (silvic-net's [`folder`] rendezvous, as
+//! `TcpCollective::from_env` uses with `SILVIC_RENDEZVOUS=file:///PATH`), or one per host of a
+//! network of namespaces.
 //!
 //! The default mode is a launcher like any other: it makes a fresh rendezvous folder, starts
 //! `world` copies of this program as `--rank R --rendezvous DIR`, and waits for them. So the
-//! path every rank takes is the multi-host one, and a single-host run tests it.
+//! path every rank takes is the multi-host one, and a single-host run tests it. The namespace
+//! mode is the same launcher, each copy started inside its own host
+//! ([`silvic_testbed::net::Net::bridge`], removed again when the run ends).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -13,10 +17,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use silvic_core::Collective;
+use silvic_net::launch::folder;
 use silvic_net::{RingListener, TcpCollective};
 
-use crate::cli::{Config, Mode};
-use crate::meet;
+use silvic_testbed::net::{Net, host_ip};
+
+use crate::cli::{Config, Format, Mode};
+use crate::link_limit;
 use crate::sweep::sweep;
 
 /// The job token of a run, read by each rank from the environment. The launcher sets a fresh
@@ -35,10 +42,29 @@ pub(crate) fn run(config: &Config) -> Result<u64, Failure> {
         Mode::Launch => launch(config),
         Mode::Threads => threads(config),
         Mode::Rank { rank, dir } => one_rank(config, *rank, dir),
+        Mode::Netns => netns(config),
+    }
+}
+
+/// What a rank does once its ring is formed: the sweep, or the link limit.
+fn body(
+    ring: &mut TcpCollective,
+    config: &Config,
+    host: &str,
+    preamble: &str,
+    rss_per: &str,
+) -> Result<u64, Failure> {
+    if config.link_limit {
+        link_limit::measure(ring, config, host, preamble)
+    } else {
+        Ok(sweep(ring, config, preamble, rss_per)?)
     }
 }
 
 fn describe(config: &Config, how: &str, host: &str) -> String {
+    if config.link_limit {
+        return format!("# silvic-bench --link-limit, world {}, {how}, on {host}\n", config.world);
+    }
     format!(
         "# silvic-bench: silvic-net TCP ring, world {}, {how}, on {host}\n\
          # {} s per size, warm-up {}, results {}\n",
@@ -69,12 +95,12 @@ fn threads(config: &Config) -> Result<u64, Failure> {
             .into_iter()
             .enumerate()
             .map(|(rank, listener)| {
-                let (addresses, preamble, token) = (&addresses, &preamble, &token);
+                let (addresses, preamble, token, host) = (&addresses, &preamble, &token, &host);
                 s.spawn(move || {
                     let mut ring =
                         TcpCollective::connect(listener, rank, addresses, token, config.timeout)
                             .map_err(|e| format!("rank {rank}: {e}"))?;
-                    sweep(&mut ring, config, preamble, "(MiB/proc)")
+                    body(&mut ring, config, host, preamble, "(MiB/proc)")
                         .map_err(|e| format!("rank {rank}: {e}"))
                 })
             })
@@ -110,17 +136,17 @@ fn one_rank(config: &Config, rank: usize, dir: &Path) -> Result<u64, Failure> {
         None => host_address()?,
     };
     let listener = bind(config, &host)?;
-    meet::publish(dir, rank, config.world, &listener.address())?;
-    let addresses = meet::gather(dir, config.world, config.timeout)?;
+    folder::publish(dir, rank, config.world, &listener.address())?;
+    let addresses = folder::gather(dir, config.world, config.timeout)?;
     let token = std::env::var(TOKEN_VAR).unwrap_or_else(|_| DEFAULT_TOKEN.into());
     let mut ring = TcpCollective::connect(listener, rank, &addresses, &token, config.timeout)
         .map_err(|e| format!("rank {rank}: {e}"))?;
     // Every rank has read every file once all have joined the ring; only then may they go.
     ring.allreduce_sum_f64(&mut [0.0]).map_err(|e| format!("rank {rank}: {e}"))?;
-    meet::withdraw(dir, rank);
+    folder::withdraw(dir, rank);
     let preamble = describe(config, "one process per rank", &host);
-    Ok(sweep(&mut ring, config, &preamble, "(MiB/rank)")
-        .map_err(|e| format!("rank {rank}: {e}"))?)
+    body(&mut ring, config, &host, &preamble, "(MiB/rank)")
+        .map_err(|e| format!("rank {rank}: {e}").into())
 }
 
 fn random_token() -> String {
@@ -144,17 +170,55 @@ impl Drop for TempDir {
 /// Starts `world` copies of this program as the ranks, on 127.0.0.1 unless `--host` says
 /// otherwise, and waits for them. Rank 0 prints; every rank's errors reach stderr.
 fn launch(config: &Config) -> Result<u64, Failure> {
+    let host = config.host.clone().unwrap_or_else(|| "127.0.0.1".into());
+    start_ranks(config, |exe, _| Command::new(exe), |_| host.clone())
+}
+
+/// Builds `world` namespace hosts on a bridge (shaped to `--link-mbit` if given), starts one
+/// rank in each, waits for them and removes the hosts.
+fn netns(config: &Config) -> Result<u64, Failure> {
+    silvic_testbed::net::available().map_err(|why| format!("--netns-hosts: {why}"))?;
+    let net = Net::bridge("bench", config.world)?;
+    for h in 0..config.world {
+        if let Some(mbit) = config.link_mbit {
+            net.shape(h, mbit)?;
+        }
+    }
+    if config.format == Format::Table {
+        let shaped = config
+            .link_mbit
+            .map_or("not shaped".to_string(), |m| format!("shaped to {m} Mbit/s (tc tbf)"));
+        println!(
+            "# {} network-namespace hosts on a bridge, each host's egress {shaped}",
+            config.world
+        );
+    }
+    start_ranks(
+        config,
+        |exe, rank| {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", &net.hosts[rank]]).arg(exe);
+            command
+        },
+        host_ip,
+    )
+}
+
+/// Starts the ranks, rank `r` as `command(this program, r)` advertising `host(r)`, meeting in
+/// a fresh rendezvous folder, and waits for them.
+fn start_ranks(
+    config: &Config,
+    command: impl Fn(&Path, usize) -> Command,
+    host: impl Fn(usize) -> String,
+) -> Result<u64, Failure> {
     let token = random_token();
     let dir = TempDir(std::env::temp_dir().join(format!("silvic-bench-{token}")));
     std::fs::create_dir(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let rank_config = Config {
-        host: Some(config.host.clone().unwrap_or_else(|| "127.0.0.1".into())),
-        ..config.clone()
-    };
     let mut children: Vec<Child> = Vec::with_capacity(config.world);
     for rank in 0..config.world {
-        let spawned = Command::new(&exe)
+        let rank_config = Config { host: Some(host(rank)), ..config.clone() };
+        let spawned = command(&exe, rank)
             .args(rank_config.rank_args(rank, &dir.0))
             .env(TOKEN_VAR, &token)
             .stdin(Stdio::null())

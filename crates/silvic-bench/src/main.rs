@@ -2,19 +2,23 @@
 //!
 //! `cargo run --release -p silvic-bench` runs a 4-rank ring on loopback, one process per rank,
 //! and prints time, algbw, busbw, peak RSS and wrong elements for f64 sums from 8 B to 64 MiB.
-//! `--help` lists the flags; `--csv` prints the peers' CSV format (`../shared/peers`), so the
-//! figures go into one table with OpenMPI's, XGBoost's and Gloo's.
+//! `--help` lists the flags; `--csv` prints one CSV that starts with the peers' columns
+//! (`../shared/peers`), so the figures go into one table with OpenMPI's, XGBoost's and Gloo's;
+//! `--json` prints JSON Lines. As root, `--netns-hosts N --link-mbit R` runs the ranks on N
+//! network-namespace hosts with R Mbit/s links, and `--link-limit` measures what those links
+//! carry in the ring's pattern.
 //!
-//! Modules: [`cli`] (flags), [`launch`] (processes, threads, or one rank of a multi-host run),
-//! [`meet`] (the rendezvous folder), [`sweep`] and [`timing`] (the protocol), [`workload`]
-//! (inputs and checks), [`report`] (table, CSV, progress, peak RSS).
+//! Modules: [`cli`] (flags), [`launch`] (processes, threads, namespace hosts, or one rank of a
+//! multi-host run), [`sweep`] and [`timing`] (the protocol), [`workload`] (inputs and checks),
+//! [`report`] (table, CSV, JSON, progress, peak RSS), [`link_limit`] (the flows without the
+//! ring).
 //!
 //! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
 #![forbid(unsafe_code)]
 
 mod cli;
 mod launch;
-mod meet;
+mod link_limit;
 mod report;
 mod sweep;
 mod timing;

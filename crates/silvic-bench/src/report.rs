@@ -1,16 +1,31 @@
-//! Output: the nccl-tests style table, the peers' CSV, the progress line, and peak RSS.
+//! Output: the nccl-tests style table, one CSV, JSON Lines, the progress line, and peak RSS.
 //!
-//! The CSV is exactly `../shared/peers/README.md`'s
+//! The CSV starts with `../shared/peers/README.md`'s columns
 //! `world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs`, so silvic's rows and the
-//! peers' go in one table. GB is 10^9 bytes; busbw = algbw × the kind's bus factor.
+//! peers' go in one table, then adds `op` (and `link` when the link rate is known): one header
+//! line for the whole run, whatever `--op`. GB is 10^9 bytes; busbw = algbw × the kind's bus
+//! factor; link = busbw / the link rate.
 
 use std::io::{IsTerminal, Write};
 
+use serde_json::json;
+
+use crate::cli::Format;
 use crate::timing::Measured;
 use crate::workload::Kind;
 
-/// The CSV header line of the peers' scripts.
-pub(crate) const CSV_HEADER: &str = "world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs";
+/// The peers' CSV columns, which the CSV starts with.
+pub(crate) const PEER_COLUMNS: &str = "world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs";
+
+/// The CSV header line: the peers' columns, `op`, and `link` when `link` is known.
+pub(crate) fn csv_header(link: bool) -> String {
+    format!("{PEER_COLUMNS},op{}", if link { ",link" } else { "" })
+}
+
+/// A link rate in Mbit/s as GB/s (10^9 bytes per second).
+pub(crate) fn mbit_to_gbs(mbit: u64) -> f64 {
+    mbit as f64 * 1e6 / 8.0 / 1e9
+}
 
 /// One line of results: a kind, a size, what was measured there.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,11 +53,17 @@ impl Row {
         self.algbw() * self.kind.bus_factor(self.world)
     }
 
-    /// The row in the peers' CSV format.
-    pub(crate) fn csv(&self) -> String {
+    /// busbw as a share of `link` GB/s.
+    pub(crate) fn link_share(&self, link: f64) -> f64 {
+        self.busbw() / link
+    }
+
+    /// The row in the CSV (see [`csv_header`]); `link` is the link rate in GB/s, if known.
+    pub(crate) fn csv(&self, link: Option<f64>) -> String {
         let m = &self.measured;
+        let share = link.map_or(String::new(), |l| format!(",{:.4}", self.link_share(l)));
         format!(
-            "{},{},{},{},{:.3},{:.3},{:.4},{:.4}",
+            "{},{},{},{},{:.3},{:.3},{:.4},{:.4},{}{share}",
             self.world,
             self.bytes,
             m.iters,
@@ -50,12 +71,37 @@ impl Row {
             m.median * 1e6,
             m.min * 1e6,
             self.algbw(),
-            self.busbw()
+            self.busbw(),
+            self.kind.name(),
         )
     }
 
-    /// The row in the table; `cpu` adds the CPU time column.
-    pub(crate) fn table(&self, cpu: bool) -> String {
+    /// The row as one JSON object; `link` is the link rate in GB/s, if known. Unknown values
+    /// are null.
+    pub(crate) fn json(&self, link: Option<f64>) -> String {
+        let m = &self.measured;
+        json!({
+            "op": self.kind.name(),
+            "in_place": self.kind.in_place(),
+            "world": self.world,
+            "bytes": self.bytes,
+            "iters": m.iters,
+            "reps": m.reps,
+            "median_us": m.median * 1e6,
+            "min_us": m.min * 1e6,
+            "algbw_GBs": self.algbw(),
+            "busbw_GBs": self.busbw(),
+            "link": link.map(|l| self.link_share(l)),
+            "link_GBs": link,
+            "peak_rss_bytes": self.peak_rss,
+            "wrong": m.wrong,
+            "cpu_us": m.cpu.map(|c| c * 1e6),
+        })
+        .to_string()
+    }
+
+    /// The row in the table; `cpu` adds the CPU time column, `link` (GB/s) the link column.
+    pub(crate) fn table(&self, cpu: bool, link: Option<f64>) -> String {
         let rss = self.peak_rss.map_or("-".to_string(), |b| format!("{:.1}", b as f64 / MIB));
         let wrong = self.measured.wrong.map_or("-".to_string(), |w| w.to_string());
         let cpu = if cpu {
@@ -66,8 +112,9 @@ impl Row {
         } else {
             String::new()
         };
+        let link = link.map_or(String::new(), |l| format!(" {:>7.3}", self.link_share(l)));
         format!(
-            "{:>12} {:>12} {:>7} {:>6} {:>11.2} {:>7.3} {:>7.3} {:>10} {:>7}{cpu}",
+            "{:>12} {:>12} {:>7} {:>6} {:>11.2} {:>7.3} {:>7.3} {:>10} {:>7}{cpu}{link}",
             self.bytes,
             self.bytes / self.kind.element_bytes(),
             self.kind.type_name(),
@@ -83,15 +130,29 @@ impl Row {
 
 const MIB: f64 = (1 << 20) as f64;
 
-/// The two header lines of the table (column names, then units); `cpu` adds the CPU column.
-pub(crate) fn table_header(rss_per: &str, cpu: bool) -> String {
-    let (name, unit) = if cpu {
+/// The header lines of a kind's table: what a call does to its buffer and which statistic the
+/// time is, then the column names and units. `cpu` adds the CPU column, `link` the link column.
+pub(crate) fn table_header(kind: Kind, rss_per: &str, cpu: bool, link: bool) -> String {
+    let (mut name, mut unit) = if cpu {
         (format!(" {:>10}", "cpu/call"), format!(" {:>10}", "(us)"))
     } else {
         (String::new(), String::new())
     };
+    if link {
+        name += &format!(" {:>7}", "link");
+        unit += &format!(" {:>7}", "(share)");
+    }
+    let place = if kind.in_place() {
+        "in place (each call reduces the buffer it is given)"
+    } else {
+        "out of place (each call returns new blocks)"
+    };
     format!(
-        "#{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}{name}\n#{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}{unit}",
+        "# {}, {place}\n\
+         # time: median over repetitions of the slowest rank's time per call (median of \
+         per-repetition maxima)\n\
+         #{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}{name}\n#{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}{unit}",
+        kind.name(),
         "size",
         "count",
         "type",
@@ -136,11 +197,13 @@ fn parse_vm_hwm(status: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// Prints what rank 0 reports: the table or the CSV on stdout, progress on stderr.
+/// Prints what rank 0 reports: the table, CSV or JSON on stdout, progress on stderr.
 #[derive(Debug)]
 pub(crate) struct Printer {
-    csv: bool,
+    format: Format,
     cpu: bool,
+    /// The link rate in GB/s, if known.
+    link: Option<f64>,
     progress: bool,
     tty: bool,
     /// Whether a progress line is on screen and must be cleared.
@@ -150,11 +213,18 @@ pub(crate) struct Printer {
 }
 
 impl Printer {
-    /// A printer for rank 0; `progress` turns the progress line on, `cpu` the CPU column.
-    pub(crate) fn new(csv: bool, progress: bool, cpu: bool) -> Printer {
+    /// A printer for rank 0; `progress` turns the progress line on, `cpu` the CPU column and
+    /// `link_mbit` the link column.
+    pub(crate) fn new(
+        format: Format,
+        progress: bool,
+        cpu: bool,
+        link_mbit: Option<u64>,
+    ) -> Printer {
         Printer {
-            csv,
+            format,
             cpu,
+            link: link_mbit.map(mbit_to_gbs),
             progress,
             tty: std::io::stderr().is_terminal(),
             shown: false,
@@ -166,16 +236,19 @@ impl Printer {
     pub(crate) fn start(&mut self, preamble: &str, kind: Kind, rss_per: &str) {
         let mut out = std::io::stdout().lock();
         let first = !std::mem::replace(&mut self.started, true);
-        if self.csv {
-            let _ = writeln!(out, "# {}\n{CSV_HEADER}", kind.name());
-        } else {
-            let _ = writeln!(
-                out,
-                "{}#\n# {}\n{}",
-                if first { preamble } else { "" },
-                kind.name(),
-                table_header(rss_per, self.cpu)
-            );
+        match self.format {
+            Format::Csv if first => {
+                let _ = writeln!(out, "{}", csv_header(self.link.is_some()));
+            }
+            Format::Csv | Format::Json => {}
+            Format::Table => {
+                let _ = writeln!(
+                    out,
+                    "{}#\n{}",
+                    if first { preamble } else { "" },
+                    table_header(kind, rss_per, self.cpu, self.link.is_some())
+                );
+            }
         }
         let _ = out.flush();
     }
@@ -200,7 +273,12 @@ impl Printer {
     pub(crate) fn row(&mut self, row: &Row) {
         self.clear();
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", if self.csv { row.csv() } else { row.table(self.cpu) });
+        let line = match self.format {
+            Format::Csv => row.csv(self.link),
+            Format::Json => row.json(self.link),
+            Format::Table => row.table(self.cpu, self.link),
+        };
+        let _ = writeln!(out, "{line}");
         let _ = out.flush();
     }
 
@@ -208,7 +286,7 @@ impl Printer {
     pub(crate) fn finish(&mut self, rows: &[Row]) {
         self.clear();
         let wrong: u64 = rows.iter().filter_map(|r| r.measured.wrong).sum();
-        if self.csv || rows.is_empty() {
+        if self.format != Format::Table || rows.is_empty() {
             if wrong > 0 {
                 eprintln!("silvic-bench: {wrong} wrong elements");
             }
@@ -258,12 +336,35 @@ mod tests {
     }
 
     #[test]
-    fn csv_matches_the_peers_format() {
+    fn csv_starts_with_the_peers_columns_then_op_and_link() {
         let r = row(Kind::SumF64, 4, 16 << 20, 0.01);
-        assert_eq!(r.csv(), "4,16777216,7,15,10000.000,5000.000,1.6777,2.5166");
-        assert_eq!(CSV_HEADER.split(',').count(), r.csv().split(',').count());
+        assert_eq!(r.csv(None), "4,16777216,7,15,10000.000,5000.000,1.6777,2.5166,sum_f64");
+        assert_eq!(csv_header(false).split(',').count(), r.csv(None).split(',').count());
+        assert!(csv_header(false).starts_with(PEER_COLUMNS));
         let g = row(Kind::Allgather, 4, 4000, 1e-6);
-        assert_eq!(g.csv(), "4,4000,7,15,1.000,0.500,4.0000,3.0000");
+        assert_eq!(g.csv(None), "4,4000,7,15,1.000,0.500,4.0000,3.0000,allgather");
+        // 2.5166 GB/s of busbw over a 10 Gbit/s (1.25 GB/s) link.
+        assert_eq!(mbit_to_gbs(10_000), 1.25);
+        assert!(r.csv(Some(1.25)).ends_with(",sum_f64,2.0133"), "{}", r.csv(Some(1.25)));
+        assert_eq!(csv_header(true).split(',').count(), r.csv(Some(1.25)).split(',').count());
+    }
+
+    #[test]
+    fn json_rows_are_objects_with_every_field() {
+        let r = row(Kind::MaxF64, 4, 2_000_000_000, 1.0);
+        let v: serde_json::Value = serde_json::from_str(&r.json(Some(1.5))).unwrap();
+        assert_eq!(v["op"], "max_f64");
+        assert_eq!(v["in_place"], true);
+        assert_eq!(v["world"], 4);
+        assert_eq!(v["busbw_GBs"], 3.0);
+        assert_eq!(v["link"], 2.0);
+        assert_eq!(v["peak_rss_bytes"], 3 << 20);
+        assert_eq!(v["wrong"], 0);
+        let mut unknown = row(Kind::Allgather, 2, 64, 1e-5);
+        unknown.measured.cpu = None;
+        let v: serde_json::Value = serde_json::from_str(&unknown.json(None)).unwrap();
+        assert!(v["link"].is_null() && v["cpu_us"].is_null(), "{v}");
+        assert_eq!(v["in_place"], false);
     }
 
     #[test]
@@ -278,19 +379,27 @@ mod tests {
     #[test]
     fn table_rows_line_up_with_the_header() {
         for cpu in [false, true] {
-            let header = table_header("(MiB)", cpu);
-            let r = row(Kind::SumF64, 4, 64 << 20, 0.1).table(cpu);
-            for line in header.lines() {
-                assert_eq!(line.len(), r.len(), "{line:?} vs {r:?}");
+            for link in [None, Some(0.125)] {
+                let header = table_header(Kind::SumF64, "(MiB)", cpu, link.is_some());
+                let lines: Vec<&str> = header.lines().collect();
+                assert!(lines[0].contains("in place"), "{header}");
+                assert!(lines[1].contains("median of per-repetition maxima"), "{header}");
+                let r = row(Kind::SumF64, 4, 64 << 20, 0.1).table(cpu, link);
+                for line in &lines[2..] {
+                    assert_eq!(line.len(), r.len(), "{line:?} vs {r:?}");
+                }
+                assert_eq!(r.contains("150000.00"), cpu, "{r}");
+                // 64 MiB in 0.1 s at world 4: busbw 1.007 GB/s, 8.053 times a 1 Gbit/s link.
+                assert_eq!(r.contains("8.053"), link.is_some(), "{r}");
             }
-            assert_eq!(r.contains("150000.00"), cpu, "{r}");
         }
-        let r = row(Kind::SumF64, 4, 64 << 20, 0.1).table(false);
+        assert!(table_header(Kind::Allgather, "", false, false).contains("out of place"));
+        let r = row(Kind::SumF64, 4, 64 << 20, 0.1).table(false, None);
         assert!(r.contains("8388608") && r.contains("double") && r.contains("3.0"), "{r}");
         let mut unchecked = row(Kind::Allgather, 2, 64, 1e-5);
         unchecked.measured.wrong = None;
         unchecked.peak_rss = None;
-        let t = unchecked.table(false);
+        let t = unchecked.table(false, None);
         assert!(t.contains("uint8") && t.contains("none") && t.trim_end().ends_with('-'), "{t}");
     }
 

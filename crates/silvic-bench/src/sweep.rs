@@ -17,7 +17,8 @@ pub(crate) fn sweep(
     rss_per: &str,
 ) -> Result<u64, CollectiveError> {
     let (rank, world) = (collective.rank(), collective.world_size());
-    let mut printer = (rank == 0).then(|| Printer::new(config.csv, config.progress, config.cpu));
+    let mut printer = (rank == 0)
+        .then(|| Printer::new(config.format, config.progress, config.cpu, config.link_mbit));
     let largest = config.sizes.iter().copied().max().unwrap_or(0);
     let mut wrong = 0;
     for &kind in &config.kinds {

@@ -52,6 +52,12 @@ impl Kind {
         }
     }
 
+    /// Whether a call works on the caller's buffer in place (the allreduces) rather than
+    /// returning new memory (the allgather).
+    pub(crate) fn in_place(self) -> bool {
+        self != Kind::Allgather
+    }
+
     /// Bytes per element.
     pub(crate) fn element_bytes(self) -> usize {
         match self {

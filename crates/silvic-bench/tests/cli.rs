@@ -53,23 +53,93 @@ fn processes_print_a_checked_table() {
 }
 
 #[test]
-fn threads_print_the_peers_csv_for_every_op() {
+fn threads_print_one_csv_for_every_op() {
     let mut args = vec!["--world", "2", "--threads", "--op", "all", "--csv", "-q"];
     args.extend(QUICK);
     let out = run(&args);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert_eq!(out.stderr, b"", "quiet means no progress");
-    let headers = stdout
-        .lines()
-        .filter(|l| *l == "world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs");
-    assert_eq!(headers.count(), 4, "{stdout}");
-    for op in ["sum_f64", "sum_i64", "max_f64", "allgather"] {
-        assert!(stdout.contains(&format!("# {op}\n")), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    // One header, the peers' columns first, then one row per op and size; nothing else.
+    assert_eq!(lines[0], "world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs,op");
+    assert_eq!(lines.len(), 1 + 4 * 3, "{stdout}");
+    for (k, op) in ["sum_f64", "sum_i64", "max_f64", "allgather"].iter().enumerate() {
+        for row in &lines[1 + 3 * k..4 + 3 * k] {
+            let fields: Vec<&str> = row.split(',').collect();
+            assert_eq!(fields.len(), 9, "{row}");
+            assert_eq!((fields[0], fields[8]), ("2", *op), "{row}");
+            assert!(fields[1..8].iter().all(|f| f.parse::<f64>().is_ok()), "{row}");
+        }
     }
-    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("2,")).collect();
+}
+
+#[test]
+fn json_prints_one_object_per_row() {
+    let mut args = vec!["--world", "2", "--threads", "--op", "all", "--json", "-q"];
+    args.extend(QUICK);
+    args.extend(["--link-mbit", "8000"]);
+    let out = run(&args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        stdout.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
     assert_eq!(rows.len(), 12, "{stdout}");
-    assert!(rows.iter().all(|r| r.split(',').count() == 8), "{stdout}");
+    for row in &rows {
+        assert_eq!(row["world"], 2, "{row}");
+        assert_eq!(row["wrong"], 0, "{row}");
+        assert_eq!(row["link_GBs"], 1.0, "{row}");
+        let busbw = row["busbw_GBs"].as_f64().unwrap();
+        assert_eq!(row["link"].as_f64().unwrap(), busbw, "{row}");
+        assert_eq!(row["in_place"], row["op"] != "allgather", "{row}");
+    }
+    let sizes: Vec<u64> = rows.iter().take(3).map(|r| r["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [8, 4096, 40960]);
+}
+
+#[test]
+fn the_link_limit_reports_every_ranks_flow() {
+    let out = run(&["--world", "3", "--threads", "--link-limit", "--seconds-per-size", "0.1"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    for (host, row) in rows.iter().enumerate() {
+        assert_eq!(row[0], host.to_string(), "{stdout}");
+        assert!(row[1].parse::<u64>().unwrap() > 0, "host {host} received nothing: {stdout}");
+    }
+}
+
+/// Two namespace hosts shaped to 100 Mbit/s: the ranks meet, every result is right, the
+/// link column is there, and the hosts are gone afterwards. Root only: like the test bed's
+/// `netns_` tests, nextest's default profile skips it and `--profile ci` runs it.
+#[test]
+fn netns_hosts_run_a_checked_ring_and_leave_nothing_behind() {
+    silvic_testbed::net::require("netns_hosts_run_a_checked_ring_and_leave_nothing_behind");
+    let child = bench()
+        .args(["--netns-hosts", "2", "--link-mbit", "100", "--timeout", "20", "--json", "-q"])
+        .args(["--sizes", "8,64K", "--seconds-per-size", "0.01", "--warmup", "1"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = finish(child);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        stdout.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for row in &rows {
+        assert_eq!(row["wrong"], 0, "{row}");
+        let link = row["link"].as_f64().unwrap();
+        assert!(link > 0.0, "{row}");
+    }
+    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let left = text(&namespaces.stdout);
+    assert!(!left.contains(&format!("svt-{pid}-")), "namespaces left behind: {left}");
 }
 
 #[test]

@@ -145,6 +145,34 @@ impl CollectiveError {
         }
     }
 
+    /// A stable name for the variant: `"io"`, `"peer_closed"`, `"timeout"`, `"out_of_step"`,
+    /// `"length_mismatch"`, `"malformed_frame"` or `"aborted"`.
+    ///
+    /// These names are part of the API: the Python binding shows them as `CollectiveError.kind`
+    /// and the test bed's rank processes print them, so a caller can branch on the kind without
+    /// matching on text or on a `#[non_exhaustive]` enum. A name never changes meaning; a new
+    /// variant gets a new name. For [`CollectiveError::Aborted`] it is `"aborted"`: the origin's
+    /// own error (`cause`) has its own kind.
+    ///
+    /// ```
+    /// use silvic_core::CollectiveError;
+    ///
+    /// let closed = CollectiveError::PeerClosed { peer: 2 };
+    /// let relayed = CollectiveError::Aborted { origin: 1, cause: Box::new(closed.clone()) };
+    /// assert_eq!((closed.kind(), relayed.kind()), ("peer_closed", "aborted"));
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CollectiveError::Io { .. } => "io",
+            CollectiveError::PeerClosed { .. } => "peer_closed",
+            CollectiveError::Timeout { .. } => "timeout",
+            CollectiveError::OutOfStep { .. } => "out_of_step",
+            CollectiveError::LengthMismatch { .. } => "length_mismatch",
+            CollectiveError::MalformedFrame { .. } => "malformed_frame",
+            CollectiveError::Aborted { .. } => "aborted",
+        }
+    }
+
     /// An [`CollectiveError::Io`] for `peer`, keeping the kind and the message of `error`.
     pub fn io(peer: usize, error: &io::Error) -> Self {
         CollectiveError::Io { peer, kind: error.kind(), message: error.to_string() }
@@ -180,6 +208,38 @@ mod tests {
         let e = CollectiveError::io(4, &io::Error::from(io::ErrorKind::ConnectionReset));
         assert_eq!(e.peer(), Some(4));
         assert!(matches!(e, CollectiveError::Io { kind: io::ErrorKind::ConnectionReset, .. }));
+    }
+
+    /// The names are an API (Python's `CollectiveError.kind`): each variant has its own, and
+    /// none may change.
+    #[test]
+    fn every_variant_has_its_own_stable_kind_name() {
+        let closed = CollectiveError::PeerClosed { peer: 1 };
+        let every = [
+            (CollectiveError::io(1, &io::Error::from(io::ErrorKind::BrokenPipe)), "io"),
+            (closed.clone(), "peer_closed"),
+            (CollectiveError::Timeout { peer: 1, waited: Duration::from_secs(1) }, "timeout"),
+            (
+                CollectiveError::OutOfStep {
+                    peer: 1,
+                    expected_op: Op::AllgatherBytes,
+                    expected_seq: 0,
+                    got_op: Op::AllreduceMaxF64,
+                    got_seq: 0,
+                },
+                "out_of_step",
+            ),
+            (CollectiveError::LengthMismatch { peer: 1, expected: 8, got: 16 }, "length_mismatch"),
+            (CollectiveError::MalformedFrame { peer: 1, reason: "bad".into() }, "malformed_frame"),
+            (CollectiveError::Aborted { origin: 0, cause: Box::new(closed) }, "aborted"),
+        ];
+        for (error, name) in &every {
+            assert_eq!(error.kind(), *name, "{error:?}");
+        }
+        let mut names: Vec<&str> = every.iter().map(|(e, _)| e.kind()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), every.len(), "two variants share a name");
     }
 
     #[test]

@@ -33,23 +33,10 @@ create_exception!(
      a handshake was rejected, such as \"token_mismatch\")."
 );
 
-fn collective_kind(error: &RustCollectiveError) -> &'static str {
-    match error {
-        RustCollectiveError::Io { .. } => "io",
-        RustCollectiveError::PeerClosed { .. } => "peer_closed",
-        RustCollectiveError::Timeout { .. } => "timeout",
-        RustCollectiveError::OutOfStep { .. } => "out_of_step",
-        RustCollectiveError::LengthMismatch { .. } => "length_mismatch",
-        RustCollectiveError::MalformedFrame { .. } => "malformed_frame",
-        RustCollectiveError::Aborted { .. } => "aborted",
-        _ => "other",
-    }
-}
-
 fn collective_exception(py: Python<'_>, error: &RustCollectiveError) -> PyResult<PyErr> {
     let exception = CollectiveError::new_err(error.to_string());
     let value = exception.value(py);
-    value.setattr("kind", collective_kind(error))?;
+    value.setattr("kind", error.kind())?;
     value.setattr("peer", error.peer())?;
     if let RustCollectiveError::Aborted { origin, cause } = error {
         value.setattr("origin", *origin)?;
@@ -76,6 +63,11 @@ fn connect_exception(py: Python<'_>, error: &RustConnectError) -> PyResult<PyErr
         RustConnectError::Handshake { address, .. } => ("handshake", Some(address.as_str()), None),
         RustConnectError::Timeout { address, .. } => ("timeout", Some(address.as_str()), None),
         RustConnectError::Io { address, .. } => ("io", Some(address.as_str()), None),
+        RustConnectError::PortsTaken { .. } => ("ports_taken", None, None),
+        RustConnectError::NoInterface { .. } => ("no_interface", None, None),
+        RustConnectError::Environment { .. } => ("environment", None, None),
+        RustConnectError::Folder { path, .. } => ("folder", Some(path.as_str()), None),
+        RustConnectError::DuplicateRank { .. } => ("duplicate_rank", None, None),
         _ => ("other", None, None),
     };
     let exception = ConnectError::new_err(error.to_string());

@@ -123,6 +123,27 @@ fn writeable<'py, T: Element>(
     })
 }
 
+/// A `range` (step 1, not empty) or an inclusive `(first, last)` tuple of ports.
+fn port_range(ports: &Bound<'_, PyAny>) -> PyResult<std::ops::RangeInclusive<u16>> {
+    let bad = || {
+        PyValueError::new_err(format!(
+            "ports must be a range of ports with step 1, or a (first, last) tuple: {ports}"
+        ))
+    };
+    if ports.is_instance_of::<pyo3::types::PyRange>() {
+        let get = |name: &str| -> PyResult<i64> { ports.getattr(name)?.extract() };
+        let (start, stop, step) = (get("start")?, get("stop")?, get("step")?);
+        if step != 1 || stop <= start {
+            return Err(bad());
+        }
+        let first = u16::try_from(start).map_err(|_| bad())?;
+        let last = u16::try_from(stop - 1).map_err(|_| bad())?;
+        return Ok(first..=last);
+    }
+    let (first, last): (u16, u16) = ports.extract().map_err(|_| bad())?;
+    Ok(first..=last)
+}
+
 impl TcpCollective {
     fn allreduce<T: Element + Send>(
         &mut self,
@@ -165,6 +186,62 @@ impl TcpCollective {
         let listener = silvic_net::TcpCollective::bind_advertised(host, node_ip)
             .map_err(|e| errors::connect(py, &e))?;
         Ok(RingListener { address: listener.address(), inner: Some(listener).into() })
+    }
+
+    /// Listens where the arguments say, for firewalls, several interfaces and NAT.
+    ///
+    /// Give host (an address or name; "0.0.0.0" with advertise) or interface (such as "eth0":
+    /// its first IPv4 address, else its first IPv6 one), not both. advertise is the IP other
+    /// ranks connect to, when not the one listened on. port is one port; ports the first free
+    /// port of a range, given as a range (range(29500, 29600)) or an inclusive (first, last)
+    /// tuple. Raises ConnectError: kind "no_interface" names the interfaces that exist,
+    /// "ports_taken" the range whose every port is taken.
+    #[staticmethod]
+    #[pyo3(signature = (host=None, interface=None, advertise=None, port=None, ports=None))]
+    fn bind_with(
+        py: Python<'_>,
+        host: Option<&str>,
+        interface: Option<&str>,
+        advertise: Option<&str>,
+        port: Option<u16>,
+        ports: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<RingListener> {
+        let invalid = |message: &str| errors::invalid_argument(py, message.to_string());
+        let mut options = match (host, interface) {
+            (Some(host), None) => silvic_net::BindOptions::host(host),
+            (None, Some(interface)) => silvic_net::BindOptions::interface(interface),
+            (None, None) => return Err(invalid("bind_with needs host or interface")),
+            (Some(_), Some(_)) => {
+                return Err(invalid("bind_with takes host or interface, not both"));
+            }
+        };
+        if let Some(ip) = advertise {
+            options = options.advertise(ip);
+        }
+        options = match (port, ports) {
+            (Some(_), Some(_)) => return Err(invalid("bind_with takes port or ports, not both")),
+            (Some(port), None) => options.port(port),
+            (None, Some(ports)) => options.ports(port_range(ports)?),
+            (None, None) => options,
+        };
+        let listener =
+            silvic_net::TcpCollective::bind_with(&options).map_err(|e| errors::connect(py, &e))?;
+        Ok(RingListener { address: listener.address(), inner: Some(listener).into() })
+    }
+
+    /// Forms the ring from a launcher's environment variables (Slurm, torchrun, a Kubernetes
+    /// indexed Job, OpenMPI): SILVIC_RANK/SILVIC_WORLD_SIZE or the launcher's own,
+    /// SILVIC_RENDEZVOUS=tcp://HOST:PORT (rank 0's host) or file:///PATH (or MASTER_ADDR and
+    /// MASTER_PORT), SILVIC_JOB_TOKEN, and optionally SILVIC_SOCKET_IFNAME and SILVIC_PORTS.
+    ///
+    /// timeout (seconds) bounds the whole start, then each collective's wait on a silent peer.
+    /// The GIL is released meanwhile. Raises ConnectError naming the variable or rank at fault.
+    #[staticmethod]
+    fn from_env(py: Python<'_>, timeout: f64) -> PyResult<TcpCollective> {
+        let timeout = seconds("timeout", timeout)?;
+        py.detach(|| silvic_net::TcpCollective::from_env(timeout))
+            .map(|inner| TcpCollective { inner })
+            .map_err(|e| errors::connect(py, &e))
     }
 
     /// Joins the ring as rank of len(addresses), connecting to rank + 1 and accepting rank - 1.

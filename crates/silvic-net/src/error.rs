@@ -7,8 +7,9 @@ use std::{fmt, io, time::Duration};
 
 pub use crate::handshake::RejectReason;
 
-/// Why [`crate::TcpCollective::bind`], [`crate::TcpCollective::bind_advertised`] or
-/// [`crate::TcpCollective::connect`] failed.
+/// Why [`crate::TcpCollective::bind`], [`crate::TcpCollective::bind_advertised`],
+/// [`crate::TcpCollective::bind_with`], [`crate::TcpCollective::connect`] or
+/// [`crate::TcpCollective::from_env`] failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
@@ -25,6 +26,57 @@ pub enum ConnectError {
         kind: io::ErrorKind,
         /// The operating system's message.
         message: String,
+    },
+
+    /// Every port of a range is taken on `host`.
+    #[error("every port of {first}-{last} is taken on {host}")]
+    PortsTaken {
+        /// The host or interface that was asked for.
+        host: String,
+        /// The range's first port.
+        first: u16,
+        /// The range's last port.
+        last: u16,
+    },
+
+    /// No network interface of that name has an IP address.
+    #[error("no network interface {name:?} with an IP address; there are: {}", available.join(", "))]
+    NoInterface {
+        /// The name asked for.
+        name: String,
+        /// The interfaces that have an address.
+        available: Vec<String>,
+    },
+
+    /// A launcher's environment variable is missing or unusable.
+    #[error("{variable}: {message}")]
+    Environment {
+        /// The variable at fault.
+        variable: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// The rendezvous folder could not be used.
+    #[error("rendezvous folder: {path}: {message}")]
+    Folder {
+        /// The file or folder at fault.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// Two processes claim the same rank at the address exchange.
+    #[error(
+        "two processes claim rank {rank} ({first} and {second}); each rank must be started once"
+    )]
+    DuplicateRank {
+        /// The rank claimed twice.
+        rank: usize,
+        /// The address of the first claimant.
+        first: String,
+        /// The address of the second claimant.
+        second: String,
     },
 
     /// A handshake with a ring neighbour was refused, by either side, for `reason`.
@@ -97,7 +149,13 @@ impl ConnectError {
             | ConnectError::Handshake { peer, .. }
             | ConnectError::Timeout { peer, .. }
             | ConnectError::Io { peer, .. } => Some(*peer),
-            ConnectError::InvalidArgument(_) | ConnectError::Bind { .. } => None,
+            ConnectError::DuplicateRank { rank, .. } => Some(*rank),
+            ConnectError::InvalidArgument(_)
+            | ConnectError::Bind { .. }
+            | ConnectError::PortsTaken { .. }
+            | ConnectError::NoInterface { .. }
+            | ConnectError::Environment { .. }
+            | ConnectError::Folder { .. } => None,
         }
     }
 }

@@ -20,14 +20,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! On a cluster, [`TcpCollective::bind_with`] listens on an interface or a port range
+//! ([`BindOptions`]), and [`TcpCollective::from_env`] forms the ring from a launcher's
+//! variables (Slurm, torchrun, a Kubernetes indexed Job, OpenMPI) through rank 0's address
+//! exchange or a shared folder ([`launch`]).
+//!
 //! # The ring
 //!
 //! Rank `r` connects to `r + 1` and accepts `r - 1` (mod world size). A handshake checks magic,
 //! version, world size and rank, and proves the job token with an HMAC over both sides' nonces
-//! ([`handshake`]). An allreduce is a reduce-scatter then an allgather; below 4 KiB it is one
-//! allgather of whole buffers, run both ways round the ring at once (`floor(n/2)` hops). Every
-//! frame carries the op, the call's sequence number, the lengths, its direction and whose block
-//! it carries ([`frame`]), checked before a payload byte is used.
+//! ([`handshake`]). An allreduce is a reduce-scatter then an allgather; below 4 KiB, and above
+//! it where a cost model of hops against bytes says so, it is one allgather of whole buffers,
+//! run both ways round the ring at once (`floor(n/2)` hops). Every frame carries the op, the
+//! call's sequence number, the lengths, its direction and whose block it carries ([`frame`]),
+//! checked before a payload byte is used.
 //!
 //! # Guarantees
 //!
@@ -65,11 +71,13 @@ compile_error!(
     "silvic-net sends numbers as they lie in memory and supports little-endian targets only"
 );
 
+mod bind;
 mod error;
 pub mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod handshake;
+pub mod launch;
 mod link;
 mod liveness;
 mod rendezvous;
@@ -80,6 +88,7 @@ mod sys;
 mod tcp;
 mod wait;
 
+pub use bind::BindOptions;
 pub use error::{ConnectError, RejectReason};
 
 /// The examples of README.md, run as doctests.

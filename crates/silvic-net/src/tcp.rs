@@ -5,13 +5,13 @@
 //! later call returns that same error (it is checked first, on the first line of every call).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use silvic_core::{Collective, CollectiveError, Op, fold};
-use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{info, info_span, warn};
 
+use crate::bind::{self, BindOptions, bind_error, listen, resolve};
 use crate::error::ConnectError;
 use crate::link::{Place, TcpRing};
 use crate::liveness;
@@ -65,35 +65,6 @@ pub struct TcpCollective {
     done: u64,
 }
 
-fn resolve(host: &str) -> Result<IpAddr, ConnectError> {
-    let trimmed = host.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = trimmed.parse() {
-        return Ok(ip);
-    }
-    (trimmed, 0).to_socket_addrs().ok().and_then(|mut a| a.next()).map(|a| a.ip()).ok_or_else(
-        || ConnectError::InvalidArgument(format!("{host:?} is not an IP address or a known host")),
-    )
-}
-
-/// Connections the kernel queues for the listener until the rendezvous accepts them (capped by
-/// net.core.somaxconn). Once the queue is full the kernel drops new SYNs, the neighbour's among
-/// them, which then waits out TCP's retransmission (1 s, then 3 s, 7 s...): std's 128 fills up
-/// whenever a burst of strangers outpaces one turn of the rendezvous loop.
-const LISTEN_BACKLOG: i32 = 4096;
-
-fn listen(host: &str, ip: IpAddr) -> Result<TcpListener, ConnectError> {
-    let address = SocketAddr::new(ip, 0);
-    let socket = Socket::new(Domain::for_address(address), Type::STREAM, Some(Protocol::TCP))
-        .and_then(|s| s.set_reuse_address(true).map(|()| s)) // as std does on Unix
-        .and_then(|s| s.bind(&address.into()).map(|()| s))
-        .and_then(|s| s.listen(LISTEN_BACKLOG).map(|()| s));
-    socket.map(TcpListener::from).map_err(|e| ConnectError::Bind {
-        host: host.to_string(),
-        kind: e.kind(),
-        message: e.to_string(),
-    })
-}
-
 fn invalid(message: String) -> ConnectError {
     ConnectError::InvalidArgument(message)
 }
@@ -122,7 +93,27 @@ fn parse_addresses(addresses: &[String]) -> Result<Vec<SocketAddr>, ConnectError
             }
             Ok(address)
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(refuse_loopback_mix)
+}
+
+/// A list that mixes loopback and remote addresses cannot form a ring: the remote ranks would
+/// connect to their own loopback. Names the first loopback rank, the usual sign of a host name
+/// that resolves to 127.0.1.1.
+fn refuse_loopback_mix(parsed: Vec<SocketAddr>) -> Result<Vec<SocketAddr>, ConnectError> {
+    let Some(remote) = parsed.iter().position(|a| !a.ip().is_loopback()) else {
+        return Ok(parsed);
+    };
+    match parsed.iter().position(|a| a.ip().is_loopback()) {
+        None => Ok(parsed),
+        Some(rank) => Err(invalid(format!(
+            "rank {rank} advertises {}, a loopback address, while other ranks are remote \
+             (rank {remote} advertises {}): the other hosts cannot reach it; bind that rank \
+             to a reachable address (BindOptions::interface, or SILVIC_SOCKET_IFNAME)",
+            parsed[rank].ip(),
+            parsed[remote].ip()
+        ))),
+    }
 }
 
 impl TcpCollective {
@@ -138,12 +129,8 @@ impl TcpCollective {
                  use bind_advertised({host:?}, node_ip)"
             )));
         }
-        let listener = listen(host, ip)?;
-        let advertised = listener.local_addr().map_err(|e| ConnectError::Bind {
-            host: host.to_string(),
-            kind: e.kind(),
-            message: e.to_string(),
-        })?;
+        let listener = listen(host, SocketAddr::new(ip, 0))?;
+        let advertised = listener.local_addr().map_err(|e| bind_error(host, &e))?;
         Ok(RingListener { listener, advertised })
     }
 
@@ -151,26 +138,49 @@ impl TcpCollective {
     /// with that port, for hosts whose reachable address is not the one they listen on.
     pub fn bind_advertised(host: &str, node_ip: &str) -> Result<RingListener, ConnectError> {
         let ip = resolve(host)?;
-        let node: IpAddr = node_ip
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse()
-            .map_err(|_| invalid(format!("node_ip {node_ip:?} is not an IP address")))?;
+        let node: IpAddr = bind::parse_ip(node_ip)
+            .ok_or_else(|| invalid(format!("node_ip {node_ip:?} is not an IP address")))?;
         if node.is_unspecified() {
             return Err(invalid(format!(
                 "cannot advertise {node_ip}: other nodes cannot reach it"
             )));
         }
-        let listener = listen(host, ip)?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| ConnectError::Bind {
-                host: host.to_string(),
-                kind: e.kind(),
-                message: e.to_string(),
-            })?
-            .port();
+        let listener = listen(host, SocketAddr::new(ip, 0))?;
+        let port = listener.local_addr().map_err(|e| bind_error(host, &e))?.port();
         Ok(RingListener { listener, advertised: SocketAddr::new(node, port) })
+    }
+
+    /// Listens where `options` say: on a host or an interface, on a port, the first free port of
+    /// a range, or an ephemeral port; advertising the address listened on or the one given.
+    ///
+    /// An interface that does not exist is an error naming those that do; a range whose every
+    /// port is taken is an error naming the range.
+    pub fn bind_with(options: &BindOptions) -> Result<RingListener, ConnectError> {
+        let (listener, advertised) = bind::bind_with(options)?;
+        Ok(RingListener { listener, advertised })
+    }
+
+    /// Forms the ring from a launcher's environment variables, for launchers (Slurm's `srun`, a
+    /// Kubernetes indexed Job, torchrun, mpirun, a shell script) that start every rank with
+    /// variables but cannot gather addresses.
+    ///
+    /// - rank and world: `SILVIC_RANK`/`SILVIC_WORLD_SIZE`, else torchrun's `RANK`/`WORLD_SIZE`,
+    ///   Slurm's `SLURM_PROCID`/`SLURM_NTASKS`, OpenMPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`;
+    /// - `SILVIC_RENDEZVOUS=tcp://HOST:PORT`: rank 0 (on `HOST`) serves an address exchange on
+    ///   `PORT`, every other rank sends it its address and gets the whole list back (the job
+    ///   token proven as in the ring handshake); else `MASTER_ADDR`/`MASTER_PORT`; or
+    ///   `SILVIC_RENDEZVOUS=file:///PATH`, a folder every rank sees, one file per rank;
+    /// - `SILVIC_JOB_TOKEN`: the job's secret (required);
+    /// - `SILVIC_SOCKET_IFNAME` (optional): the interface to listen on and advertise; by
+    ///   default the address this host uses to reach the rendezvous host;
+    /// - `SILVIC_PORTS` (optional): the ring listener's port, `29500`, or range, `29500-29599`.
+    ///
+    /// `timeout` bounds the whole start (exchange and ring), then is the collective timeout as
+    /// for [`TcpCollective::connect`]. Every error names the variable or the rank at fault; two
+    /// processes claiming one rank are both refused ([`ConnectError::DuplicateRank`]), while a
+    /// rank that restarts before every rank has joined takes its place again.
+    pub fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
+        crate::launch::from_env(timeout)
     }
 
     /// Joins the ring as `rank` of `addresses.len()`, connecting to rank + 1 and accepting

@@ -1,5 +1,7 @@
-//! Rings of threads on loopback: every op, world sizes 1 to 8, lengths around every boundary.
+//! Rings of threads on loopback: every op, world sizes 1 to 8, lengths around every boundary
+//! (the 4 KiB floor of the gather path and the cut the cost model picks for each world).
 //! Results must equal a sequential reference in fold order, bit for bit, on every rank and run.
+//! Worlds up to 16 at every cut run over in-memory links in the crate's own tests (ring/run.rs).
 
 mod common;
 
@@ -43,11 +45,37 @@ fn reference(world: usize, len: usize, combine: fn(f64, f64) -> f64) -> Vec<u64>
         .collect()
 }
 
+/// The cost model of ring/schedule.rs, mirrored: the largest buffer in bytes that takes the
+/// gather path in a world of `world`. If the constants there change, change them here (the
+/// crate's own tests check every cut exactly; this one drives the same cuts over TCP).
+fn gather_limit(world: usize) -> usize {
+    const SMALL_BYTES: usize = 4096;
+    const HOP_NS: usize = 20_000;
+    const RATE_BYTES_PER_US: usize = 1_500;
+    const GATHER_MAX_BYTES: usize = 1 << 20;
+    let gathers = |bytes: usize| {
+        bytes < SMALL_BYTES
+            || (world * bytes <= GATHER_MAX_BYTES
+                && world.saturating_sub(2) * bytes * 1000 < world * HOP_NS * RATE_BYTES_PER_US)
+    };
+    (SMALL_BYTES..=GATHER_MAX_BYTES).rev().find(|&b| gathers(b)).unwrap_or(SMALL_BYTES - 1)
+}
+
+/// Element counts on both sides of the model's cut for `world`.
+fn cut_lengths(world: usize) -> Vec<usize> {
+    let edge = gather_limit(world) / 8;
+    vec![edge - 1, edge, edge + 1]
+}
+
 fn run_all_ops(world: usize) -> Vec<Vec<Vec<u64>>> {
+    run_ops_at(world, lengths(world))
+}
+
+fn run_ops_at(world: usize, lengths: Vec<usize>) -> Vec<Vec<Vec<u64>>> {
     ring_of_threads(world, Duration::from_secs(60), move |rank, mut ring| {
         assert_eq!((ring.rank(), ring.world_size()), (rank, world));
         let mut out = Vec::new();
-        for len in lengths(world) {
+        for &len in &lengths {
             let mut sum: Vec<f64> = (0..len).map(|i| value(rank, i)).collect();
             ring.allreduce_sum_f64(&mut sum).unwrap();
             out.push(sum.iter().map(|x| x.to_bits()).collect());
@@ -73,20 +101,32 @@ fn every_op_matches_the_reference_bitwise_on_every_rank_and_run() {
         let first = run_all_ops(world);
         let second = run_all_ops(world);
         assert_eq!(first, second, "world {world}: two runs differ");
-        for (rank, results) in first.iter().enumerate() {
-            for (k, len) in lengths(world).into_iter().enumerate() {
-                let sum = reference(world, len, |a, b| a + b);
-                let max = reference(world, len, silvic_core::fold::max_f64);
-                let ints: Vec<u64> = (0..len)
-                    .map(|i| {
-                        (0..world).fold(0i64, |acc, r| acc.wrapping_add(i64::MAX - (i * r) as i64))
-                            as u64
-                    })
-                    .collect();
-                assert_eq!(results[3 * k], sum, "sum world {world} len {len} rank {rank}");
-                assert_eq!(results[3 * k + 1], max, "max world {world} len {len} rank {rank}");
-                assert_eq!(results[3 * k + 2], ints, "i64 world {world} len {len} rank {rank}");
-            }
+        check_against_reference(world, &lengths(world), &first);
+    }
+}
+
+#[test]
+fn every_cut_of_the_cost_model_matches_the_reference_bitwise() {
+    for world in WORLDS {
+        let lengths = cut_lengths(world);
+        let results = run_ops_at(world, lengths.clone());
+        check_against_reference(world, &lengths, &results);
+    }
+}
+
+fn check_against_reference(world: usize, lengths: &[usize], all: &[Vec<Vec<u64>>]) {
+    for (k, &len) in lengths.iter().enumerate() {
+        let sum = reference(world, len, |a, b| a + b);
+        let max = reference(world, len, silvic_core::fold::max_f64);
+        let ints: Vec<u64> = (0..len)
+            .map(|i| {
+                (0..world).fold(0i64, |acc, r| acc.wrapping_add(i64::MAX - (i * r) as i64)) as u64
+            })
+            .collect();
+        for (rank, results) in all.iter().enumerate() {
+            assert_eq!(results[3 * k], sum, "sum world {world} len {len} rank {rank}");
+            assert_eq!(results[3 * k + 1], max, "max world {world} len {len} rank {rank}");
+            assert_eq!(results[3 * k + 2], ints, "i64 world {world} len {len} rank {rank}");
         }
     }
 }
@@ -121,11 +161,11 @@ fn a_million_elements_reduce_exactly() {
 
 #[test]
 fn a_ring_forms_over_ipv6_loopback() {
-    let results =
-        common::ring_of_threads_with(3, "::1", "v6", Duration::from_secs(30), |rank, mut ring| {
-            let mut buf = vec![rank as f64; 1000];
-            ring.allreduce_sum_f64(&mut buf).unwrap();
-            buf[999]
-        });
+    let (timeout, limit) = (common::CONNECT_TIMEOUT, Duration::from_secs(60));
+    let results = common::ring_of_threads_with(3, "::1", "v6", timeout, limit, |rank, mut ring| {
+        let mut buf = vec![rank as f64; 1000];
+        ring.allreduce_sum_f64(&mut buf).unwrap();
+        buf[999]
+    });
     assert_eq!(results, [3.0, 3.0, 3.0]);
 }

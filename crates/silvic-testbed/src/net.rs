@@ -24,9 +24,6 @@ pub const PREFIX: &str = "svt-";
 /// bridged packets: the reset is routed out of the switch namespace).
 pub const SWITCH_IP: &str = "10.231.0.100";
 
-/// Set this variable to make a missing capability fail the test instead of skipping it (CI).
-pub const REQUIRE_ENV: &str = "SILVIC_TESTBED_REQUIRE_NETNS";
-
 /// Host `h`'s address.
 pub fn host_ip(h: usize) -> String {
     format!("10.231.0.{}", h + 1)
@@ -79,19 +76,18 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
-/// True when the namespace tests can run. When they cannot, prints why and returns false, or
-/// panics if [`REQUIRE_ENV`] is set (CI installs everything and runs as root, so a skip there
-/// would hide a broken test bed).
-pub fn can_run(test: &str) -> bool {
-    match available() {
-        Ok(()) => true,
-        Err(why) if std::env::var_os(REQUIRE_ENV).is_some() => {
-            panic!("{test}: cannot run and {REQUIRE_ENV} is set: {why}")
-        }
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
+/// Fails the test `test`, saying what is missing, unless the namespace tests can run here.
+///
+/// A namespace test never passes without running: whether it runs is decided by nextest's
+/// filter (`.config/nextest.toml`: the default profile skips the `netns_` tests, and nextest
+/// counts them as skipped; the `ci` profile, which `.ci/run` uses as root, runs them), and once
+/// it runs it either does its job or fails.
+pub fn require(test: &str) {
+    if let Err(why) = available() {
+        panic!(
+            "{test} needs root, ip, nft and tc: {why}. Outside `--profile ci` nextest skips the \
+             netns_ tests"
+        );
     }
 }
 
@@ -117,8 +113,24 @@ pub struct Net {
 }
 
 impl Net {
-    /// Builds the network; `tag` makes the names unique within this process.
+    /// Builds the network of the fault tests: [`Net::bridge`], plus the relay's addresses on
+    /// the switch and bridged packets passed through the switch's nft hooks. `tag` makes the
+    /// names unique within this process.
     pub fn create(tag: &str, hosts: usize) -> Result<Net, String> {
+        let net = Net::bridge(tag, hosts)?;
+        let sw = net.switch.clone();
+        for h in 0..hosts {
+            net.ip(&sw, &["addr", "add", &format!("{}/24", relay_ip(h)), "dev", "br0"])?;
+        }
+        // Bridged IPv4 goes through the inet hooks too, so `reject with tcp reset` works there.
+        net.exec(&sw, "sysctl", &["-qw", "net.bridge.bridge-nf-call-iptables=1"])?;
+        Ok(net)
+    }
+
+    /// Builds hosts on a plain bridge and nothing else: no relay addresses, no filtering of
+    /// bridged packets (what silvic-bench measures on). `tag` makes the names unique within
+    /// this process.
+    pub fn bridge(tag: &str, hosts: usize) -> Result<Net, String> {
         sweep();
         let base = format!("{PREFIX}{}-{tag}", std::process::id());
         let mut net = Net { switch: format!("{base}-sw"), hosts: Vec::new() };
@@ -127,9 +139,6 @@ impl Net {
         let sw = net.switch.clone();
         net.ip(&sw, &["link", "add", "br0", "type", "bridge"])?;
         net.ip(&sw, &["addr", "add", &format!("{SWITCH_IP}/24"), "dev", "br0"])?;
-        for h in 0..hosts {
-            net.ip(&sw, &["addr", "add", &format!("{}/24", relay_ip(h)), "dev", "br0"])?;
-        }
         net.ip(&sw, &["link", "set", "br0", "up"])?;
         net.ip(&sw, &["link", "set", "lo", "up"])?;
         for h in 0..hosts {
@@ -146,9 +155,17 @@ impl Net {
             net.ip(&ns, &["link", "set", "eth0", "up"])?;
             net.ip(&ns, &["link", "set", "lo", "up"])?;
         }
-        // Bridged IPv4 goes through the inet hooks too, so `reject with tcp reset` works there.
-        net.exec(&sw, "sysctl", &["-qw", "net.bridge.bridge-nf-call-iptables=1"])?;
         Ok(net)
+    }
+
+    /// Shapes the egress of host `h` (its `eth0`) to `mbit` Mbit/s with a token bucket (tc
+    /// tbf). The bucket holds at least 64 KiB, so a whole GSO segment passes unsplit, and about
+    /// 1 ms of traffic at higher rates; the queue holds 20 ms of traffic.
+    pub fn shape(&self, h: usize, mbit: u64) -> Result<(), String> {
+        let burst = (mbit * 1_000_000 / 8 / 1000).max(64 * 1024);
+        let (rate, burst) = (format!("{mbit}mbit"), burst.to_string());
+        let args = ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", &rate, "burst", &burst];
+        self.exec(&self.hosts[h], "tc", &[&args[..], &["latency", "20ms"]].concat()).map(drop)
     }
 
     /// Runs `ip -n <ns> <args>`.

@@ -8,8 +8,9 @@
 //! READY <stats>                           after connect
 //! OK <index> <ms>                         a call returned a verified result (every `report`-th)
 //! STATS <label> <stats>                   after warm-up and at the end: "rss_kb=.. hwm_kb=.. fds=.."
-//! ERR <index> <ms> peer=<p> kind=<k> <message>   a call failed; the rank then checks that the
-//! STICKY <same|differs: ...>              next call returns the same error, and exits 0
+//! ERR <index> <ms> peer=<p> kind=<k> <message>   a call failed (k is CollectiveError::kind); the
+//! STICKY <same|differs: ...>              rank checks that the next call returns the same error,
+//!                                         and exits 0
 //! WRONG <index> <what>                    a result was wrong: exit 3
 //! EXIT <index>                            it left on purpose (exit_after), dropping the ring
 //! DONE <count> <ms>                       every call succeeded
@@ -19,9 +20,13 @@
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
-use silvic_net::{CollectiveError, TcpCollective};
+use silvic_net::TcpCollective;
 
 use crate::data::{Call, Kind, mixed_call, run_and_check};
+
+/// The element counts of the "sweep" workload: empty, tiny, both sides of the 4 KiB cut
+/// (512 f64), and large enough for many ring steps (an allgather takes `count % 5000` bytes).
+pub const SWEEP: [usize; 11] = [0, 1, 3, 100, 511, 512, 513, 1000, 4099, 70_000, 300_000];
 
 /// What a rank process runs.
 #[derive(Debug, Clone)]
@@ -38,7 +43,8 @@ pub struct RankArgs {
     pub connect_timeout: f64,
     /// Collective timeout, seconds.
     pub timeout: f64,
-    /// "repeat" (the same kind and size every call) or "mixed" (a seeded mix).
+    /// "repeat" (the same kind and size every call), "mixed" (a seeded mix) or "sweep" (every
+    /// kind in turn over [`SWEEP`]'s lengths, around every boundary of the ring's paths).
     pub workload: String,
     /// For repeat: the kind.
     pub kind: Kind,
@@ -108,9 +114,16 @@ impl RankArgs {
     }
 
     fn call(&self, index: u64) -> Call {
+        let key = self.seed ^ index << 20;
         match self.workload.as_str() {
             "mixed" => mixed_call(self.seed, index, self.bytes),
-            _ => Call { kind: self.kind, bytes: self.bytes, key: self.seed ^ index << 20 },
+            "sweep" => {
+                let kind = Kind::ALL[(index % 4) as usize];
+                let elements = SWEEP[(index / 4) as usize % SWEEP.len()];
+                let bytes = if kind == Kind::Gather { elements % 5000 } else { elements * 8 };
+                Call { kind, bytes, key }
+            }
+            _ => Call { kind: self.kind, bytes: self.bytes, key },
         }
     }
 }
@@ -128,22 +141,6 @@ pub fn stats() -> String {
     };
     let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
     format!("rss_kb={} hwm_kb={} fds={fds}", field("VmRSS:"), field("VmHWM:"))
-}
-
-/// A short name for the error's variant, with the origin for an abort.
-pub fn kind_name(e: &CollectiveError) -> String {
-    match e {
-        CollectiveError::Io { kind, .. } => format!("io:{kind:?}"),
-        CollectiveError::PeerClosed { .. } => "peer_closed".into(),
-        CollectiveError::Timeout { .. } => "timeout".into(),
-        CollectiveError::OutOfStep { .. } => "out_of_step".into(),
-        CollectiveError::LengthMismatch { .. } => "length_mismatch".into(),
-        CollectiveError::MalformedFrame { .. } => "malformed".into(),
-        CollectiveError::Aborted { origin, cause } => {
-            format!("aborted(origin={origin},{})", kind_name(cause))
-        }
-        _ => "other".into(),
-    }
 }
 
 macro_rules! say {
@@ -213,11 +210,7 @@ pub fn main(words: &[String]) -> i32 {
             }
             Err(e) => {
                 let peer = e.peer().map_or("none".to_string(), |p| p.to_string());
-                say!(
-                    "ERR {index} {} peer={peer} kind={} {e}",
-                    t.elapsed().as_millis(),
-                    kind_name(&e)
-                );
+                say!("ERR {index} {} peer={peer} kind={} {e}", t.elapsed().as_millis(), e.kind());
                 match run_and_check(&mut ring, args.call(index + 1)) {
                     Err(again) if again == e => say!("STICKY same"),
                     other => say!("STICKY differs: {other:?}"),

@@ -1,19 +1,27 @@
-//! A delaying TCP relay: the delay and jitter this kernel's missing netem would have added.
+//! The one TCP relay of the tests: a slow link (delay and jitter, which this kernel's missing
+//! netem would have added) and a wiretap (the first bytes each client sent), in one place.
 //!
-//! It reads `FWD <listen ip:port> <target ip:port>` lines on stdin, answers `LISTENING <addr>`
-//! for each, and forwards every connection it accepts to the target, holding each chunk it reads
-//! for `delay + U(0, jitter)` before writing it on. Release times never go backwards, so bytes
-//! stay in order (a stream cannot be reordered); jitter shows as bursts and gaps, as on a
-//! congested path. End of stream and errors are passed on (a shutdown for a clean end, a close
-//! for an error), so the ring sees its peers' closes through the relay.
+//! A [`Relay`] listens on an address and forwards every connection it accepts to a target, as a
+//! link of the given [`Link`] would: the upstream connection is opened `delay` after the client's
+//! (the SYN crosses the link too), and each chunk read is released `delay + U(0, jitter)` after it
+//! was read. Release times never go backwards, so bytes stay in order (a stream cannot be
+//! reordered); jitter shows as bursts and gaps, as on a congested path. End of stream and errors
+//! are passed on (a shutdown for a clean end, a close for an error), so each side sees the
+//! other's close through the relay.
 //!
-//! Bounded: at most [`QUEUE`] chunks of [`CHUNK`] bytes wait per direction, and it exits when
-//! stdin closes (the harness dropped it).
+//! Tests in a process use [`Relay::start`]; the namespace test bed runs the same code as a
+//! process in the switch namespace ([`main`], `silvic-testbed relay`), which reads
+//! `FWD <listen ip:port> <target ip:port>` lines on stdin and answers `LISTENING <addr>` for each.
+//!
+//! Bounded: at most [`QUEUE`] chunks of [`CHUNK`] bytes wait per direction; a relay stops
+//! accepting when dropped, and the process exits when stdin closes (the harness dropped it).
 
-use std::io::{BufRead, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc::sync_channel;
-use std::thread;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::data::mix;
@@ -23,22 +31,178 @@ pub const CHUNK: usize = 64 << 10;
 /// Chunks held per direction.
 pub const QUEUE: usize = 64;
 
-/// Runs the relay until stdin closes; returns the process exit code.
+/// What the relay does to each connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Link {
+    /// One-way delay of the connection and of every chunk.
+    pub delay: Duration,
+    /// Extra delay drawn uniformly from `0..jitter` per chunk.
+    pub jitter: Duration,
+    /// Keep the first `record` bytes each client sent (see [`Relay::recorded`]).
+    pub record: usize,
+}
+
+type Records = Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>>;
+
+/// A running relay. Dropping it stops accepting; connections already forwarded run on until
+/// either side closes.
+#[derive(Debug)]
+pub struct Relay {
+    address: SocketAddr,
+    stop: Arc<AtomicBool>,
+    records: Records,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Listens on `listen` (port 0 for any) and forwards each connection to `target`.
+    pub fn start(listen: SocketAddr, target: SocketAddr, link: Link) -> io::Result<Relay> {
+        let listener = TcpListener::bind(listen)?;
+        let address = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let records: Records = Arc::default();
+        let accept = {
+            let (stop, records) = (stop.clone(), records.clone());
+            thread::spawn(move || accept_loop(listener, target, link, &stop, &records))
+        };
+        Ok(Relay { address, stop, records, accept: Some(accept) })
+    }
+
+    /// Where clients connect.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The first [`Link::record`] bytes each client sent so far, by connection in accept order.
+    pub fn recorded(&self) -> Vec<Vec<u8>> {
+        self.records.lock().unwrap().iter().map(|r| r.lock().unwrap().clone()).collect()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop, which then sees the flag and closes the listener.
+        let _ = TcpStream::connect_timeout(&self.address, Duration::from_secs(1));
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    target: SocketAddr,
+    link: Link,
+    stop: &AtomicBool,
+    records: &Records,
+) {
+    for (n, incoming) in listener.incoming().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(client) = incoming else { continue };
+        let record = Arc::new(Mutex::new(Vec::new()));
+        records.lock().unwrap().push(record.clone());
+        let seed = mix(n as u64 ^ u64::from(target.port()) << 32);
+        thread::spawn(move || forward(client, target, link, seed, &record));
+    }
+}
+
+type Chunks = Receiver<(Instant, Vec<u8>)>;
+
+/// One connection: what the client sends is read (and timed) at once, while the upstream
+/// connection is opened `delay` after the client's, as the client's SYN would have arrived.
+fn forward(client: TcpStream, target: SocketAddr, link: Link, seed: u64, record: &Mutex<Vec<u8>>) {
+    let accepted = Instant::now();
+    let Ok(from_client) = client.try_clone() else { return };
+    let (send, upstream) = sync_channel(QUEUE);
+    let writer = thread::spawn(move || {
+        thread::sleep((accepted + link.delay).saturating_duration_since(Instant::now()));
+        let server = match TcpStream::connect_timeout(&target, Duration::from_secs(5)) {
+            Ok(server) => server,
+            Err(_) => return drop(client.shutdown(Shutdown::Both)),
+        };
+        let _ = (client.set_nodelay(true), server.set_nodelay(true));
+        let Ok(from_server) = server.try_clone() else { return };
+        let back = thread::spawn(move || {
+            let (send, downstream) = sync_channel(QUEUE);
+            let writer = thread::spawn(move || write_chunks(downstream, client));
+            read_chunks(from_server, &send, link, !seed, None);
+            drop(send);
+            let _ = writer.join();
+        });
+        write_chunks(upstream, server);
+        let _ = back.join();
+    });
+    read_chunks(from_client, &send, link, seed, Some(record));
+    drop(send);
+    let _ = writer.join();
+}
+
+/// Reads `from` until it ends, each chunk stamped to be released `delay + U(0, jitter)` after it
+/// was read.
+fn read_chunks(
+    mut from: TcpStream,
+    send: &SyncSender<(Instant, Vec<u8>)>,
+    link: Link,
+    seed: u64,
+    record: Option<&Mutex<Vec<u8>>>,
+) {
+    let mut last = Instant::now();
+    let mut buf = vec![0u8; CHUNK];
+    for n in 0u64.. {
+        let read = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => read,
+        };
+        if let Some(record) = record {
+            let mut kept = record.lock().unwrap();
+            let room = link.record.saturating_sub(kept.len()).min(read);
+            kept.extend_from_slice(&buf[..room]);
+        }
+        let extra = if link.jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(mix(seed ^ n) % link.jitter.as_micros().max(1) as u64)
+        };
+        last = last.max(Instant::now() + link.delay + extra);
+        if send.send((last, buf[..read].to_vec())).is_err() {
+            break;
+        }
+    }
+}
+
+/// Writes each chunk to `to` at its release time; passes the end on as a shutdown, an error as
+/// a close.
+fn write_chunks(chunks: Chunks, mut to: TcpStream) {
+    for (release, chunk) in chunks {
+        thread::sleep(release.saturating_duration_since(Instant::now()));
+        if to.write_all(&chunk).is_err() {
+            let _ = to.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+/// Runs the relay process until stdin closes; returns the process exit code.
+///
+/// Arguments: `delay_ms=N jitter_ms=N`.
 pub fn main(words: &[String]) -> i32 {
-    let mut delay = Duration::from_millis(10);
-    let mut jitter = Duration::ZERO;
+    let mut link = Link { delay: Duration::from_millis(10), ..Link::default() };
     for word in words {
         match word.split_once('=') {
-            Some(("delay_ms", v)) => delay = Duration::from_millis(v.parse().unwrap_or(10)),
-            Some(("jitter_ms", v)) => jitter = Duration::from_millis(v.parse().unwrap_or(0)),
+            Some(("delay_ms", v)) => link.delay = Duration::from_millis(v.parse().unwrap_or(10)),
+            Some(("jitter_ms", v)) => link.jitter = Duration::from_millis(v.parse().unwrap_or(0)),
             _ => {
                 eprintln!("relay: unknown argument {word}");
                 return 64;
             }
         }
     }
-    let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
+    let mut relays = Vec::new();
+    for line in io::stdin().lock().lines() {
         let Ok(line) = line else { break };
         let parts: Vec<&str> = line.split_whitespace().collect();
         let (Some(&"FWD"), Some(listen), Some(target)) =
@@ -52,63 +216,56 @@ pub fn main(words: &[String]) -> i32 {
             eprintln!("relay: bad addresses in {line:?}");
             continue;
         };
-        match TcpListener::bind(listen) {
-            Ok(listener) => {
-                println!("LISTENING {listen}");
-                thread::spawn(move || accept_loop(listener, target, delay, jitter));
+        match Relay::start(listen, target, link) {
+            Ok(relay) => {
+                println!("LISTENING {}", relay.address());
+                relays.push(relay);
             }
             Err(e) => println!("RELAY_ERR {listen}: {e}"),
         }
-        let _ = std::io::stdout().flush();
+        let _ = io::stdout().flush();
     }
     0
 }
 
-fn accept_loop(listener: TcpListener, target: SocketAddr, delay: Duration, jitter: Duration) {
-    for (n, incoming) in listener.incoming().enumerate() {
-        let Ok(client) = incoming else { continue };
-        let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(5)) else {
-            continue;
-        };
-        let _ = (client.set_nodelay(true), server.set_nodelay(true));
-        let seed = mix(n as u64 ^ u64::from(target.port()) << 32);
-        for (from, to, seed) in [(&client, &server, seed), (&server, &client, !seed)] {
-            let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else { continue };
-            thread::spawn(move || pump(from, to, delay, jitter, seed));
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Copies `from` to `to`, each chunk released `delay + U(0, jitter)` after it was read.
-fn pump(mut from: TcpStream, mut to: TcpStream, delay: Duration, jitter: Duration, seed: u64) {
-    let (send, recv) = sync_channel::<(Instant, Vec<u8>)>(QUEUE);
-    let writer = thread::spawn(move || {
-        for (release, chunk) in recv {
-            thread::sleep(release.saturating_duration_since(Instant::now()));
-            if to.write_all(&chunk).is_err() {
-                let _ = to.shutdown(Shutdown::Both);
-                return;
+    /// An echo server behind a relay: bytes come back in order, no sooner than two delays, and
+    /// the first bytes the client sent are on record.
+    #[test]
+    fn a_relay_delays_forwards_in_order_and_records() {
+        let echo = TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = echo.local_addr().unwrap();
+        let server = thread::spawn(move || {
+            let (mut s, _) = echo.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = s.read(&mut buf) {
+                s.write_all(&buf[..n]).unwrap();
             }
-        }
-        let _ = to.shutdown(Shutdown::Write);
-    });
-    let mut last = Instant::now();
-    let mut buf = vec![0u8; CHUNK];
-    for n in 0u64.. {
-        let read = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(read) => read,
+        });
+        let delay = Duration::from_millis(30);
+        let link = Link { delay, jitter: Duration::from_millis(5), record: 4 };
+        let relay = Relay::start("127.0.0.1:0".parse().unwrap(), target, link).unwrap();
+        let started = Instant::now();
+        let mut client = TcpStream::connect(relay.address()).unwrap();
+        let sent: Vec<u8> = (0..20_000u32).map(|i| mix(u64::from(i)) as u8).collect();
+        let writer = {
+            let mut w = client.try_clone().unwrap();
+            let sent = sent.clone();
+            thread::spawn(move || {
+                w.write_all(&sent).unwrap();
+                w.shutdown(Shutdown::Write).unwrap();
+            })
         };
-        let extra = if jitter.is_zero() {
-            Duration::ZERO
-        } else {
-            Duration::from_micros(mix(seed ^ n) % jitter.as_micros().max(1) as u64)
-        };
-        last = last.max(Instant::now() + delay + extra);
-        if send.send((last, buf[..read].to_vec())).is_err() {
-            break;
-        }
+        let mut got = Vec::new();
+        client.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        client.read_to_end(&mut got).unwrap();
+        writer.join().unwrap();
+        server.join().unwrap();
+        assert_eq!(got, sent);
+        assert!(started.elapsed() >= 2 * delay, "came back after {:?}", started.elapsed());
+        assert_eq!(relay.recorded(), vec![sent[..4].to_vec()]);
     }
-    drop(send);
-    let _ = writer.join();
 }

@@ -38,7 +38,7 @@ pub enum End {
     Failed {
         /// `CollectiveError::peer()`.
         peer: Option<usize>,
-        /// See [`crate::rank::kind_name`].
+        /// [`silvic_net::CollectiveError::kind`]: "peer_closed", "timeout", "aborted", ...
         kind: String,
         /// The error's message.
         message: String,

@@ -1,6 +1,6 @@
 """Type stubs of the native module; import from ``silvic_net``."""
 
-from typing import Final, Optional, Sequence, final
+from typing import Final, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -32,8 +32,12 @@ class ConnectError(Exception):
 
     ``kind`` is one of ``"invalid_argument"``, ``"bind"``, ``"rejected"`` (``reason`` says why:
     ``"token_mismatch"``, ``"version_mismatch"``, ``"world_mismatch"``, ``"wrong_rank"``),
-    ``"handshake"``, ``"timeout"``, ``"io"`` or ``"other"``. ``peer`` and ``address`` name the
-    neighbour involved, when there is one.
+    ``"handshake"``, ``"timeout"``, ``"io"``, ``"ports_taken"`` (every port of a range is
+    taken), ``"no_interface"`` (the message names the interfaces that exist), ``"environment"``
+    (``from_env``: the message starts with the variable at fault), ``"folder"`` (``address`` is
+    the rendezvous file or folder), ``"duplicate_rank"`` (``peer`` is the rank two processes
+    claim) or ``"other"``. ``peer`` and ``address`` name the neighbour involved, when there is
+    one.
     """
 
     kind: str
@@ -59,6 +63,25 @@ class TcpCollective:
     @staticmethod
     def bind_advertised(host: str, node_ip: str) -> RingListener:
         """Listen on ``host`` (such as ``"0.0.0.0"``) and advertise ``node_ip`` with its port."""
+
+    @staticmethod
+    def bind_with(
+        host: Optional[str] = None,
+        interface: Optional[str] = None,
+        advertise: Optional[str] = None,
+        port: Optional[int] = None,
+        ports: Union[range, Tuple[int, int], None] = None,
+    ) -> RingListener:
+        """Listen on ``host`` or on ``interface``'s address (such as ``"eth0"``), on ``port`` or
+        the first free port of ``ports`` (``range(29500, 29600)`` or inclusive ``(29500, 29599)``),
+        advertising ``advertise`` if given. Raises :class:`ConnectError`."""
+
+    @staticmethod
+    def from_env(timeout: float) -> TcpCollective:
+        """Form the ring from a launcher's variables (``SILVIC_RANK``/``SILVIC_WORLD_SIZE`` or
+        torchrun's, Slurm's, OpenMPI's; ``SILVIC_RENDEZVOUS``; ``SILVIC_JOB_TOKEN``; optional
+        ``SILVIC_SOCKET_IFNAME`` and ``SILVIC_PORTS``). ``timeout`` (seconds) bounds the start,
+        then each collective's wait. Raises :class:`ConnectError` naming the variable or rank."""
 
     @staticmethod
     def connect(

@@ -2,7 +2,9 @@
 
 use silvic_core::{CollectiveError, Op};
 
-use super::schedule::{self, pass, segment, segment_of};
+use std::ops::Range;
+
+use super::schedule::{self, pass, segment};
 use super::twoway;
 use crate::frame::{Dir, Header};
 
@@ -130,34 +132,68 @@ pub(crate) struct Call {
 }
 
 /// Reusable memory of a ring, kept between calls so steady-state collectives do not allocate.
+///
+/// It grows to the largest call seen and stays there: `fold` is [`FOLD_SCRATCH`] bytes, and
+/// `gathered` holds the gather path's `world × bytes`, at most
+/// `max(GATHER_MAX_BYTES, world × 4 KiB)` ([`schedule::GATHER_MAX_BYTES`]).
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     fold: Vec<u8>,
+    gathered: Vec<u8>,
 }
 
-/// Borrows block `send` for reading and block `recv` for writing; they must differ.
-fn send_and_recv<T>(blocks: &mut [T], send: usize, recv: usize) -> (&T, &mut T) {
-    assert_ne!(send, recv, "a ring step never sends the block it receives");
-    if send < recv {
-        let (low, high) = blocks.split_at_mut(recv);
-        (&low[send], &mut high[0])
+/// Borrows `send` of `buf` for reading and `recv` for writing; the ranges must not overlap.
+fn send_and_recv<T>(buf: &mut [T], send: Range<usize>, recv: Range<usize>) -> (&[T], &mut [T]) {
+    if send.end <= recv.start {
+        let (low, high) = buf.split_at_mut(recv.start);
+        (&low[send], &mut high[..recv.len()])
     } else {
-        let (low, high) = blocks.split_at_mut(send);
-        (&high[0], &mut low[recv])
+        assert!(recv.end <= send.start, "a ring step never sends what it receives");
+        let (low, high) = buf.split_at_mut(send.start);
+        (&high[..send.len()], &mut low[recv])
     }
 }
 
-/// Splits `buf` into its `world` segments.
-fn segments_mut<T>(buf: &mut [T], world: usize) -> Vec<&mut [T]> {
-    let len = buf.len();
-    let mut rest = buf;
-    let mut out = Vec::with_capacity(world);
-    for j in 0..world {
-        let (head, tail) = rest.split_at_mut(segment(len, world, j).len());
-        out.push(head);
-        rest = tail;
+/// The blocks of an allgather, one per rank, all of one length.
+trait Blocks {
+    /// `reads` for reading and `writes` for writing, as [`pick`] borrows them.
+    fn pick(
+        &mut self,
+        reads: [usize; 2],
+        writes: [Option<usize>; 2],
+    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]);
+}
+
+/// One vector per rank, all as long as this rank's: what `allgather_bytes` returns.
+impl Blocks for [Vec<u8>] {
+    fn pick(
+        &mut self,
+        reads: [usize; 2],
+        writes: [Option<usize>; 2],
+    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]) {
+        pick(self.iter_mut().map(Vec::as_mut_slice), reads, writes)
     }
-    out
+}
+
+/// Equal blocks laid end to end in one buffer: the gather path's, kept in [`Scratch`].
+struct Flat<'a> {
+    buf: &'a mut [u8],
+    block: usize,
+}
+
+impl Blocks for Flat<'_> {
+    fn pick(
+        &mut self,
+        reads: [usize; 2],
+        writes: [Option<usize>; 2],
+    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]) {
+        if self.block == 0 {
+            // Empty blocks: there is nothing to borrow, and nothing to cut the buffer by.
+            let write = writes.map(|w| w.map(|_| <&mut [u8]>::default()));
+            return ([&[], &[]], write);
+        }
+        pick(self.buf.chunks_exact_mut(self.block), reads, writes)
+    }
 }
 
 /// Borrows, from blocks in rank order, `reads` for reading and `writes` for writing. The two
@@ -196,20 +232,30 @@ pub(crate) fn allgather(
     total: u64,
     blocks: &mut [Vec<u8>],
 ) -> Result<(), CollectiveError> {
-    let Call { rank, world, op, seq } = call;
-    debug_assert_eq!(blocks.len(), world);
-    let block = blocks[rank].len();
+    debug_assert_eq!(blocks.len(), call.world);
+    let block = blocks[call.rank].len();
     for b in blocks.iter_mut() {
         b.resize(block, 0);
     }
+    gather(link, call, total, block, blocks)
+}
+
+/// The two-way allgather over any [`Blocks`] of `block` bytes each.
+fn gather<B: Blocks + ?Sized>(
+    link: &mut dyn Link,
+    call: Call,
+    total: u64,
+    block: usize,
+    blocks: &mut B,
+) -> Result<(), CollectiveError> {
+    let Call { rank, world, op, seq } = call;
     let header = Header::data(op, seq, total, block as u64);
     for h in 0..twoway::hops(world) {
         let hop = twoway::hop(rank, world, h);
         tracing::debug!(hop = h, ?hop, "allgather hop");
         let reads = [hop.right.send, hop.left.map_or(hop.right.send, |l| l.send)];
         let writes = [Some(hop.right.recv), hop.left.map(|l| l.recv)];
-        let ([to_right, to_left], [from_left, from_right]) =
-            pick(blocks.iter_mut().map(Vec::as_mut_slice), reads, writes);
+        let ([to_right, to_left], [from_left, from_right]) = blocks.pick(reads, writes);
         let mut right_sink = CopySink { dst: from_left.expect("a rightward block"), filled: 0 };
         let right = Lane {
             header: header.carrying(Dir::Right, hop.right.send),
@@ -243,37 +289,56 @@ pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    if schedule::is_small(std::mem::size_of_val(buf)) {
-        small_allreduce(link, call, buf, combine)
+    if schedule::uses_gather(std::mem::size_of_val(buf), call.world) {
+        small_allreduce(link, call, buf, combine, scratch)
     } else {
         ring_allreduce(link, call, buf, combine, scratch)
     }
 }
 
-/// Below the cut: gather every rank's whole buffer, then fold each element in fold order.
+/// The gather path: gather every rank's whole buffer, then fold each element in fold order.
 fn small_allreduce<T: Element, C: Fn(T, T) -> T>(
     link: &mut dyn Link,
     call: Call,
     buf: &mut [T],
     combine: C,
+    scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
     let Call { rank, world, .. } = call;
     let mine: &[u8] = bytemuck::cast_slice(buf);
-    let mut blocks = vec![Vec::new(); world];
-    blocks[rank] = mine.to_vec();
-    allgather(link, call, mine.len() as u64, &mut blocks)?;
-    let value = |r: usize, i: usize| T::from_le(blocks[r][i * 8..i * 8 + 8].try_into().unwrap());
+    let block = mine.len();
+    // Every block is written before it is read, so what the buffer held before does not matter.
+    scratch.gathered.resize(world * block, 0);
+    let gathered = &mut scratch.gathered[..];
+    gathered[rank * block..(rank + 1) * block].copy_from_slice(mine);
+    gather(link, call, block as u64, block, &mut Flat { buf: gathered, block })?;
+    // Segment by segment, rank by rank in fold order: each element sees the same sequence of
+    // combines as one folded alone would, while the inner loop runs straight over memory.
     let len = buf.len();
-    for (i, out) in buf.iter_mut().enumerate() {
-        let mut order = schedule::fold_order(segment_of(i, len, world), world);
+    for j in 0..world {
+        let seg = segment(len, world, j);
+        let bytes = seg.start * 8..seg.end * 8;
+        let out = &mut buf[seg];
+        let mut order = schedule::fold_order(j, world);
         let first = order.next().expect("a world has a rank");
-        *out = order.fold(value(first, i), |acc, r| combine(acc, value(r, i)));
+        let values = |r: usize| gathered[r * block..][bytes.clone()].chunks_exact(8);
+        for (o, v) in out.iter_mut().zip(values(first)) {
+            *o = T::from_le(v.try_into().expect("chunks of 8"));
+        }
+        for r in order {
+            for (o, v) in out.iter_mut().zip(values(r)) {
+                *o = combine(*o, T::from_le(v.try_into().expect("chunks of 8")));
+            }
+        }
     }
     Ok(())
 }
 
-/// At or above the cut: reduce-scatter, after which this rank owns segment `rank + 1` folded
-/// over every rank, then allgather the owned segments.
+/// The ring path: reduce-scatter, after which this rank owns segment `rank + 1` folded over
+/// every rank, then allgather the owned segments. Each segment is cut into the same number of
+/// slices, and slice `k` of every segment goes all the way round (reduce-scatter and
+/// allgather) before slice `k + 1`: each exchange sends what the one before it received and
+/// folded. Every element still meets the ranks in its segment's fold order.
 fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     link: &mut dyn Link,
     call: Call,
@@ -284,26 +349,37 @@ fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     let Call { rank, world, op, seq } = call;
     let total = std::mem::size_of_val(buf) as u64;
     let len = buf.len();
+    let count = schedule::slices(len, world, std::mem::size_of::<T>());
     scratch.fold.resize(FOLD_SCRATCH, 0);
-    let mut segments = segments_mut(buf, world);
-    let header = |j: usize| {
-        Header::data(op, seq, total, segment(len, world, j).len() as u64 * 8)
-            .carrying(Dir::Right, j)
+    let header = |j: usize, r: &Range<usize>| {
+        Header::data(op, seq, total, (r.len() * 8) as u64).carrying(Dir::Right, j)
     };
-    for step in 0..world - 1 {
-        let p = pass(rank, world, step, 0);
-        tracing::debug!(step, send = p.send, recv = p.recv, "reduce-scatter step");
-        let (send, recv) = send_and_recv(&mut segments, p.send, p.recv);
-        let mut sink =
-            FoldSink { dst: recv, combine, scratch: &mut scratch.fold, received: 0, pending: 0 };
-        link.exchange(&header(p.send), bytemuck::cast_slice(send), &header(p.recv), &mut sink)?;
-    }
-    for step in 0..world - 1 {
-        let p = pass(rank, world, step, 1);
-        tracing::debug!(step, send = p.send, recv = p.recv, "allgather step");
-        let (send, recv) = send_and_recv(&mut segments, p.send, p.recv);
-        let mut sink = CopySink { dst: bytemuck::cast_slice_mut(recv), filled: 0 };
-        link.exchange(&header(p.send), bytemuck::cast_slice(send), &header(p.recv), &mut sink)?;
+    for k in 0..count {
+        let slice = |j: usize| schedule::slice(len, world, j, count, k);
+        for step in 0..world - 1 {
+            let p = pass(rank, world, step, 0);
+            tracing::debug!(slice = k, step, send = p.send, recv = p.recv, "reduce-scatter step");
+            let (send, recv) = (slice(p.send), slice(p.recv));
+            let (head, expect) = (header(p.send, &send), header(p.recv, &recv));
+            let (send, recv) = send_and_recv(buf, send, recv);
+            let mut sink = FoldSink {
+                dst: recv,
+                combine,
+                scratch: &mut scratch.fold,
+                received: 0,
+                pending: 0,
+            };
+            link.exchange(&head, bytemuck::cast_slice(send), &expect, &mut sink)?;
+        }
+        for step in 0..world - 1 {
+            let p = pass(rank, world, step, 1);
+            tracing::debug!(slice = k, step, send = p.send, recv = p.recv, "allgather step");
+            let (send, recv) = (slice(p.send), slice(p.recv));
+            let (head, expect) = (header(p.send, &send), header(p.recv, &recv));
+            let (send, recv) = send_and_recv(buf, send, recv);
+            let mut sink = CopySink { dst: bytemuck::cast_slice_mut(recv), filled: 0 };
+            link.exchange(&head, bytemuck::cast_slice(send), &expect, &mut sink)?;
+        }
     }
     Ok(())
 }
@@ -312,8 +388,10 @@ fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
 pub(crate) mod tests {
     use super::*;
     use crate::frame::HEADER_LEN;
+    use crate::ring::schedule::segment_of;
     use silvic_core::fold;
     use std::sync::mpsc::{Receiver, Sender, channel};
+    use std::sync::{Arc, Condvar, Mutex};
 
     /// An in-memory ring neighbour: frames travel over channels both ways, and payloads are
     /// handed to the sink in uneven pieces to exercise partial commits.
@@ -463,9 +541,38 @@ pub(crate) mod tests {
         }
     }
 
+    /// Runs `world` ranks over `inputs` with `combine`, each rank both paths in turn, then the
+    /// dispatcher (which must take `expect_gather`'s path); returns each rank's three results.
+    fn three_ways(
+        inputs: &[Vec<f64>],
+        combine: fn(f64, f64) -> f64,
+        expect_gather: Option<bool>,
+    ) -> Vec<[Vec<u64>; 3]> {
+        let world = inputs.len();
+        on_ring(world, |r, link| {
+            let mut scratch = Scratch::default();
+            let call = |seq| Call { rank: r, world, op: Op::AllreduceSumF64, seq };
+            let mut small = inputs[r].clone();
+            small_allreduce(link, call(0), &mut small, combine, &mut scratch).unwrap();
+            let mut ring = inputs[r].clone();
+            ring_allreduce(link, call(1), &mut ring, combine, &mut scratch).unwrap();
+            let mut chosen = inputs[r].clone();
+            if let Some(gather) = expect_gather {
+                assert_eq!(
+                    schedule::uses_gather(chosen.len() * 8, world),
+                    gather,
+                    "world {world} len {}",
+                    chosen.len()
+                );
+            }
+            allreduce(link, call(2), &mut chosen, combine, &mut scratch).unwrap();
+            [bits(&small), bits(&ring), bits(&chosen)]
+        })
+    }
+
     #[test]
     fn both_paths_give_the_same_bits_for_every_length_and_world() {
-        for world in 1..=9 {
+        for world in 1..=16 {
             let mut lengths: Vec<usize> = (0..=2 * world + 1).collect();
             lengths.extend([100, 255, 511, 512, 513, 600]);
             for len in lengths {
@@ -474,34 +581,182 @@ pub(crate) mod tests {
                     (fold::sum_f64 as fn(f64, f64) -> f64, "sum"),
                     (fold::max_f64 as fn(f64, f64) -> f64, "max"),
                 ] {
-                    let paths = on_ring(world, |r, link| {
-                        let (mut small, mut ring) = (inputs[r].clone(), inputs[r].clone());
-                        small_allreduce(
-                            link,
-                            Call { rank: r, world, op: Op::AllreduceSumF64, seq: 0 },
-                            &mut small,
-                            combine,
-                        )
-                        .unwrap();
-                        let mut scratch = Scratch::default();
-                        ring_allreduce(
-                            link,
-                            Call { rank: r, world, op: Op::AllreduceSumF64, seq: 1 },
-                            &mut ring,
-                            combine,
-                            &mut scratch,
-                        )
-                        .unwrap();
-                        (bits(&small), bits(&ring))
-                    });
                     let expected = bits(&reference(&inputs, combine));
-                    for (small, ring) in paths {
+                    for [small, ring, chosen] in three_ways(&inputs, combine, None) {
                         assert_eq!(small, expected, "{name} small world {world} len {len}");
                         assert_eq!(ring, expected, "{name} ring world {world} len {len}");
+                        assert_eq!(chosen, expected, "{name} chosen world {world} len {len}");
                     }
                 }
             }
         }
+    }
+
+    /// Every cut the cost model can choose: at the edge of the gather path for each world, the
+    /// last length it takes and the first the ring takes give the oracle's bits on both paths.
+    #[test]
+    fn every_cut_of_the_model_gives_the_oracle_bits() {
+        for world in 1..=16 {
+            let edge = schedule::gather_limit(world) / 8; // the last gathered length
+            for (len, gather) in [(edge - 1, true), (edge, true), (edge + 1, false)] {
+                let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
+                let expected = bits(&reference(&inputs, fold::sum_f64));
+                for [small, ring, chosen] in three_ways(&inputs, fold::sum_f64, Some(gather)) {
+                    assert_eq!(small, expected, "small world {world} len {len}");
+                    assert_eq!(ring, expected, "ring world {world} len {len}");
+                    assert_eq!(chosen, expected, "chosen world {world} len {len}");
+                }
+            }
+        }
+    }
+
+    /// Segments of several slices: slice by slice round the ring, the fold order holds.
+    #[test]
+    fn sliced_segments_equal_the_fold_order_oracle() {
+        let per_slice = schedule::SLICE_BYTES / 8;
+        for (world, count) in [(1, 2), (2, 3), (3, 2), (4, 3), (7, 2), (16, 2)] {
+            // Segments one element longer than count - 1 slices: `count` slices each.
+            let len = world * ((count - 1) * per_slice + 1) - (world > 2) as usize;
+            assert_eq!(schedule::slices(len, world, 8), count, "world {world}");
+            let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
+            let expected = bits(&reference(&inputs, fold::sum_f64));
+            let results = on_ring(world, |r, link| {
+                let mut buf = inputs[r].clone();
+                let call = Call { rank: r, world, op: Op::AllreduceSumF64, seq: 0 };
+                allreduce(link, call, &mut buf, fold::sum_f64, &mut Scratch::default()).unwrap();
+                bits(&buf)
+            });
+            for (r, got) in results.into_iter().enumerate() {
+                assert!(got == expected, "world {world} len {len} rank {r}");
+            }
+        }
+    }
+
+    /// A frame slot between two ranks: one frame at a time, its memory kept.
+    #[derive(Default)]
+    struct Mailbox {
+        slot: Mutex<(Vec<u8>, bool)>,
+        changed: Condvar,
+    }
+
+    /// An in-memory ring neighbour that allocates nothing once its slots have grown to the
+    /// largest frame: a rank puts its frames in its neighbours' slots (waiting until each is
+    /// empty), then takes their frames out of its own: one slot per direction.
+    struct MailLink {
+        /// Frames from the left (travelling rightward) and from the right.
+        from_left: Arc<Mailbox>,
+        from_right: Arc<Mailbox>,
+        /// The right neighbour's `from_left` and the left neighbour's `from_right`.
+        right: Arc<Mailbox>,
+        left: Arc<Mailbox>,
+        left_rank: usize,
+        right_rank: usize,
+    }
+
+    impl Mailbox {
+        fn put(&self, header: &Header, payload: &[u8]) {
+            let mut out = self.slot.lock().unwrap();
+            while out.1 {
+                out = self.changed.wait(out).unwrap();
+            }
+            out.0.clear();
+            out.0.extend_from_slice(&header.encode());
+            out.0.extend_from_slice(payload);
+            out.1 = true;
+            drop(out);
+            self.changed.notify_all();
+        }
+
+        fn take(
+            &self,
+            peer: usize,
+            expect: &Header,
+            sink: &mut dyn Sink,
+        ) -> Result<(), CollectiveError> {
+            let mut inn = self.slot.lock().unwrap();
+            while !inn.1 {
+                inn = self.changed.wait(inn).unwrap();
+            }
+            let head = Header::decode(inn.0[..HEADER_LEN].try_into().unwrap()).unwrap();
+            head.expect(expect, peer)?;
+            let mut rest = &inn.0[HEADER_LEN..];
+            while !rest.is_empty() {
+                let space = sink.space();
+                let n = space.len().min(rest.len());
+                space[..n].copy_from_slice(&rest[..n]);
+                sink.commit(n);
+                rest = &rest[n..];
+            }
+            inn.1 = false;
+            drop(inn);
+            self.changed.notify_all();
+            Ok(())
+        }
+    }
+
+    impl Link for MailLink {
+        fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
+            self.right.put(&right.header, right.payload);
+            if let Some(l) = &left {
+                self.left.put(&l.header, l.payload);
+            }
+            self.from_left.take(self.left_rank, &right.expect, right.sink)?;
+            if let Some(l) = left {
+                self.from_right.take(self.right_rank, &l.expect, l.sink)?;
+            }
+            Ok(())
+        }
+    }
+
+    /// No allocation per call in steady state: once a rank has made one call of each size,
+    /// more calls of those sizes (the gather path below and above 4 KiB, the ring path with
+    /// several slices) allocate nothing on its thread, link included.
+    #[test]
+    fn steady_state_calls_allocate_nothing() {
+        let world = 4;
+        let from_left: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
+        let from_right: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
+        let lengths = [1, 100, schedule::gather_limit(world) / 8, 3 * world * 32768 + 5];
+        assert!(schedule::uses_gather(lengths[2] * 8, world) && lengths[2] * 8 > 4096);
+        assert!(schedule::slices(lengths[3], world, 8) > 1);
+        let counts = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..world)
+                .map(|r| {
+                    let (left_rank, right_rank) = ((r + world - 1) % world, (r + 1) % world);
+                    let mut link = MailLink {
+                        from_left: from_left[r].clone(),
+                        from_right: from_right[r].clone(),
+                        right: from_left[right_rank].clone(),
+                        left: from_right[left_rank].clone(),
+                        left_rank,
+                        right_rank,
+                    };
+                    s.spawn(move || {
+                        let mut scratch = Scratch::default();
+                        let mut buffers: Vec<Vec<f64>> =
+                            lengths.iter().map(|&len| input(r, len)).collect();
+                        let mut seq = 0;
+                        let mut calls = |buffers: &mut Vec<Vec<f64>>| {
+                            for buf in buffers.iter_mut() {
+                                let call = Call { rank: r, world, op: Op::AllreduceSumF64, seq };
+                                seq += 1;
+                                allreduce(&mut link, call, buf, fold::sum_f64, &mut scratch)
+                                    .unwrap();
+                            }
+                        };
+                        calls(&mut buffers);
+                        allocation_counter::measure(|| {
+                            for _ in 0..3 {
+                                calls(&mut buffers);
+                            }
+                        })
+                        .count_total
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<u64>>()
+        });
+        assert_eq!(counts, vec![0; world], "allocations per rank in 12 steady-state calls");
     }
 
     #[test]

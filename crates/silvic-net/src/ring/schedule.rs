@@ -6,13 +6,93 @@
 
 use std::ops::Range;
 
-/// Buffers of fewer bytes than this take the small path: one allgather of whole buffers, folded
-/// locally in [`fold_order`].
+/// Buffers of fewer bytes than this always take the gather path: one allgather of whole
+/// buffers, folded locally in [`fold_order`].
 pub(crate) const SMALL_BYTES: usize = 4096;
 
-/// Whether an allreduce of `bytes` takes the small path.
-pub(crate) fn is_small(bytes: usize) -> bool {
-    bytes < SMALL_BYTES
+// The cost model that picks the path from 4 KiB up. A call costs its hops times the cost of a
+// hop plus the bytes one rank sends over the link rate:
+//
+//   gather: floor(n/2) hops, (n - 1) × S bytes     ring: 2(n - 1) hops, 2(n - 1)/n × S bytes
+//
+// (the gather runs both ways round the ring at once, super::twoway), so the gather wins while
+// (n - 1) × S × (1 - 2/n) / rate < (2(n - 1) - floor(n/2)) hops: at worlds 1 and 2 always, and
+// at larger worlds below a cut that falls towards 1.5 × hop × rate as n grows (separately for
+// odd and even n). The constants are this project's loopback figures (../shared/notes); on
+// another network, measure a hop and the per-rank rate with silvic-bench and change them here.
+
+/// What one hop costs, in nanoseconds: a wake-up and a round trip of a small frame (about
+/// 20 us on loopback with more ranks than cores, 6-7 us at world 2; tens of us across hosts).
+pub(crate) const HOP_NS: u64 = 20_000;
+
+/// The rate at which one rank's bytes leave it, in bytes per microsecond (1500: 1.5 GB/s, the
+/// ring's busbw on loopback; a 10 Gbit/s link carries about 1200).
+pub(crate) const RATE_BYTES_PER_US: u64 = 1_500;
+
+/// The most memory the gather path may hold for the gathered buffers (`world × bytes`) above
+/// [`SMALL_BYTES`]: past it the ring is taken whatever the model says, so the gather's extra
+/// memory is at most `max(GATHER_MAX_BYTES, world × 4 KiB)`.
+pub(crate) const GATHER_MAX_BYTES: usize = 1 << 20;
+
+/// Whether an allreduce of `bytes` in a world of `world` takes the gather path (else the ring).
+///
+/// Below [`SMALL_BYTES`] always; above it, when the gathered buffers fit in
+/// [`GATHER_MAX_BYTES`] and the model above says the gather is cheaper. Either path gives the
+/// same bits, so this only decides the speed (and the memory).
+pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
+    if bytes < SMALL_BYTES {
+        return true;
+    }
+    if world.saturating_mul(bytes) > GATHER_MAX_BYTES {
+        return false;
+    }
+    if world <= 2 {
+        // The same bytes in no more hops: nothing for the ring to win.
+        return true;
+    }
+    // Compared in integers, scaled by n × RATE (bytes per us) × 1000 (ns per us):
+    // gather < ring  <=>  (n - 1)(n - 2) × S × 1000 < n × (2(n - 1) - floor(n/2)) × HOP_NS × RATE.
+    let (n, s) = (world as u128, bytes as u128);
+    let data = (n - 1) * (n - 2) * s * 1000;
+    let hops_saved = 2 * (n - 1) - n / 2;
+    let hop = n * hops_saved * u128::from(HOP_NS) * u128::from(RATE_BYTES_PER_US);
+    data < hop
+}
+
+/// The largest buffer, in bytes, that takes the gather path in a world of `world`: every
+/// smaller size does too, every larger one takes the ring.
+#[cfg(test)]
+pub(crate) fn gather_limit(world: usize) -> usize {
+    // `uses_gather` is monotone in the size, so a binary search over [SMALL_BYTES, cap] finds
+    // the edge; past `cap` the memory bound alone refuses it.
+    let cap = GATHER_MAX_BYTES.max(SMALL_BYTES);
+    let (mut lo, mut hi) = (SMALL_BYTES - 1, cap + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if uses_gather(mid, world) { lo = mid } else { hi = mid }
+    }
+    lo
+}
+
+/// Bytes of a ring slice: each segment is cut into slices of about this size, and a slice
+/// goes all the way round the ring (reduce-scatter, then allgather) before the next one sets
+/// off, so each rank sends on a slice it has just folded, while it is still in cache.
+pub(crate) const SLICE_BYTES: usize = 256 * 1024;
+
+/// How many slices each segment of a `len`-element buffer (`elem` bytes each) is cut into in a
+/// world of `world`: enough that the longest segment's slices hold at most [`SLICE_BYTES`],
+/// and at least one.
+pub(crate) fn slices(len: usize, world: usize, elem: usize) -> usize {
+    let longest = len.div_ceil(world) * elem;
+    longest.div_ceil(SLICE_BYTES).max(1)
+}
+
+/// The elements of slice `k` of segment `j`, every segment being cut into `count` slices
+/// the way [`segment`] cuts the buffer (in order, lengths differing by at most one).
+pub(crate) fn slice(len: usize, world: usize, j: usize, count: usize, k: usize) -> Range<usize> {
+    let seg = segment(len, world, j);
+    let part = segment(seg.len(), count, k);
+    seg.start + part.start..seg.start + part.end
 }
 
 /// The elements of segment `j` of a buffer of `len` elements cut into `world` segments.
@@ -25,7 +105,10 @@ pub(crate) fn segment(len: usize, world: usize, j: usize) -> Range<usize> {
     start(j)..start(j + 1)
 }
 
-/// The segment that element `i` of a buffer of `len` elements belongs to.
+/// The segment that element `i` of a buffer of `len` elements belongs to: the fold order of
+/// element `i` is [`fold_order`] of this segment. The paths work segment by segment, so only
+/// the tests' oracles ask per element.
+#[cfg(test)]
 pub(crate) fn segment_of(i: usize, len: usize, world: usize) -> usize {
     let (base, extra) = (len / world, len % world);
     let long = extra * (base + 1);
@@ -157,9 +240,74 @@ mod tests {
     }
 
     #[test]
-    fn the_small_cut_is_four_kib() {
-        assert!(is_small(4095));
-        assert!(!is_small(4096));
-        assert!(is_small(0));
+    fn below_four_kib_the_gather_is_always_taken() {
+        for world in [1, 2, 3, 4, 8, 16, 64, 1000, 1 << 20] {
+            assert!(uses_gather(0, world) && uses_gather(4095, world), "world {world}");
+        }
+    }
+
+    #[test]
+    fn the_model_picks_the_cheaper_path_within_the_memory_bound() {
+        // World 2: the gather sends the same bytes in half the hops, up to the memory bound.
+        assert!(uses_gather(GATHER_MAX_BYTES / 2, 2));
+        assert!(!uses_gather(GATHER_MAX_BYTES / 2 + 8, 2));
+        // A world of one and of two have no reason to take the ring below the bound.
+        assert_eq!(gather_limit(1), GATHER_MAX_BYTES);
+        // From world 3 the cut falls towards 1.5 × hop × rate (45 000 bytes here) as n grows,
+        // odd and even worlds each (up to world 20, where the memory bound starts to cut first).
+        let hop_bytes = (HOP_NS * RATE_BYTES_PER_US / 1000) as usize;
+        for parity in [0, 1] {
+            let cuts: Vec<usize> = (3..=20).filter(|n| n % 2 == parity).map(gather_limit).collect();
+            assert!(cuts.windows(2).all(|w| w[0] >= w[1]), "{cuts:?}");
+            assert!(cuts.iter().all(|&c| c >= 3 * hop_bytes / 2 - 1), "{cuts:?}");
+        }
+        // World 4: the gather saves 6 - 2 = 4 hops and sends (n - 1)(n - 2)/n = 3/2 × S more:
+        // S < 8/3 × hop × rate.
+        assert_eq!(gather_limit(4), 8 * hop_bytes / 3 - 1);
+        // Large worlds hit the memory bound before the model's cut, but never go under 4 KiB.
+        assert_eq!(gather_limit(64), GATHER_MAX_BYTES / 64);
+        assert_eq!(gather_limit(1000), SMALL_BYTES - 1);
+    }
+
+    #[test]
+    fn the_gather_limit_is_the_edge_of_the_model() {
+        for world in 1..=70 {
+            let limit = gather_limit(world);
+            assert!(uses_gather(limit, world), "world {world}");
+            assert!(!uses_gather(limit + 1, world), "world {world}");
+            for bytes in (0..limit).step_by(997) {
+                assert!(uses_gather(bytes, world), "world {world} bytes {bytes}");
+            }
+            for bytes in (limit + 1..4 * GATHER_MAX_BYTES).step_by(7919) {
+                assert!(!uses_gather(bytes, world), "world {world} bytes {bytes}");
+            }
+            // The memory bound holds above 4 KiB.
+            assert!(limit < SMALL_BYTES || world * limit <= GATHER_MAX_BYTES, "world {world}");
+        }
+    }
+
+    #[test]
+    fn slices_partition_every_segment_within_the_slice_size() {
+        for world in 1..=16 {
+            for len in
+                [0, 1, world, 1000, 32768, 32768 + 1, 2 * 32768 * world - 1, 2 * 32768 * world + 3]
+            {
+                let count = slices(len, world, 8);
+                for j in 0..world {
+                    let seg = segment(len, world, j);
+                    let mut next = seg.start;
+                    for k in 0..count {
+                        let s = slice(len, world, j, count, k);
+                        assert_eq!(s.start, next, "len {len} world {world} segment {j} slice {k}");
+                        assert!(s.len() * 8 <= SLICE_BYTES, "len {len} world {world}");
+                        next = s.end;
+                    }
+                    assert_eq!(next, seg.end, "len {len} world {world} segment {j}");
+                }
+            }
+        }
+        assert_eq!(slices(0, 4, 8), 1);
+        assert_eq!(slices(4 * 32768, 4, 8), 1); // 256 KiB segments: one slice each
+        assert_eq!(slices(4 * 32768 + 1, 4, 8), 2);
     }
 }

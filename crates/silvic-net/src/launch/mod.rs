@@ -1,0 +1,230 @@
+//! Launching from environment variables: [`TcpCollective::from_env`](crate::TcpCollective::from_env)
+//! for Slurm, torchrun, Kubernetes, mpirun or a shell script, which set variables but cannot
+//! gather addresses.
+//!
+//! The steps, all within the caller's timeout: read the variables ([`env`]), bind where they say
+//! (an interface, else the address this host uses to reach the rendezvous host), learn every
+//! rank's address (through rank 0's exchange, `exchange`, or a shared [`folder`]), then
+//! connect the ring as [`TcpCollective::connect`](crate::TcpCollective::connect) does.
+//!
+//! [`folder`] is public for launchers of their own (silvic-bench's `--rendezvous DIR` uses it).
+//!
+//! Invariants: every error names the variable or the rank at fault; the job token never appears
+//! in an error or a log line.
+
+mod env;
+mod exchange;
+pub mod folder;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use silvic_core::Collective;
+use tracing::info;
+
+use crate::bind::{self, BindOptions};
+use crate::error::ConnectError;
+use crate::tcp::{RingListener, TcpCollective};
+use env::{Launch, Meeting, env_error};
+
+/// Reads the launcher's variables and forms the ring (see `TcpCollective::from_env`).
+pub(crate) fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
+    let launch = Launch::parse(|name| std::env::var(name).ok())?;
+    launch_ring(&launch, timeout)
+}
+
+/// Resolves the rendezvous host, retrying until `deadline`: a launcher's DNS name (a
+/// Kubernetes headless service) may appear only after the ranks start.
+fn resolve_meeting(
+    host: &str,
+    port: u16,
+    variable: &str,
+    deadline: Instant,
+) -> Result<SocketAddr, ConnectError> {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let error = match (host, port).to_socket_addrs() {
+            Ok(mut found) => match found.next() {
+                Some(address) => return Ok(address),
+                None => "no address".to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(env_error(
+                variable,
+                format!("cannot resolve the rendezvous host {host:?}: {error}"),
+            ));
+        }
+        std::thread::sleep(backoff.min(left));
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// The address this host uses to reach `target`: a route lookup (a UDP socket's connect sends
+/// no packet).
+fn route_to(target: SocketAddr, variable: &str) -> Result<IpAddr, ConnectError> {
+    let local: SocketAddr = match target {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    UdpSocket::bind(local)
+        .and_then(|s| s.connect(target).and_then(|()| s.local_addr()))
+        .map(|a| a.ip())
+        .map_err(|e| {
+            env_error(
+                variable,
+                format!(
+                    "no route from this host to the rendezvous host {target} ({e}); \
+                     set SILVIC_SOCKET_IFNAME to the interface to use"
+                ),
+            )
+        })
+}
+
+/// With a folder and no interface named: the one interface that is not loopback, else loopback
+/// (a single host); several are ambiguous (docker0 beside eth0), so the user must choose.
+fn sole_interface_address() -> Result<IpAddr, ConnectError> {
+    let interfaces = if_addrs::get_if_addrs()
+        .map_err(|e| env_error("SILVIC_SOCKET_IFNAME", format!("cannot list interfaces: {e}")))?;
+    let mut remote: Vec<&if_addrs::Interface> =
+        interfaces.iter().filter(|i| !i.is_loopback() && i.ip().is_ipv4()).collect();
+    remote.dedup_by(|a, b| a.name == b.name);
+    match remote.as_slice() {
+        [] => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        [one] => Ok(one.ip()),
+        many => Err(env_error(
+            "SILVIC_SOCKET_IFNAME",
+            format!(
+                "missing, and this host has several interfaces ({}); name the one the ranks \
+                 reach each other on",
+                many.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
+/// Binds the ring listener where the variables say.
+fn bind_ring(launch: &Launch, meeting: Option<SocketAddr>) -> Result<RingListener, ConnectError> {
+    let ports = launch.ports.clone().unwrap_or(0..=0);
+    let options = match (&launch.interface, meeting) {
+        (Some(name), _) => BindOptions::interface(name),
+        (None, Some(target)) => {
+            let variable = match &launch.meeting {
+                Meeting::Tcp { variable, .. } => variable,
+                Meeting::Folder(_) => "SILVIC_RENDEZVOUS",
+            };
+            BindOptions::host(&route_to(target, variable)?.to_string())
+        }
+        (None, None) => BindOptions::host(&sole_interface_address()?.to_string()),
+    };
+    TcpCollective::bind_with(&options.ports(ports)).map_err(|e| match e {
+        ConnectError::NoInterface { .. } => env_error("SILVIC_SOCKET_IFNAME", e.to_string()),
+        ConnectError::PortsTaken { .. } => env_error("SILVIC_PORTS", e.to_string()),
+        other => other,
+    })
+}
+
+fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, ConnectError> {
+    if timeout.is_zero() {
+        return Err(ConnectError::InvalidArgument("the timeout is zero".into()));
+    }
+    let (rank, world) = (launch.rank, launch.world);
+    let token = launch.token.as_bytes();
+    if world == 1 {
+        let listener = TcpCollective::bind("127.0.0.1")?;
+        let addresses = [listener.address()];
+        return TcpCollective::connect(listener, 0, &addresses, &launch.token, timeout);
+    }
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let addresses: Vec<String>;
+    let listener;
+    match &launch.meeting {
+        Meeting::Tcp { host, port, variable } => {
+            let meeting = resolve_meeting(host, *port, variable, deadline)?;
+            listener = bind_ring(launch, Some(meeting))?;
+            let own: SocketAddr = listener.address().parse().expect("a listener's own address");
+            let list = if rank == 0 {
+                let any: IpAddr = match meeting {
+                    SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+                };
+                let served = bind::listen(host, SocketAddr::new(any, *port)).map_err(|e| {
+                    env_error(variable, format!("rank 0 cannot serve the address exchange: {e}"))
+                })?;
+                exchange::serve(&exchange::Serve {
+                    listener: &served,
+                    world,
+                    own,
+                    token,
+                    deadline,
+                    timeout,
+                })?
+            } else {
+                exchange::join(&exchange::Join {
+                    server: meeting,
+                    rank,
+                    world,
+                    own,
+                    token,
+                    deadline,
+                    timeout,
+                })?
+            };
+            addresses = list.iter().map(SocketAddr::to_string).collect();
+        }
+        Meeting::Folder(dir) => {
+            listener = bind_ring(launch, None)?;
+            std::fs::create_dir_all(dir).map_err(|e| ConnectError::Folder {
+                path: dir.display().to_string(),
+                message: e.to_string(),
+            })?;
+            folder::publish(dir, rank, world, &listener.address())?;
+            addresses = match folder::gather(dir, world, timeout) {
+                Ok(list) => list,
+                Err(e) => {
+                    folder::withdraw(dir, rank);
+                    return Err(e);
+                }
+            };
+        }
+    }
+    info!(rank, world, elapsed = ?started.elapsed(), "addresses exchanged");
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let connected = TcpCollective::connect(listener, rank, &addresses, &launch.token, left);
+    let mut ring = match (&launch.meeting, connected) {
+        (Meeting::Folder(dir), Err(e)) => {
+            folder::withdraw(dir, rank);
+            return Err(e);
+        }
+        (_, connected) => connected?,
+    };
+    if let Meeting::Folder(dir) = &launch.meeting {
+        leave_folder(&mut ring, dir, &addresses)?;
+    }
+    ring.set_timeout(timeout);
+    Ok(ring)
+}
+
+/// Removes this rank's file once every rank has read the folder: after one collective, since a
+/// rank that takes part in one has formed the ring, and so has read every address.
+fn leave_folder(
+    ring: &mut TcpCollective,
+    dir: &Path,
+    addresses: &[String],
+) -> Result<(), ConnectError> {
+    let passed = ring.allgather_bytes(&[]);
+    folder::withdraw(dir, ring.rank());
+    passed.map(drop).map_err(|e| {
+        let peer = e.peer().unwrap_or(0);
+        ConnectError::Io {
+            peer,
+            address: addresses.get(peer).cloned().unwrap_or_default(),
+            kind: std::io::ErrorKind::Other,
+            message: format!("the ring formed but its first collective failed: {e}"),
+        }
+    })
+}
