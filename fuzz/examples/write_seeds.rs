@@ -84,8 +84,9 @@ fn main() {
 
     let messages = root.join("handshake_decode");
     let token = b"job-token";
-    let (mut connector, hello) = Connector::start(token, 4, 1, 2, [0x11; 16]);
-    let mut acceptor = Acceptor::new(token, 4, 2, 1, [0x22; 16]);
+    let roster = [0x33; 32];
+    let (mut connector, hello) = Connector::start(token, roster, 4, 1, 2, [0x11; 16]);
+    let mut acceptor = Acceptor::new(token, roster, 4, 2, 1, [0x22; 16]);
     let Next::Send(challenge) = acceptor.on_message(&hello) else { unreachable!() };
     let Next::Send(proof) = connector.on_message(&challenge) else { unreachable!() };
     let Next::SendAndDone(welcome) = acceptor.on_message(&proof) else { unreachable!() };
@@ -95,7 +96,14 @@ fn main() {
         write(&messages, name, &m.encode());
     }
     for (i, reason) in REASONS.into_iter().enumerate() {
-        let m = Message { kind: MessageKind::Reject(reason), ..hello };
+        let m = Message {
+            version: 0,
+            kind: MessageKind::Reject(reason),
+            world: 0,
+            rank: 0,
+            nonce: [0; 16],
+            mac: [0; 32],
+        };
         write(&messages, &format!("reject-{i}"), &m.encode());
     }
     let other_version = Message { version: VERSION + 1, ..hello };

@@ -322,7 +322,9 @@ fn check_step(next: &Next, finished: bool) {
     if let Next::Fail(failure, reply) = next {
         match (failure, reply) {
             (Failure::Refused(reason), Some(m)) => {
-                assert_eq!(m.kind, MessageKind::Reject(*reason), "a refusal says why")
+                assert_eq!(m.kind, MessageKind::Reject(*reason), "a refusal says why");
+                let nothing_else = (m.version, m.world, m.rank, m.nonce, m.mac);
+                assert_eq!(nothing_else, (0, 0, 0, [0; 16], [0; 32]), "a refusal says only why");
             }
             (Failure::Refused(_), None) => panic!("a refusal is sent to the other side"),
             (_, Some(m)) => panic!("only a refusal sends a message, not {m:?}"),
@@ -335,6 +337,7 @@ fn check_step(next: &Next, finished: bool) {
 struct Setup {
     token: Vec<u8>,
     other_token: Vec<u8>,
+    roster: [u8; 32],
     world: u32,
     connector: u32,
     acceptor: u32,
@@ -354,6 +357,7 @@ fn setup(u: &mut Unstructured<'_>) -> ArbitraryResult<Setup> {
     Ok(Setup {
         token,
         other_token,
+        roster: u.arbitrary()?,
         world,
         connector,
         acceptor: (connector + 1) % world,
@@ -372,7 +376,8 @@ pub fn handshake_roles(data: &[u8]) {
 
 /// The proof a holder of the token sends after `hello` and `challenge`.
 fn honest_proof(s: &Setup, hello: &Message, challenge: &Message) -> Option<Message> {
-    let (mut c, _) = Connector::start(&s.token, s.world, s.connector, s.acceptor, hello.nonce);
+    let (mut c, _) =
+        Connector::start(&s.token, s.roster, s.world, s.connector, s.acceptor, hello.nonce);
     match c.on_message(challenge) {
         Next::Send(proof) => Some(proof),
         _ => None,
@@ -380,11 +385,12 @@ fn honest_proof(s: &Setup, hello: &Message, challenge: &Message) -> Option<Messa
 }
 
 fn drive_acceptor(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
-    let mut under_test = Acceptor::new(&s.token, s.world, s.acceptor, s.connector, s.nonce_a);
+    let mut under_test =
+        Acceptor::new(&s.token, s.roster, s.world, s.acceptor, s.connector, s.nonce_a);
     let (mut honest, hello) =
-        Connector::start(&s.token, s.world, s.connector, s.acceptor, s.nonce_c);
+        Connector::start(&s.token, s.roster, s.world, s.connector, s.acceptor, s.nonce_c);
     let (mut wrong, wrong_hello) =
-        Connector::start(&s.other_token, s.world, s.connector, s.acceptor, s.nonce_c);
+        Connector::start(&s.other_token, s.roster, s.world, s.connector, s.acceptor, s.nonce_c);
     let (mut honest_next, mut wrong_next) = (Some(hello), Some(wrong_hello));
     let (mut sent, mut finished, mut all_honest) = (Vec::new(), false, true);
     let mut accepted_hello: Option<Message> = None;
@@ -404,6 +410,7 @@ fn drive_acceptor(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
                 assert_eq!(reply.nonce, s.nonce_a, "the challenge carries the acceptor's nonce");
                 assert_eq!((m.kind, m.version), (MessageKind::Hello, VERSION));
                 assert_eq!((m.rank, m.world), (s.connector, s.world));
+                assert_eq!(m.mac, s.roster, "a challenge only for a Hello of this address list");
                 accepted_hello = Some(m);
                 challenge = Some(*reply);
             }
@@ -434,10 +441,11 @@ fn drive_acceptor(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
 
 fn drive_connector(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
     let (mut under_test, hello) =
-        Connector::start(&s.token, s.world, s.connector, s.acceptor, s.nonce_c);
+        Connector::start(&s.token, s.roster, s.world, s.connector, s.acceptor, s.nonce_c);
     assert_eq!((hello.kind, hello.nonce), (MessageKind::Hello, s.nonce_c));
-    let mut honest = Acceptor::new(&s.token, s.world, s.acceptor, s.connector, s.nonce_a);
-    let mut wrong = Acceptor::new(&s.other_token, s.world, s.acceptor, s.connector, s.nonce_a);
+    let mut honest = Acceptor::new(&s.token, s.roster, s.world, s.acceptor, s.connector, s.nonce_a);
+    let mut wrong =
+        Acceptor::new(&s.other_token, s.roster, s.world, s.acceptor, s.connector, s.nonce_a);
     let mut honest_next = reply_of(&honest.on_message(&hello));
     let mut wrong_next = reply_of(&wrong.on_message(&hello));
     let (mut sent, mut finished, mut all_honest) = (Vec::new(), false, true);
@@ -463,8 +471,14 @@ fn drive_connector(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
             Next::Done => {
                 // The welcome a holder of the token sends for exactly this exchange.
                 let challenge = accepted_challenge.expect("a welcome follows a challenge");
-                let mut a =
-                    Acceptor::new(&s.token, s.world, s.acceptor, s.connector, challenge.nonce);
+                let mut a = Acceptor::new(
+                    &s.token,
+                    s.roster,
+                    s.world,
+                    s.acceptor,
+                    s.connector,
+                    challenge.nonce,
+                );
                 assert!(matches!(a.on_message(&hello), Next::Send(_)));
                 let Next::SendAndDone(welcome) = a.on_message(&proof.unwrap()) else {
                     panic!("the connector's own proof does not verify")
@@ -493,9 +507,10 @@ fn drive_connector(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
 }
 
 /// Reject reasons, for seeds.
-pub const REASONS: [RejectReason; 4] = [
+pub const REASONS: [RejectReason; 5] = [
     RejectReason::TokenMismatch,
     RejectReason::VersionMismatch,
     RejectReason::WorldMismatch,
     RejectReason::WrongRank,
+    RejectReason::AddressMismatch,
 ];

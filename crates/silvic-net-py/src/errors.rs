@@ -85,6 +85,7 @@ fn reject_reason(reason: &silvic_net::RejectReason) -> &'static str {
         silvic_net::RejectReason::VersionMismatch => "version_mismatch",
         silvic_net::RejectReason::WorldMismatch => "world_mismatch",
         silvic_net::RejectReason::WrongRank => "wrong_rank",
+        silvic_net::RejectReason::AddressMismatch => "address_mismatch",
         _ => "other",
     }
 }

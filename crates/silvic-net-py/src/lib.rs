@@ -10,11 +10,18 @@
 //! - **Buffers.** Allreduces take a 1-D, C-contiguous, writeable numpy array of the exact dtype
 //!   (float64 or int64) and reduce it in place. Anything else raises `TypeError` (not an array,
 //!   another dtype) or `ValueError` (another shape, strided, read-only) before a byte is sent,
-//!   so a bad argument never desynchronises the ring.
+//!   so a bad argument never desynchronises the ring. While the collective runs the array is
+//!   read-only to Python (`a.flags.writeable` is false), so another thread writing it gets a
+//!   `ValueError` instead of racing the ring; it is writeable again when the call returns,
+//!   whether it succeeded or raised. (Other views of the same memory are not covered.)
+//! - **Logging.** The library's tracing events reach Python's `logging` under the logger
+//!   "silvic_net" (and its children, named after the Rust modules): a warning for every
+//!   refused connection, for a short job token, for a collective that waits long. Levels are
+//!   read when first used and again at every `connect` and `from_env`.
 //! - **The GIL.** It is released while connecting and during every collective, so other Python
 //!   threads run while a rank waits on the network. A `TcpCollective` is used by one thread at a
 //!   time: a second thread calling it meanwhile gets a `RuntimeError` (already borrowed), and the
-//!   array must not be written by another thread while a collective runs on it.
+//!   array is read-only to other threads while a collective runs on it (see Buffers).
 //! - **The listener moves.** `connect` consumes a `RingListener` as the Rust function takes it by
 //!   value; giving the same listener to `connect` again raises `ConnectError` (kind
 //!   `invalid_argument`).
@@ -123,6 +130,30 @@ fn writeable<'py, T: Element>(
     })
 }
 
+/// Keeps an array read-only to Python while a collective runs on it, and makes it writeable
+/// again when dropped, on every path out of the call. Made only for arrays found writeable.
+struct ReadOnlyWhileInUse<'py> {
+    flags: Bound<'py, PyAny>,
+}
+
+impl<'py> ReadOnlyWhileInUse<'py> {
+    fn new(array: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let flags = array.getattr("flags")?;
+        flags.setattr("writeable", false)?;
+        Ok(ReadOnlyWhileInUse { flags })
+    }
+}
+
+impl Drop for ReadOnlyWhileInUse<'_> {
+    fn drop(&mut self) {
+        // The array was writeable when the call began, so this fails only if another thread
+        // took its base's write access away meanwhile: report it, as a destructor can.
+        if let Err(e) = self.flags.setattr("writeable", true) {
+            e.write_unraisable(self.flags.py(), Some(&self.flags));
+        }
+    }
+}
+
 /// A `range` (step 1, not empty) or an inclusive `(first, last)` tuple of ports.
 fn port_range(ports: &Bound<'_, PyAny>) -> PyResult<std::ops::RangeInclusive<u16>> {
     let bad = || {
@@ -160,6 +191,7 @@ impl TcpCollective {
         let slice = array
             .as_slice_mut()
             .map_err(|e| PyValueError::new_err(format!("{op} needs a contiguous array: {e}")))?;
+        let _read_only = ReadOnlyWhileInUse::new(buf)?;
         let inner = &mut self.inner;
         py.detach(|| reduce(inner, slice)).map_err(|e| errors::collective(py, &e))
     }
@@ -239,6 +271,7 @@ impl TcpCollective {
     #[staticmethod]
     fn from_env(py: Python<'_>, timeout: f64) -> PyResult<TcpCollective> {
         let timeout = seconds("timeout", timeout)?;
+        reread_logging_levels();
         py.detach(|| silvic_net::TcpCollective::from_env(timeout))
             .map(|inner| TcpCollective { inner })
             .map_err(|e| errors::connect(py, &e))
@@ -273,6 +306,7 @@ impl TcpCollective {
                 ),
             ));
         };
+        reread_logging_levels();
         py.detach(|| {
             silvic_net::TcpCollective::connect(taken, rank, &addresses, &job_token, timeout)
         })
@@ -374,5 +408,21 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConnectError", py.get_type::<errors::ConnectError>())?;
     m.add("LIVENESS", silvic_net::LIVENESS.as_secs_f64())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Another extension in this process may have installed the `log` logger first: then the
+    // events go wherever it sends them, and importing this module still succeeds.
+    if let Ok(handle) = pyo3_log::Logger::new(py, pyo3_log::Caching::LoggersAndLevels)?.install() {
+        let _ = LOGGING.set(handle);
+    }
     Ok(())
+}
+
+/// Forgets the Python logging levels pyo3-log has cached (it caches them so that an event a
+/// level filters out costs no GIL); reset at every `connect` and `from_env`, so levels set
+/// since take effect.
+static LOGGING: std::sync::OnceLock<pyo3_log::ResetHandle> = std::sync::OnceLock::new();
+
+fn reread_logging_levels() {
+    if let Some(handle) = LOGGING.get() {
+        handle.reset();
+    }
 }

@@ -125,7 +125,7 @@ def run_ranks(envs: list[dict[str, str]]) -> list[subprocess.CompletedProcess[st
 def test_from_env_forms_a_ring_of_processes_through_a_folder(tmp_path: Path) -> None:
     common = {
         "SILVIC_RENDEZVOUS": f"file://{tmp_path / 'meet'}",
-        "SILVIC_JOB_TOKEN": "py-token",
+        "SILVIC_JOB_TOKEN": "py-token-5f0c3a9e1d7b42c8",
         "SILVIC_SOCKET_IFNAME": "lo",
     }
     # torchrun's variable names.

@@ -137,6 +137,7 @@ impl fmt::Display for RejectReason {
             RejectReason::VersionMismatch => "protocol version mismatch",
             RejectReason::WorldMismatch => "world size mismatch",
             RejectReason::WrongRank => "rank mismatch",
+            RejectReason::AddressMismatch => "address list mismatch",
         })
     }
 }

@@ -12,8 +12,9 @@
 //!
 //! let listener = TcpCollective::bind_advertised("0.0.0.0", node_ip)?;
 //! let addresses = gather(listener.address()); // every rank's, in rank order
+//! let job_token = "5f0c3a9e1d7b42c8a6e09b3f7d214c6e"; // fresh and random per job, from the launcher
 //! let mut ring =
-//!     TcpCollective::connect(listener, rank, &addresses, "job-token", Duration::from_secs(1800))?;
+//!     TcpCollective::connect(listener, rank, &addresses, job_token, Duration::from_secs(1800))?;
 //! ring.set_timeout(Duration::from_secs(60));
 //! let mut histogram = vec![0.0; 1 << 20];
 //! ring.allreduce_sum_f64(&mut histogram)?;
@@ -53,6 +54,17 @@
 //! - **Watchable.** [`TcpCollective::stats`] counts collectives, bytes and the time waited on
 //!   each neighbour; a collective that waits logs a warning after 10 s and then as its wait
 //!   doubles, naming the rank it waits on and its address.
+//!
+//! # Threat model
+//!
+//! The job token keeps strangers out: a peer without it cannot join a ring, cannot replay a
+//! recorded handshake, and learns nothing of the token (it is proven with an HMAC over fresh
+//! nonces, both ranks and the address list, never sent). Use 16 random bytes or more: a short
+//! token can be guessed offline from one recorded handshake, and draws a warning. The token does
+//! **not** protect the data: after the handshake the streams are plain TCP, neither encrypted
+//! nor authenticated, so whoever is on the path can read or alter what the ranks exchange. Run
+//! on a trusted network, or under WireGuard or IPsec. Strangers at a listener cost bounded
+//! descriptors, never the ring (see the rendezvous section of README.md).
 //!
 //! # Threads
 //!

@@ -240,7 +240,14 @@ impl TcpCollective {
 
         let _span = info_span!("connect", rank, world).entered();
         let started = Instant::now();
-        let plan = Plan { rank, world, addresses: &parsed, token: job_token.as_bytes(), timeout };
+        let plan = Plan {
+            rank,
+            world,
+            addresses: &parsed,
+            token: job_token.as_bytes(),
+            timeout,
+            roster: crate::handshake::roster_digest(&parsed),
+        };
         let (left, right) = rendezvous(&listener.listener, &plan)?;
         drop(listener);
         let (left_rank, right_rank) = ((rank + world - 1) % world, (rank + 1) % world);

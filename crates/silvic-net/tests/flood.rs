@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 
 use common::{MARGIN, Ranks};
 use silvic_testbed::child::LineChild;
-use silvic_testbed::relay::{Link, Relay};
+use silvic_testbed::relay::Link;
 
 use silvic_net::handshake::{
-    Connector, MAGIC, MESSAGE_LEN, Message, MessageKind, Next, RejectReason, VERSION,
+    Connector, MAGIC, MESSAGE_LEN, Message, MessageKind, Next, RejectReason, VERSION, roster_digest,
 };
 use silvic_net::{Collective, TcpCollective};
 
@@ -54,7 +54,7 @@ const STREAM_THREADS: usize = 2;
 const STREAM_MAX: usize = 1500;
 /// Strangers the stream opens before the real neighbour starts.
 const STREAM_HEAD_START: usize = 200;
-/// What the rendezvous holds at most (`MAX_PENDING` in src/rendezvous.rs).
+/// What the rendezvous holds at most (`MAX_PENDING` in src/rendezvous/accept.rs).
 const MAX_PENDING: usize = 256;
 /// Descriptors the process may open beyond the handshakes it holds: the ring's six streams, a
 /// dialling socket per rank, the child's pipes, the monitor's directory handle.
@@ -64,6 +64,11 @@ const RSS_GROWTH_LIMIT_KIB: u64 = 2 * 1024;
 
 const CHILD_ENV: &str = "SILVIC_FLOOD_TARGET";
 const REPLAY_ENV: &str = "SILVIC_FLOOD_REPLAY";
+const ROSTER_ENV: &str = "SILVIC_FLOOD_ROSTER";
+
+/// The flood ring's roster digest, as the child was told it: strangers that know the address
+/// list send valid Hellos.
+static ROSTER: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -142,16 +147,13 @@ fn unhex(text: &str) -> Vec<u8> {
 /// Runs a real ring of this job (same token, world and ranks) with rank 0's connection to rank 1
 /// through a recording relay, and returns what rank 0 sent in its handshake: Hello and Proof.
 fn capture_a_valid_handshake() -> Vec<u8> {
-    let (listeners, addresses) = common::listeners(WORLD);
-    let upstream = addresses[1].parse().unwrap();
+    // Every rank reaches rank 1 through the relay (rank 0 is the only one that dials it).
     let link = Link { record: 2 * MESSAGE_LEN, ..Link::default() };
-    let relay = Relay::start("127.0.0.1:0".parse().unwrap(), upstream, link).unwrap();
-    let mut via_relay = addresses.clone();
-    via_relay[1] = relay.address().to_string();
+    let (listeners, addresses, relay) = common::listeners_with_relay(WORLD, 1, link);
 
     let mut ranks = Ranks::new();
     for (rank, listener) in listeners.into_iter().enumerate() {
-        let list = if rank == 0 { via_relay.clone() } else { addresses.clone() };
+        let list = addresses.clone();
         ranks.start(rank, listener, list, TOKEN, RENDEZVOUS_TIMEOUT, |ring, _| {
             let mut x = vec![1.0; 100];
             ring.unwrap().allreduce_sum_f64(&mut x).unwrap();
@@ -279,6 +281,7 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
 
     let (listeners, addresses) = common::listeners(WORLD);
     let target = addresses[TARGET].clone();
+    let parsed: Vec<SocketAddr> = addresses.iter().map(|a| a.parse().unwrap()).collect();
 
     let fds_before = open_fds();
     let peak_reset = reset_peak_rss();
@@ -303,7 +306,8 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
     command
         .args(["--exact", "flood_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &target)
-        .env(REPLAY_ENV, hex(&replay));
+        .env(REPLAY_ENV, hex(&replay))
+        .env(ROSTER_ENV, hex(&roster_digest(&parsed)));
     let mut child = LineChild::spawn("the flooding process", command).unwrap();
     eprintln!("{}", child.wait_for(&["FLOOD wave1"], limit).unwrap().text);
     eprintln!("{}", child.wait_for(&["FLOOD streaming"], limit).unwrap().text);
@@ -442,16 +446,14 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
         .with_max_level(tracing::Level::DEBUG)
         .with_writer(std::io::stderr)
         .try_init();
-    let (listeners, addresses) = common::listeners(2);
     let (stop, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
     // Rank 0 reaches rank 1 through a link with 250 ms of delay each way: after its Hello, the
-    // neighbour's proof comes one round trip, half a second, later.
+    // neighbour's proof comes one round trip, half a second, later. The scanner goes straight
+    // to rank 1.
     let delay = Duration::from_millis(250);
     let link = Link { delay, ..Link::default() };
-    let relay =
-        Relay::start("127.0.0.1:0".parse().unwrap(), addresses[1].parse().unwrap(), link).unwrap();
-    let mut slow = addresses.clone();
-    slow[1] = relay.address().to_string();
+    let (listeners, addresses, relay) = common::listeners_with_relay(2, 1, link);
+    let direct = common::behind(&relay).to_string();
     // The rendezvous timeout: the ring forms in about a second (a round trip and the
     // handshakes); this only bounds the test if it does not.
     let timeout = MARGIN;
@@ -462,12 +464,12 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
     // Rank 1 accepts first, the flood starts, and rank 0 joins once its table is full.
     ranks.start(1, rank1, addresses.clone(), TOKEN, timeout, outcome);
     let flood_started = Instant::now();
-    let flood = silent_flood(addresses[1].clone(), 2, 1000, stop.clone(), opened.clone());
+    let flood = silent_flood(direct, 2, 1000, stop.clone(), opened.clone());
     while opened.load(Ordering::Relaxed) < MAX_PENDING {
         assert!(flood_started.elapsed() < timeout, "the silent flood does not flow");
         thread::sleep(Duration::from_millis(1));
     }
-    ranks.start(0, rank0, slow, TOKEN, timeout, outcome);
+    ranks.start(0, rank0, addresses, TOKEN, timeout, outcome);
     let outcomes = ranks.join(timeout + MARGIN);
     stop.store(true, Ordering::Relaxed);
     let flooded_for = flood_started.elapsed();
@@ -581,7 +583,8 @@ fn start(
     rank: u32,
     noise: &mut Noise,
 ) -> (Connector<'static>, Message) {
-    Connector::start(token.as_bytes(), world, rank, TARGET as u32, noise.bytes())
+    let roster = *ROSTER.get().expect("the child knows the roster");
+    Connector::start(token.as_bytes(), roster, world, rank, TARGET as u32, noise.bytes())
 }
 
 /// Reads one whole message, or returns `None` if the connection ends or stays silent.
@@ -673,9 +676,15 @@ fn judge(s: &Stranger, tally: &mut Tally) {
     let allowed = match s.kind {
         Kind::Silent | Kind::Garbage | Kind::Partial | Kind::Reset => kinds.is_empty(),
         Kind::HalfHandshake => kinds.is_empty() || kinds == [challenge],
-        Kind::Replay | Kind::WrongToken => {
-            kinds.is_empty() || kinds == [challenge] || kinds == [challenge, token]
+        // The replay was captured from a ring of the same job on other ports: its Hello names
+        // another address list.
+        Kind::Replay => {
+            kinds.is_empty()
+                || kinds == [MessageKind::Reject(RejectReason::AddressMismatch)]
+                || kinds == [challenge]
+                || kinds == [challenge, token]
         }
+        Kind::WrongToken => kinds.is_empty() || kinds == [challenge] || kinds == [challenge, token],
         Kind::WrongClaims => {
             kinds.is_empty()
                 || matches!(
@@ -729,6 +738,8 @@ fn flood_child() {
         .parse()
         .unwrap();
     let replay = Arc::new(unhex(&std::env::var(REPLAY_ENV).unwrap()));
+    let roster = unhex(&std::env::var(ROSTER_ENV).unwrap());
+    ROSTER.set(roster.try_into().expect("32 bytes")).unwrap();
     // Ends the test harness's own "test flood_child ... " line, so each report starts a line.
     println!();
     let opened = Arc::new(AtomicUsize::new(0));

@@ -12,6 +12,11 @@ A thin binding of the Rust crate ``silvic-net``; its documentation reads true he
     parts = ring.allgather_bytes(record)  # list of bytes, indexed by rank
 
 For Ray actors, :mod:`silvic_net.ray` does the gathering in one call.
+
+While a collective runs on an array, the array is read-only to Python (another thread writing
+it gets a ``ValueError``); it is writeable again when the call returns or raises. The library's
+events (refused connections, a short job token, a long wait) reach :mod:`logging` under the
+logger ``"silvic_net"``; levels set there take effect from the next ``connect`` or ``from_env``.
 """
 
 from silvic_net._native import (

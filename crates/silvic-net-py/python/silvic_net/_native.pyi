@@ -31,13 +31,13 @@ class ConnectError(Exception):
     """Binding or joining a ring failed.
 
     ``kind`` is one of ``"invalid_argument"``, ``"bind"``, ``"rejected"`` (``reason`` says why:
-    ``"token_mismatch"``, ``"version_mismatch"``, ``"world_mismatch"``, ``"wrong_rank"``),
-    ``"handshake"``, ``"timeout"``, ``"io"``, ``"ports_taken"`` (every port of a range is
-    taken), ``"no_interface"`` (the message names the interfaces that exist), ``"environment"``
-    (``from_env``: the message starts with the variable at fault), ``"folder"`` (``address`` is
-    the rendezvous file or folder), ``"duplicate_rank"`` (``peer`` is the rank two processes
-    claim) or ``"other"``. ``peer`` and ``address`` name the neighbour involved, when there is
-    one.
+    ``"token_mismatch"``, ``"version_mismatch"``, ``"world_mismatch"``, ``"wrong_rank"``,
+    ``"address_mismatch"``), ``"handshake"``, ``"timeout"``, ``"io"``, ``"ports_taken"`` (every
+    port of a range is taken), ``"no_interface"`` (the message names the interfaces that exist),
+    ``"environment"`` (``from_env``: the message starts with the variable at fault), ``"folder"``
+    (``address`` is the rendezvous file or folder), ``"duplicate_rank"`` (``peer`` is the rank
+    two processes claim) or ``"other"``. ``peer`` and ``address`` name the neighbour involved,
+    when there is one.
     """
 
     kind: str
@@ -120,7 +120,11 @@ class TcpCollective:
         """
 
     def allreduce_sum_f64(self, buf: npt.NDArray[np.float64]) -> None:
-        """Sum ``buf`` (1-D, C-contiguous, writeable float64) across ranks, in place."""
+        """Sum ``buf`` (1-D, C-contiguous, writeable float64) across ranks, in place.
+
+        Every allreduce makes ``buf`` read-only to Python while it runs (another thread writing
+        it gets a ``ValueError``) and writeable again when it returns or raises.
+        """
 
     def allreduce_sum_i64(self, buf: npt.NDArray[np.int64]) -> None:
         """Sum ``buf`` (1-D, C-contiguous, writeable int64) across ranks, in place; sums wrap."""

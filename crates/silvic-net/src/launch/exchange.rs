@@ -40,7 +40,7 @@ use tracing::{debug, warn};
 
 use crate::error::ConnectError;
 use crate::handshake::{
-    Acceptor, Connector, Failure, MESSAGE_LEN, Message, MessageKind, Next, RejectReason,
+    Acceptor, Connector, Failure, MAC_LEN, MESSAGE_LEN, Message, MessageKind, Next, RejectReason,
 };
 use crate::wait::wait as poll_wait;
 
@@ -51,6 +51,9 @@ const MAX_PENDING: usize = 256;
 const FIRST_RETRY: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_millis(500);
 const EXCHANGE_LABEL: &[u8] = b"silvic-net address exchange";
+/// The roster both sides bind into their MACs: the exchange runs before any address list
+/// exists, so it is fixed (the exchange key already keeps its proofs apart from the ring's).
+const NO_ROSTER: [u8; MAC_LEN] = [0; MAC_LEN];
 
 /// Bytes of one address on the wire.
 pub(crate) const ADDRESS_LEN: usize = 19;
@@ -458,7 +461,7 @@ fn step<'k>(p: &mut Pending<'k>, key: &'k [u8; 32], world: usize) -> Outcome {
                 let claimed = message.rank as usize;
                 let expected = if claimed < world { message.rank } else { u32::MAX };
                 let Ok(nonce) = nonce() else { return Outcome::Drop("no random nonce") };
-                let mut acceptor = Acceptor::new(key, world as u32, 0, expected, nonce);
+                let mut acceptor = Acceptor::new(key, NO_ROSTER, world as u32, 0, expected, nonce);
                 let next = acceptor.on_message(&message);
                 p.stage = Stage::Proving(acceptor);
                 next
@@ -587,7 +590,7 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
     let _ = stream.set_write_timeout(Some(left().max(Duration::from_millis(1))));
     let nonce = nonce().map_err(fatal_io)?;
     let (mut connector, hello) =
-        Connector::start(key, plan.world as u32, plan.rank as u32, 0, nonce);
+        Connector::start(key, NO_ROSTER, plan.world as u32, plan.rank as u32, 0, nonce);
     stream.write_all(&hello.encode()).map_err(|e| Attempt::Retry(e.to_string()))?;
     let mut inbox = [0u8; MESSAGE_LEN];
     let handshake = |reason: String| {
@@ -687,6 +690,10 @@ fn detail(reason: RejectReason, claims: &crate::handshake::Claims, plan: &Join<'
             ": rank 0 has a world of {}, this rank {} (check the world size variables)",
             claims.world, plan.world
         ),
+        // A refusal tells only its reason, not the refusing rank's world.
+        RejectReason::WorldMismatch => {
+            format!(": this rank has a world of {} (check the world size variables)", plan.world)
+        }
         RejectReason::WrongRank => {
             format!(": rank {} is outside the world of {}", plan.rank, plan.world)
         }
@@ -768,7 +775,7 @@ mod tests {
         let key = exchange_key(b"t");
         let mut stream = TcpStream::connect(server).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let (mut connector, hello) = Connector::start(&key, world, rank, 0, [5; 16]);
+        let (mut connector, hello) = Connector::start(&key, NO_ROSTER, world, rank, 0, [5; 16]);
         stream.write_all(&hello.encode()).unwrap();
         let mut inbox = [0u8; MESSAGE_LEN];
         loop {
@@ -818,7 +825,7 @@ mod tests {
         let (at, server) = server(3, Duration::from_secs(20));
         let e = joiner(at, 1, 4, addr("10.0.0.2:200"), b"t").join().unwrap().unwrap_err();
         assert!(e.to_string().starts_with("world size mismatch with rank 0"), "{e}");
-        assert!(e.to_string().contains("rank 0 has a world of 3, this rank 4"), "{e}");
+        assert!(e.to_string().contains("this rank has a world of 4"), "{e}");
         let e = joiner(at, 1, 3, addr("10.0.0.2:200"), b"u").join().unwrap().unwrap_err();
         assert_eq!(
             e.to_string(),

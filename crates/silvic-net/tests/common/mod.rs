@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use silvic_net::{ConnectError, RingListener, TcpCollective};
+use silvic_testbed::relay::{Link, Relay};
 
 pub use silvic_testbed::MARGIN;
 
@@ -163,4 +164,33 @@ pub fn connect_each(
         });
     }
     threads.join(longest + MARGIN)
+}
+
+/// `world` listeners, rank `behind`'s reached through a relay with `link`: every rank is handed
+/// the same address list (the handshake covers the list, so a rank reached at another address
+/// by some ranks would be refused). Rank `behind` listens on 127.0.0.1:P and advertises
+/// 127.0.0.2:P, where the relay listens and forwards to it; the others are plain listeners.
+pub fn listeners_with_relay(
+    world: usize,
+    behind: usize,
+    link: Link,
+) -> (Vec<RingListener>, Vec<String>, Relay) {
+    let (mut listeners, _) = listeners(world);
+    for _ in 0..50 {
+        let listener = TcpCollective::bind_advertised("127.0.0.1", "127.0.0.2").unwrap();
+        let port: u16 = listener.address().rsplit(':').next().unwrap().parse().unwrap();
+        let (at, target) = (([127, 0, 0, 2], port).into(), ([127, 0, 0, 1], port).into());
+        if let Ok(relay) = Relay::start(at, target, link) {
+            listeners[behind] = listener;
+            let addresses = listeners.iter().map(|l| l.address()).collect();
+            return (listeners, addresses, relay);
+        }
+    }
+    panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+}
+
+/// Where a relay of [`listeners_with_relay`] forwards to: the rank's own listener, for
+/// strangers that go around the relay.
+pub fn behind(relay: &Relay) -> std::net::SocketAddr {
+    ([127, 0, 0, 1], relay.address().port()).into()
 }

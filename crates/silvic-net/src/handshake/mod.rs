@@ -4,183 +4,62 @@
 //! (rank `r + 1`):
 //!
 //! ```text
-//!  C -> A  Hello     { world, rank r,     nonce_c }
+//!  C -> A  Hello     { world, rank r,     nonce_c, roster }
 //!  A -> C  Challenge { world, rank r + 1, nonce_a }          or Reject { reason }
 //!  C -> A  Proof     { mac_c }
 //!  A -> C  Welcome   { mac_a }                               or Reject { reason }
 //!
-//!  mac_x = HMAC-SHA256(key = job token, label_x | version | world | r | r + 1 | nonce_c | nonce_a)
+//!  roster = SHA-256 of the whole address list, in rank order (see [`roster_digest`])
+//!  mac_x  = HMAC-SHA256(key = job token,
+//!                       label_x | version | world | r | r + 1 | roster | nonce_c | nonce_a)
 //! ```
 //!
-//! Every message is [`MESSAGE_LEN`] bytes, integers big-endian:
-//!
-//! ```text
-//!  0          8         10     11       12       16      20          36          68     72
-//!  +----------+---------+------+--------+--------+-------+-----------+-----------+------+
-//!  | SILVICNT | version | kind | reason | world  | rank  | nonce[16] | mac[32]   | 0000 |
-//!  +----------+---------+------+--------+--------+-------+-----------+-----------+------+
-//! ```
+//! Every message is [`MESSAGE_LEN`] bytes; the layout is drawn in `message.rs`. A Reject
+//! carries only its reason.
 //!
 //! Invariants: the token never leaves the process, only MACs over both sides' fresh nonces, so a
 //! replayed handshake fails; the connector proves first, so a stranger learns nothing computed
 //! from the token; the two labels differ, so one side's proof is never valid as the other's;
-//! MACs are compared in constant time. Each role checks what it can (version, world, rank,
-//! proof) and tells the other side why it rejects, so a misconfigured rank fails fast.
+//! MACs are compared in constant time. The MACs cover the roster digest, so two ranks handed
+//! different address lists never form a link, and the acceptor compares the Hello's digest
+//! first, so they fail with that reason rather than as a token mismatch. The roster digest is
+//! not secret (who connects to whom is visible on the network anyway). Each role checks what
+//! it can (version, world, rank, roster, proof) and tells the other side why it rejects, so a
+//! misconfigured rank fails fast.
 //!
 //! This module is sans-IO: [`Connector`] and [`Acceptor`] take messages and return what to send;
 //! the rendezvous loop owns the sockets and the clocks.
 
-use byteorder::{BigEndian, ByteOrder};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+mod message;
 
-/// The protocol version. Ranks of different versions reject each other.
-pub const VERSION: u16 = 3;
-/// Bytes in every handshake message.
-pub const MESSAGE_LEN: usize = 72;
-/// The eight bytes every handshake message starts with.
-pub const MAGIC: [u8; 8] = *b"SILVICNT";
-const NONCE_LEN: usize = 16;
-const MAC_LEN: usize = 32;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+pub use self::message::{
+    MAC_LEN, MAGIC, MESSAGE_LEN, Message, MessageError, MessageKind, NONCE_LEN, RejectReason,
+    VERSION,
+};
+
 const CONNECT_LABEL: &[u8] = b"silvic-net connector proof";
 const ACCEPT_LABEL: &[u8] = b"silvic-net acceptor proof";
 
-/// What a message is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MessageKind {
-    /// The connector's opening: its world, rank and nonce.
-    Hello,
-    /// The acceptor's answer: its world, rank and nonce.
-    Challenge,
-    /// The connector's MAC.
-    Proof,
-    /// The acceptor's MAC; the connection is now a ring link.
-    Welcome,
-    /// A refusal, with its reason.
-    Reject(RejectReason),
-}
-
-/// Why a rank refused a connection. Sent to the other side so its `connect` can say why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RejectReason {
-    /// The MAC did not verify: the two ranks were given different job tokens.
-    TokenMismatch,
-    /// The ranks run different protocol versions.
-    VersionMismatch,
-    /// The ranks were given address lists of different lengths.
-    WorldMismatch,
-    /// The connection came from, or reached, a rank other than the ring neighbour.
-    WrongRank,
-}
-
-impl RejectReason {
-    fn code(self) -> u8 {
-        match self {
-            RejectReason::TokenMismatch => 1,
-            RejectReason::VersionMismatch => 2,
-            RejectReason::WorldMismatch => 3,
-            RejectReason::WrongRank => 4,
-        }
+/// The SHA-256 digest of the address list every rank was handed, in rank order: each
+/// address's canonical text (`ip:port`, IPv6 as `[ip]:port`) followed by a newline. Ranks
+/// whose digests differ refuse each other with [`RejectReason::AddressMismatch`].
+pub fn roster_digest(addresses: &[std::net::SocketAddr]) -> [u8; MAC_LEN] {
+    let mut digest = Sha256::new();
+    for address in addresses {
+        digest.update(address.to_string().as_bytes());
+        digest.update(b"\n");
     }
-
-    fn from_code(code: u8) -> Option<Self> {
-        Some(match code {
-            1 => RejectReason::TokenMismatch,
-            2 => RejectReason::VersionMismatch,
-            3 => RejectReason::WorldMismatch,
-            4 => RejectReason::WrongRank,
-            _ => return None,
-        })
-    }
-}
-
-/// One handshake message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Message {
-    /// The sender's protocol version.
-    pub version: u16,
-    /// What the message is.
-    pub kind: MessageKind,
-    /// The sender's world size.
-    pub world: u32,
-    /// The sender's rank.
-    pub rank: u32,
-    /// The sender's nonce (Hello, Challenge), else zero.
-    pub nonce: [u8; NONCE_LEN],
-    /// The sender's MAC (Proof, Welcome), else zero.
-    pub mac: [u8; MAC_LEN],
-}
-
-/// Why bytes are not a handshake message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum MessageError {
-    /// The bytes do not start with [`MAGIC`]: not a silvic-net peer.
-    #[error("not a silvic-net handshake (bad magic)")]
-    BadMagic,
-    /// An unknown kind or reject reason, or nonzero reserved bytes.
-    #[error("malformed handshake message")]
-    Malformed,
-}
-
-impl Message {
-    fn new(kind: MessageKind, world: u32, rank: u32) -> Message {
-        Message { version: VERSION, kind, world, rank, nonce: [0; NONCE_LEN], mac: [0; MAC_LEN] }
-    }
-
-    /// Encodes the message.
-    pub fn encode(&self) -> [u8; MESSAGE_LEN] {
-        let mut out = [0u8; MESSAGE_LEN];
-        out[..8].copy_from_slice(&MAGIC);
-        BigEndian::write_u16(&mut out[8..10], self.version);
-        (out[10], out[11]) = match self.kind {
-            MessageKind::Hello => (1, 0),
-            MessageKind::Challenge => (2, 0),
-            MessageKind::Proof => (3, 0),
-            MessageKind::Welcome => (4, 0),
-            MessageKind::Reject(reason) => (5, reason.code()),
-        };
-        BigEndian::write_u32(&mut out[12..16], self.world);
-        BigEndian::write_u32(&mut out[16..20], self.rank);
-        out[20..36].copy_from_slice(&self.nonce);
-        out[36..68].copy_from_slice(&self.mac);
-        out
-    }
-
-    /// Decodes a message. The version is returned as sent, for the receiver to judge: a peer of
-    /// another version gets a reject, not silence.
-    pub fn decode(bytes: &[u8; MESSAGE_LEN]) -> Result<Message, MessageError> {
-        if bytes[..8] != MAGIC {
-            return Err(MessageError::BadMagic);
-        }
-        let kind = match (bytes[10], bytes[11]) {
-            (1, 0) => MessageKind::Hello,
-            (2, 0) => MessageKind::Challenge,
-            (3, 0) => MessageKind::Proof,
-            (4, 0) => MessageKind::Welcome,
-            (5, code) => {
-                MessageKind::Reject(RejectReason::from_code(code).ok_or(MessageError::Malformed)?)
-            }
-            _ => return Err(MessageError::Malformed),
-        };
-        if bytes[68..] != [0; 4] {
-            return Err(MessageError::Malformed);
-        }
-        Ok(Message {
-            version: BigEndian::read_u16(&bytes[8..10]),
-            kind,
-            world: BigEndian::read_u32(&bytes[12..16]),
-            rank: BigEndian::read_u32(&bytes[16..20]),
-            nonce: bytes[20..36].try_into().expect("16 bytes"),
-            mac: bytes[36..68].try_into().expect("32 bytes"),
-        })
-    }
+    digest.finalize().into()
 }
 
 /// What both sides of one connection agreed on, and the job token that keys the MACs.
 #[derive(Clone)]
 struct Transcript<'t> {
     token: &'t [u8],
+    roster: [u8; MAC_LEN],
     world: u32,
     connector: u32,
     acceptor: u32,
@@ -190,13 +69,14 @@ struct Transcript<'t> {
 
 impl Transcript<'_> {
     fn keyed(&self, label: &[u8]) -> Hmac<Sha256> {
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(self.token).expect("HMAC takes keys of any length");
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.token)
+            .expect("HMAC takes keys of any length");
         mac.update(label);
         mac.update(&VERSION.to_be_bytes());
         mac.update(&self.world.to_be_bytes());
         mac.update(&self.connector.to_be_bytes());
         mac.update(&self.acceptor.to_be_bytes());
+        mac.update(&self.roster);
         mac.update(&self.nonce_c);
         mac.update(&self.nonce_a);
         mac
@@ -245,7 +125,8 @@ pub enum Next {
     Fail(Failure, Option<Message>),
 }
 
-/// Details of the other side's claims, for error messages.
+/// What the other side said about itself in its Hello or Challenge, for error messages. A
+/// Reject says nothing about its sender, so it leaves no claims.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Claims {
     /// The version it sent.
@@ -256,8 +137,21 @@ pub struct Claims {
     pub rank: u32,
 }
 
-fn reject(reason: RejectReason, world: u32, rank: u32) -> Option<Message> {
-    Some(Message::new(MessageKind::Reject(reason), world, rank))
+impl Claims {
+    fn of(m: &Message) -> Claims {
+        Claims { version: m.version, world: m.world, rank: m.rank }
+    }
+}
+
+/// A refusal: the reason and nothing else (version, world and rank zero).
+fn reject(reason: RejectReason) -> Option<Message> {
+    let mut m = Message::new(MessageKind::Reject(reason), 0, 0);
+    m.version = 0;
+    Some(m)
+}
+
+fn refuse(reason: RejectReason) -> Next {
+    Next::Fail(Failure::Refused(reason), reject(reason))
 }
 
 /// Checks version, world and rank of a message against what this side expects.
@@ -278,7 +172,7 @@ fn check_claims(m: &Message, world: u32, expected_rank: u32) -> Result<(), Rejec
 pub struct Connector<'t> {
     transcript: Transcript<'t>,
     state: ConnectorState,
-    /// What the other side said about itself, once it said anything.
+    /// What the other side said about itself in its Challenge, once it sent one.
     pub peer_claims: Option<Claims>,
 }
 
@@ -290,10 +184,11 @@ enum ConnectorState {
 }
 
 impl<'t> Connector<'t> {
-    /// Starts a handshake as `rank` of `world` towards `peer`, with a fresh `nonce`. Returns the
-    /// connector and the Hello to send.
+    /// Starts a handshake as `rank` of `world` towards `peer`, with the job's `token` and
+    /// [`roster_digest`] and a fresh `nonce`. Returns the connector and the Hello to send.
     pub fn start(
         token: &'t [u8],
+        roster: [u8; MAC_LEN],
         world: u32,
         rank: u32,
         peer: u32,
@@ -301,6 +196,7 @@ impl<'t> Connector<'t> {
     ) -> (Self, Message) {
         let transcript = Transcript {
             token,
+            roster,
             world,
             connector: rank,
             acceptor: peer,
@@ -309,28 +205,32 @@ impl<'t> Connector<'t> {
         };
         let mut hello = Message::new(MessageKind::Hello, world, rank);
         hello.nonce = nonce;
+        hello.mac = roster;
         let me = Connector { transcript, state: ConnectorState::AwaitChallenge, peer_claims: None };
         (me, hello)
+    }
+
+    /// Whether this side has sent its proof and waits only for the Welcome: the other side
+    /// may already count the link as formed, so giving up on it now would strand both.
+    pub fn proved(&self) -> bool {
+        self.state == ConnectorState::AwaitWelcome
     }
 
     /// Takes the acceptor's next message.
     pub fn on_message(&mut self, m: &Message) -> Next {
         let t = &mut self.transcript;
-        let (world, rank) = (t.world, t.connector);
-        self.peer_claims.get_or_insert(Claims { version: m.version, world: m.world, rank: m.rank });
         let next = match (self.state, m.kind) {
             (ConnectorState::Finished, _) => {
                 Next::Fail(Failure::Protocol("message after end"), None)
             }
             (_, MessageKind::Reject(reason)) => Next::Fail(Failure::RefusedBy(reason), None),
             (ConnectorState::AwaitChallenge, MessageKind::Challenge) => {
-                match check_claims(m, world, t.acceptor) {
-                    Err(reason) => {
-                        Next::Fail(Failure::Refused(reason), reject(reason, world, rank))
-                    }
+                self.peer_claims = Some(Claims::of(m));
+                match check_claims(m, t.world, t.acceptor) {
+                    Err(reason) => refuse(reason),
                     Ok(()) => {
                         t.nonce_a = m.nonce;
-                        let mut proof = Message::new(MessageKind::Proof, world, rank);
+                        let mut proof = Message::new(MessageKind::Proof, t.world, t.connector);
                         proof.mac = t.prove(CONNECT_LABEL);
                         self.state = ConnectorState::AwaitWelcome;
                         return Next::Send(proof);
@@ -342,8 +242,7 @@ impl<'t> Connector<'t> {
                     self.state = ConnectorState::Finished;
                     return Next::Done;
                 }
-                let reason = RejectReason::TokenMismatch;
-                Next::Fail(Failure::Refused(reason), reject(reason, world, rank))
+                refuse(RejectReason::TokenMismatch)
             }
             _ => Next::Fail(Failure::Protocol("unexpected handshake message"), None),
         };
@@ -357,7 +256,7 @@ impl<'t> Connector<'t> {
 pub struct Acceptor<'t> {
     transcript: Transcript<'t>,
     state: AcceptorState,
-    /// What the other side said about itself, once it said anything.
+    /// What the other side said about itself in its Hello, once it sent one.
     pub peer_claims: Option<Claims>,
 }
 
@@ -369,10 +268,19 @@ enum AcceptorState {
 }
 
 impl<'t> Acceptor<'t> {
-    /// Waits for a Hello as `rank` of `world`, expecting it from `peer`, with a fresh `nonce`.
-    pub fn new(token: &'t [u8], world: u32, rank: u32, peer: u32, nonce: [u8; NONCE_LEN]) -> Self {
+    /// Waits for a Hello as `rank` of `world`, expecting it from `peer`, with the job's `token`
+    /// and [`roster_digest`] and a fresh `nonce`.
+    pub fn new(
+        token: &'t [u8],
+        roster: [u8; MAC_LEN],
+        world: u32,
+        rank: u32,
+        peer: u32,
+        nonce: [u8; NONCE_LEN],
+    ) -> Self {
         let transcript = Transcript {
             token,
+            roster,
             world,
             connector: peer,
             acceptor: rank,
@@ -382,20 +290,25 @@ impl<'t> Acceptor<'t> {
         Acceptor { transcript, state: AcceptorState::AwaitHello, peer_claims: None }
     }
 
+    /// Whether the other side sent a Hello this side accepted and was challenged. Weak
+    /// evidence: anyone who knows the ranks and the address list can send one.
+    pub fn challenged(&self) -> bool {
+        self.state == AcceptorState::AwaitProof
+    }
+
     /// Takes the connector's next message.
     pub fn on_message(&mut self, m: &Message) -> Next {
         let t = &mut self.transcript;
-        let (world, rank) = (t.world, t.acceptor);
-        self.peer_claims.get_or_insert(Claims { version: m.version, world: m.world, rank: m.rank });
         let next = match (self.state, m.kind) {
             (AcceptorState::AwaitHello, MessageKind::Hello) => {
-                match check_claims(m, world, t.connector) {
-                    Err(reason) => {
-                        Next::Fail(Failure::Refused(reason), reject(reason, world, rank))
-                    }
+                self.peer_claims = Some(Claims::of(m));
+                match check_claims(m, t.world, t.connector) {
+                    Err(reason) => refuse(reason),
+                    Ok(()) if m.mac != t.roster => refuse(RejectReason::AddressMismatch),
                     Ok(()) => {
                         t.nonce_c = m.nonce;
-                        let mut challenge = Message::new(MessageKind::Challenge, world, rank);
+                        let mut challenge =
+                            Message::new(MessageKind::Challenge, t.world, t.acceptor);
                         challenge.nonce = t.nonce_a;
                         self.state = AcceptorState::AwaitProof;
                         return Next::Send(challenge);
@@ -404,13 +317,12 @@ impl<'t> Acceptor<'t> {
             }
             (AcceptorState::AwaitProof, MessageKind::Proof) => {
                 if t.verify(CONNECT_LABEL, &m.mac) {
-                    let mut welcome = Message::new(MessageKind::Welcome, world, rank);
+                    let mut welcome = Message::new(MessageKind::Welcome, t.world, t.acceptor);
                     welcome.mac = t.prove(ACCEPT_LABEL);
                     self.state = AcceptorState::Finished;
                     return Next::SendAndDone(welcome);
                 }
-                let reason = RejectReason::TokenMismatch;
-                Next::Fail(Failure::Refused(reason), reject(reason, world, rank))
+                refuse(RejectReason::TokenMismatch)
             }
             (_, MessageKind::Reject(reason)) => Next::Fail(Failure::RefusedBy(reason), None),
             _ => Next::Fail(Failure::Protocol("unexpected handshake message"), None),
@@ -424,14 +336,17 @@ impl<'t> Acceptor<'t> {
 mod tests {
     use super::*;
 
+    const ROSTER: [u8; MAC_LEN] = [5; MAC_LEN];
+
     fn roundtrip(m: &Message) -> Message {
         Message::decode(&m.encode()).unwrap()
     }
 
     /// Plays a whole handshake between the two roles; returns how each side ended.
     fn play(c_token: &[u8], a_token: &[u8], c: (u32, u32), a: (u32, u32)) -> (Option<Next>, Next) {
-        let (mut conn, hello) = Connector::start(c_token, c.0, c.1, (c.1 + 1) % c.0, [1; 16]);
-        let mut acc = Acceptor::new(a_token, a.0, a.1, (a.1 + a.0 - 1) % a.0, [2; 16]);
+        let (mut conn, hello) =
+            Connector::start(c_token, ROSTER, c.0, c.1, (c.1 + 1) % c.0, [1; 16]);
+        let mut acc = Acceptor::new(a_token, ROSTER, a.0, a.1, (a.1 + a.0 - 1) % a.0, [2; 16]);
         let mut to_acceptor = hello;
         loop {
             let a_next = acc.on_message(&roundtrip(&to_acceptor));
@@ -479,12 +394,12 @@ mod tests {
     #[test]
     fn a_replayed_proof_fails_against_a_fresh_challenge() {
         let token = b"job";
-        let (mut conn, hello) = Connector::start(token, 2, 0, 1, [7; 16]);
-        let mut first = Acceptor::new(token, 2, 1, 0, [8; 16]);
+        let (mut conn, hello) = Connector::start(token, ROSTER, 2, 0, 1, [7; 16]);
+        let mut first = Acceptor::new(token, ROSTER, 2, 1, 0, [8; 16]);
         let Next::Send(challenge) = first.on_message(&hello) else { panic!() };
         let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
         // An eavesdropper replays Hello and Proof to a new connection with a new nonce.
-        let mut second = Acceptor::new(token, 2, 1, 0, [9; 16]);
+        let mut second = Acceptor::new(token, ROSTER, 2, 1, 0, [9; 16]);
         assert!(matches!(second.on_message(&hello), Next::Send(_)));
         assert!(matches!(
             second.on_message(&proof),
@@ -494,9 +409,9 @@ mod tests {
 
     #[test]
     fn an_acceptor_with_another_token_is_caught_by_the_connector() {
-        let (mut conn, hello) = Connector::start(b"a", 2, 0, 1, [7; 16]);
+        let (mut conn, hello) = Connector::start(b"a", ROSTER, 2, 0, 1, [7; 16]);
         // A stranger who skips the proof check and welcomes with a MAC it cannot compute.
-        let mut stranger = Acceptor::new(b"b", 2, 1, 0, [8; 16]);
+        let mut stranger = Acceptor::new(b"b", ROSTER, 2, 1, 0, [8; 16]);
         let Next::Send(challenge) = stranger.on_message(&hello) else { panic!() };
         assert!(matches!(conn.on_message(&challenge), Next::Send(_)));
         let mut welcome = Message::new(MessageKind::Welcome, 2, 1);
@@ -518,6 +433,7 @@ mod tests {
             MessageKind::Reject(RejectReason::VersionMismatch),
             MessageKind::Reject(RejectReason::WorldMismatch),
             MessageKind::Reject(RejectReason::WrongRank),
+            MessageKind::Reject(RejectReason::AddressMismatch),
         ] {
             let mut m = Message::new(kind, 16, 15);
             m.nonce = [3; 16];
@@ -539,7 +455,7 @@ mod tests {
 
     #[test]
     fn another_version_is_refused_with_the_reason() {
-        let mut acc = Acceptor::new(b"t", 2, 1, 0, [0; 16]);
+        let mut acc = Acceptor::new(b"t", ROSTER, 2, 1, 0, [0; 16]);
         let mut hello = Message::new(MessageKind::Hello, 2, 0);
         hello.version = VERSION + 1;
         let next = acc.on_message(&Message::decode(&hello.encode()).unwrap());
@@ -553,8 +469,8 @@ mod tests {
     #[test]
     fn the_token_never_appears_in_a_message() {
         let token = b"super-secret-token-value";
-        let (mut conn, hello) = Connector::start(token, 2, 0, 1, [1; 16]);
-        let mut acc = Acceptor::new(token, 2, 1, 0, [2; 16]);
+        let (mut conn, hello) = Connector::start(token, ROSTER, 2, 0, 1, [1; 16]);
+        let mut acc = Acceptor::new(token, ROSTER, 2, 1, 0, [2; 16]);
         let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
         let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
         let Next::SendAndDone(welcome) = acc.on_message(&proof) else { panic!() };
@@ -563,5 +479,76 @@ mod tests {
             assert!(!bytes.windows(token.len()).any(|w| w == token));
         }
         assert!(!format!("{conn:?}{acc:?}").contains("super-secret"));
+    }
+
+    #[test]
+    fn different_address_lists_are_refused_with_the_reason_and_bound_into_the_proof() {
+        let (mut conn, hello) = Connector::start(b"t", [1; 32], 2, 0, 1, [1; 16]);
+        let mut acc = Acceptor::new(b"t", [2; 32], 2, 1, 0, [2; 16]);
+        let next = acc.on_message(&hello);
+        assert_eq!(
+            next,
+            Next::Fail(
+                Failure::Refused(RejectReason::AddressMismatch),
+                reject(RejectReason::AddressMismatch)
+            )
+        );
+        let Next::Fail(_, Some(refusal)) = next else { unreachable!() };
+        assert_eq!(
+            conn.on_message(&refusal),
+            Next::Fail(Failure::RefusedBy(RejectReason::AddressMismatch), None)
+        );
+        // A Hello whose digest was rewritten in flight still fails: the MACs cover the roster.
+        let (mut conn, mut hello) = Connector::start(b"t", [1; 32], 2, 0, 1, [1; 16]);
+        hello.mac = [2; 32];
+        let mut acc = Acceptor::new(b"t", [2; 32], 2, 1, 0, [2; 16]);
+        let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
+        let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
+        assert_eq!(acc.on_message(&proof), refuse(RejectReason::TokenMismatch));
+    }
+
+    #[test]
+    fn a_refusal_tells_only_its_reason() {
+        let mut acc = Acceptor::new(b"t", ROSTER, 7, 3, 2, [0; 16]);
+        let (_, hello) = Connector::start(b"t", ROSTER, 5, 2, 3, [1; 16]);
+        let Next::Fail(_, Some(refusal)) = acc.on_message(&hello) else { panic!() };
+        let expected = Message {
+            version: 0,
+            kind: MessageKind::Reject(RejectReason::WorldMismatch),
+            world: 0,
+            rank: 0,
+            nonce: [0; NONCE_LEN],
+            mac: [0; MAC_LEN],
+        };
+        assert_eq!(refusal, expected);
+        // And a refusal leaves the hearer no claims to report as the other side's.
+        let (mut conn, _) = Connector::start(b"t", ROSTER, 5, 2, 3, [1; 16]);
+        assert!(matches!(conn.on_message(&refusal), Next::Fail(Failure::RefusedBy(_), None)));
+        assert_eq!(conn.peer_claims, None);
+    }
+
+    #[test]
+    fn the_roster_digest_depends_on_every_address_and_its_order() {
+        let a: std::net::SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let b: std::net::SocketAddr = "[::1]:2".parse().unwrap();
+        let c: std::net::SocketAddr = "10.0.0.1:3".parse().unwrap();
+        assert_eq!(roster_digest(&[a, b]), roster_digest(&[a, b]));
+        assert_ne!(roster_digest(&[a, b]), roster_digest(&[b, a]));
+        assert_ne!(roster_digest(&[a, b]), roster_digest(&[a, c]));
+        assert_ne!(roster_digest(&[a]), roster_digest(&[a, a]));
+    }
+
+    #[test]
+    fn roles_say_when_the_proof_is_out_and_when_a_hello_was_taken() {
+        let (mut conn, hello) = Connector::start(b"t", ROSTER, 2, 0, 1, [1; 16]);
+        let mut acc = Acceptor::new(b"t", ROSTER, 2, 1, 0, [2; 16]);
+        assert!(!acc.challenged());
+        let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
+        assert!(acc.challenged());
+        assert!(!conn.proved());
+        let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
+        assert!(conn.proved());
+        assert!(matches!(acc.on_message(&proof), Next::SendAndDone(_)));
+        assert!(!acc.challenged());
     }
 }
