@@ -214,6 +214,33 @@ fn netns_one_way_reset_fails_every_rank_naming_the_host_hit_before_keepalive() {
     assert!(worst < keepalive_idle, "{worst:?}");
 }
 
+/// Rank 2 SIGSTOPped (alive, silent) with a 3 s collective timeout: every other rank fails
+/// naming rank 2 as its peer, whether it waited on rank 2 itself or on a rank that was waiting
+/// on it (those hear rank 2's neighbour's timeout abort, or time out themselves only if a
+/// waiting rank stopped saying so).
+#[test]
+fn netns_a_stopped_rank_is_blamed_by_every_rank() {
+    require("netns_stop_blame");
+    let mut args = steady();
+    args.push("timeout=3".into());
+    let mut world = start("blame", &args, |_| vec![], &Layout::default());
+    after_warmup(&mut world);
+    let t0 = Instant::now();
+    world.ranks[VICTIM].signal(Signal::STOP).unwrap();
+    let ends = outcomes("sigstop, timeout 3 s", &mut world, t0, Duration::from_secs(20));
+    world.ranks[VICTIM].signal(Signal::CONT).unwrap();
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        if rank == VICTIM {
+            continue;
+        }
+        let End::Failed { peer, message, .. } = end else {
+            panic!("rank {rank} should have failed, got {end:?}");
+        };
+        assert_eq!(*peer, Some(VICTIM), "rank {rank} blamed another rank: {end:?}");
+        assert!(message.contains("no progress from rank 2"), "rank {rank}: {end:?}");
+    }
+}
+
 /// How a liveness case cuts the victim off.
 #[derive(Debug, Clone, Copy)]
 enum Cut {
