@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use silvic_net::frame::{Abort, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, MAX_LEN, Waiting};
+use silvic_net::frame::{Abort, Dir, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, MAX_LEN, Waiting};
 use silvic_net::handshake::{Acceptor, Connector, Message, MessageKind, Next, VERSION};
 use silvic_net::{CollectiveError, Op};
 use silvic_net_fuzz::REASONS;
@@ -30,10 +30,13 @@ fn main() {
         write(&frames, &format!("data-{i}-expected"), &[h, h].concat());
         let other = Header::data(op, i as u64 + 1, 4096, 1024).encode();
         write(&frames, &format!("data-{i}-out-of-step"), &[&h[..], &other, &[3]].concat());
+        let left = Header::data(op, i as u64, 4096, 1024).carrying(Dir::Left, i + 1).encode();
+        write(&frames, &format!("data-{i}-leftward"), &[left, left].concat());
+        write(&frames, &format!("data-{i}-other-way"), &[&h[..], &left, &[2]].concat());
     }
     let big = Header::data(Op::AllgatherBytes, u64::MAX, MAX_LEN, MAX_LEN).encode();
     write(&frames, "data-max-len", &big);
-    let abort = Header { kind: Kind::Abort, seq: 9, total: 0, len: MAX_ABORT_LEN as u64 };
+    let abort = Header::control(Kind::Abort, 9, MAX_ABORT_LEN as u64);
     write(&frames, "abort-max-len", &abort.encode());
     let mut too_long = big;
     too_long[24..].copy_from_slice(&(MAX_LEN + 1).to_be_bytes());
@@ -118,31 +121,39 @@ fn main() {
     }
     let ring = root.join("ring_frames");
     // [call, len as u16 LE, what rank 1 sends]: the honest frame of each call, an abort, and
-    // near misses (another sequence, a short payload).
+    // near misses (another sequence, a short payload, another block or direction). In a world
+    // of two the small path's gather is one rightward hop: rank 1 sends its own block, 1.
+    let data = |op, seq, total, len| Header::data(op, seq, total, len).carrying(Dir::Right, 1);
     for (selector, op) in
         [(0u8, Op::AllreduceSumF64), (1, Op::AllreduceSumI64), (2, Op::AllreduceMaxF64)]
     {
         for len in [0u16, 1, 5, 100] {
             let bytes = u64::from(len) * 8;
             let mut input = vec![selector, len as u8, (len >> 8) as u8];
-            input.extend(Header::data(op, 0, bytes, bytes).encode());
+            input.extend(data(op, 0, bytes, bytes).encode());
             input.extend((0..bytes).map(|i| (i * 37) as u8));
             write(&ring, &format!("{op:?}-{len}"), &input);
         }
     }
     for len in [0u16, 3, 600] {
         let mut input = vec![3u8, len as u8, (len >> 8) as u8];
-        input.extend(Header::data(Op::AllgatherBytes, 0, len.into(), len.into()).encode());
+        input.extend(data(Op::AllgatherBytes, 0, len.into(), len.into()).encode());
         input.extend((0..len).map(|i| i as u8 ^ 0x5a));
         write(&ring, &format!("gather-{len}"), &input);
     }
     let mut input = vec![0u8, 4, 0];
-    input.extend(Header::data(Op::AllreduceSumF64, 1, 32, 32).encode());
+    input.extend(data(Op::AllreduceSumF64, 1, 32, 32).encode());
     write(&ring, "another-sequence", &input);
     let mut input = vec![0u8, 4, 0];
-    input.extend(Header::data(Op::AllreduceSumF64, 0, 32, 32).encode());
+    input.extend(data(Op::AllreduceSumF64, 0, 32, 32).encode());
     input.extend([1; 20]);
     write(&ring, "short-payload", &input);
+    for (name, dir, block) in [("another-block", Dir::Right, 0), ("leftward", Dir::Left, 1)] {
+        let mut input = vec![3u8, 3, 0];
+        input.extend(Header::data(Op::AllgatherBytes, 0, 3, 3).carrying(dir, block).encode());
+        input.extend([7, 8, 9]);
+        write(&ring, name, &input);
+    }
     let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
     let timeout = CollectiveError::Timeout { peer: 0, waited: Duration::from_secs(60) };
     let n = Abort { origin: 1, cause: timeout }.encode(0, &mut frame);
@@ -154,7 +165,7 @@ fn main() {
     let mut input = vec![3u8, 3, 0];
     input.extend(notice);
     input.extend(notice);
-    input.extend(Header::data(Op::AllgatherBytes, 0, 3, 3).encode());
+    input.extend(data(Op::AllgatherBytes, 0, 3, 3).encode());
     input.extend([7, 8, 9]);
     write(&ring, "notices-then-gather", &input);
     let n = Abort { origin: 1, cause: causes[1].clone() }.encode(0, &mut frame);

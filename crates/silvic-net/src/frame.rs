@@ -4,12 +4,15 @@
 //! ```text
 //!  0      2      3      4             8                16               24               32
 //!  +------+------+------+-------------+----------------+----------------+----------------+
-//!  | "Sn" | kind | 0x00 | 0x00000000  | seq: u64       | total: u64     | len: u64       |
+//!  | "Sn" | kind | dir  | block: u32  | seq: u64       | total: u64     | len: u64       |
 //!  +------+------+------+-------------+----------------+----------------+----------------+
 //!  all integers big-endian; `len` payload bytes follow the header
 //! ```
 //!
 //! - `kind` is the collective ([`Op`]), [`ABORT`] or [`WAITING`].
+//! - `dir` is the way a data frame travels round the ring ([`Dir`]: 0 rightward, 1 leftward),
+//!   and `block` whose data it carries (the rank of a gathered block, the segment of a ring
+//!   step). Both are zero in a control frame.
 //! - `seq` is the collective's index since connect: the same on every rank for the same call.
 //! - `total` is the caller's buffer length in bytes, so ranks that passed different lengths fail
 //!   at the first frame even when a segment happens to be the same size as a whole buffer.
@@ -17,7 +20,7 @@
 //!   size an allocation.
 //!
 //! Invariants: [`Header::decode`] takes exactly [`HEADER_LEN`] bytes (a short header cannot
-//! exist), rejects an unknown kind, nonzero reserved bytes and any length above [`MAX_LEN`], and
+//! exist), rejects an unknown kind, an unknown direction, a control frame with a direction or block and any length above [`MAX_LEN`], and
 //! `decode(encode(h)) == h`. Nothing here does I/O.
 //!
 //! Payload numbers are little-endian: the ring sends a buffer's memory as it is, so the crate
@@ -46,6 +49,15 @@ pub const ABORT_FIXED_LEN: usize = 4 + 1 + 4 + 1 + 1 + 8 + 8 + 2;
 pub const MAX_ABORT_MESSAGE: usize = 480;
 /// The largest abort payload.
 pub const MAX_ABORT_LEN: usize = ABORT_FIXED_LEN + MAX_ABORT_MESSAGE;
+
+/// Which way a data frame travels round the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// From a rank to its right neighbour, `r + 1`.
+    Right,
+    /// From a rank to its left neighbour, `r - 1`.
+    Left,
+}
 
 /// What a frame carries: a collective's data or an abort.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +101,10 @@ impl Kind {
 pub struct Header {
     /// What the frame carries.
     pub kind: Kind,
+    /// Which way the frame travels (a control frame: [`Dir::Right`]).
+    pub dir: Dir,
+    /// Whose block (or which segment) the frame carries (a control frame: 0).
+    pub block: u32,
     /// The collective's index since connect.
     pub seq: u64,
     /// The caller's buffer length in bytes (for an abort: 0).
@@ -106,7 +122,7 @@ pub enum FrameError {
     /// The kind byte names no collective.
     #[error("unknown kind {0:#04x}")]
     UnknownKind(u8),
-    /// A reserved byte is not zero.
+    /// The direction byte names no direction, or a control frame has a direction or block.
     #[error("reserved bytes are not zero")]
     Reserved,
     /// The payload length is above [`MAX_LEN`], or an abort payload above [`MAX_ABORT_LEN`].
@@ -125,9 +141,19 @@ pub enum FrameError {
 }
 
 impl Header {
-    /// The header of a data frame.
+    /// The header of a data frame travelling rightward with block 0 (see [`Header::carrying`]).
     pub fn data(op: Op, seq: u64, total: u64, len: u64) -> Header {
-        Header { kind: Kind::Data(op), seq, total, len }
+        Header { kind: Kind::Data(op), dir: Dir::Right, block: 0, seq, total, len }
+    }
+
+    /// The header of a control frame.
+    pub fn control(kind: Kind, seq: u64, len: u64) -> Header {
+        Header { kind, dir: Dir::Right, block: 0, seq, total: 0, len }
+    }
+
+    /// This header, travelling `dir` and carrying `block`.
+    pub fn carrying(self, dir: Dir, block: usize) -> Header {
+        Header { dir, block: u32::try_from(block).unwrap_or(u32::MAX), ..self }
     }
 
     /// Encodes the header.
@@ -135,6 +161,11 @@ impl Header {
         let mut out = [0u8; HEADER_LEN];
         out[..2].copy_from_slice(&FRAME_MAGIC);
         out[2] = self.kind.to_byte();
+        out[3] = match self.dir {
+            Dir::Right => 0,
+            Dir::Left => 1,
+        };
+        BigEndian::write_u32(&mut out[4..8], self.block);
         BigEndian::write_u64(&mut out[8..16], self.seq);
         BigEndian::write_u64(&mut out[16..24], self.total);
         BigEndian::write_u64(&mut out[24..32], self.len);
@@ -147,7 +178,13 @@ impl Header {
             return Err(FrameError::BadMagic([bytes[0], bytes[1]]));
         }
         let kind = Kind::from_byte(bytes[2]).ok_or(FrameError::UnknownKind(bytes[2]))?;
-        if bytes[3..8] != [0; 5] {
+        let dir = match bytes[3] {
+            0 => Dir::Right,
+            1 => Dir::Left,
+            _ => return Err(FrameError::Reserved),
+        };
+        let block = BigEndian::read_u32(&bytes[4..8]);
+        if !matches!(kind, Kind::Data(_)) && (dir, block) != (Dir::Right, 0) {
             return Err(FrameError::Reserved);
         }
         let len = BigEndian::read_u64(&bytes[24..32]);
@@ -161,12 +198,13 @@ impl Header {
         }
         let seq = BigEndian::read_u64(&bytes[8..16]);
         let total = BigEndian::read_u64(&bytes[16..24]);
-        Ok(Header { kind, seq, total, len })
+        Ok(Header { kind, dir, block, seq, total, len })
     }
 
     /// Checks a data header from `peer` against the one this rank expects at this point of the
-    /// collective: same op and sequence (else out of step), same buffer length and payload length
-    /// (else a length mismatch). Called before a payload byte is read.
+    /// collective: same op and sequence (else out of step), same buffer length (else a length
+    /// mismatch), same direction, block and payload length (else malformed). Called before a
+    /// payload byte is read.
     pub fn expect(&self, expected: &Header, peer: usize) -> Result<(), CollectiveError> {
         let (Kind::Data(got_op), Kind::Data(expected_op)) = (self.kind, expected.kind) else {
             return Err(CollectiveError::MalformedFrame {
@@ -188,6 +226,15 @@ impl Header {
                 peer,
                 expected: expected.total,
                 got: self.total,
+            });
+        }
+        if (self.dir, self.block) != (expected.dir, expected.block) {
+            return Err(CollectiveError::MalformedFrame {
+                peer,
+                reason: format!(
+                    "block {} travelling {:?}, expected block {} travelling {:?}",
+                    self.block, self.dir, expected.block, expected.dir
+                ),
             });
         }
         if self.len != expected.len {
@@ -347,7 +394,7 @@ impl Abort {
         }
         let message = &message.as_bytes()[..cut];
         let payload_len = ABORT_FIXED_LEN + message.len();
-        let header = Header { kind: Kind::Abort, seq, total: 0, len: payload_len as u64 };
+        let header = Header::control(Kind::Abort, seq, payload_len as u64);
         out[..HEADER_LEN].copy_from_slice(&header.encode());
         let p = &mut out[HEADER_LEN..];
         BigEndian::write_u32(&mut p[0..4], f.origin);
@@ -446,7 +493,7 @@ impl Waiting {
     /// Encodes a whole waiting frame of collective `seq`.
     pub fn encode(&self, seq: u64) -> [u8; HEADER_LEN + WAITING_LEN] {
         let mut out = [0u8; HEADER_LEN + WAITING_LEN];
-        let header = Header { kind: Kind::Waiting, seq, total: 0, len: WAITING_LEN as u64 };
+        let header = Header::control(Kind::Waiting, seq, WAITING_LEN as u64);
         out[..HEADER_LEN].copy_from_slice(&header.encode());
         BigEndian::write_u32(&mut out[HEADER_LEN..HEADER_LEN + 4], rank_field(self.on));
         let ms = u64::try_from(self.waited.as_millis()).unwrap_or(u64::MAX);
@@ -483,8 +530,14 @@ mod tests {
     fn header_round_trips() {
         for kind in all_kinds() {
             for (seq, total, len) in [(0, 0, 0), (1, 4096, 480), (u64::MAX, u64::MAX, 400)] {
-                let h = Header { kind, seq, total, len };
+                let h = Header { kind, dir: Dir::Right, block: 0, seq, total, len };
                 assert_eq!(Header::decode(&h.encode()), Ok(h));
+                if let Kind::Data(_) = kind {
+                    for (dir, block) in [(Dir::Left, 0), (Dir::Right, 7), (Dir::Left, 65_537)] {
+                        let h = h.carrying(dir, block);
+                        assert_eq!(Header::decode(&h.encode()), Ok(h));
+                    }
+                }
             }
         }
         let big = Header::data(Op::AllgatherBytes, 9, MAX_LEN, MAX_LEN);
@@ -501,12 +554,18 @@ mod tests {
         bad[2] = 0x77;
         assert_eq!(Header::decode(&bad), Err(FrameError::UnknownKind(0x77)));
         let mut bad = good;
-        bad[5] = 1;
-        assert_eq!(Header::decode(&bad), Err(FrameError::Reserved));
+        bad[3] = 2;
+        assert_eq!(Header::decode(&bad), Err(FrameError::Reserved), "no third direction");
+        let notice = Waiting { on: 1, waited: Duration::ZERO }.encode(3);
+        for (at, byte) in [(3, 1), (7, 1), (4, 0x80)] {
+            let mut bad: [u8; HEADER_LEN] = notice[..HEADER_LEN].try_into().unwrap();
+            bad[at] = byte;
+            assert_eq!(Header::decode(&bad), Err(FrameError::Reserved), "control byte {at}");
+        }
         let mut bad = good;
         bad[24..32].copy_from_slice(&(MAX_LEN + 1).to_be_bytes());
         assert_eq!(Header::decode(&bad), Err(FrameError::TooLong(MAX_LEN + 1)));
-        let mut bad = Header { kind: Kind::Abort, seq: 0, total: 0, len: 0 }.encode();
+        let mut bad = Header::control(Kind::Abort, 0, 0).encode();
         bad[24..32].copy_from_slice(&((MAX_ABORT_LEN + 1) as u64).to_be_bytes());
         assert!(matches!(Header::decode(&bad), Err(FrameError::TooLong(_))));
         assert_eq!(Header::decode(&[0u8; HEADER_LEN]), Err(FrameError::BadMagic([0, 0])));
@@ -531,6 +590,11 @@ mod tests {
             Err(CollectiveError::LengthMismatch { peer: 1, expected: 800, got: 808 })
         );
         assert_eq!(mine.expect(&mine, 0), Ok(()));
+        let mine = mine.carrying(Dir::Left, 3);
+        for theirs in [mine.carrying(Dir::Right, 3), mine.carrying(Dir::Left, 2)] {
+            let error = theirs.expect(&mine, 4).unwrap_err();
+            assert!(matches!(error, CollectiveError::MalformedFrame { peer: 4, .. }), "{error}");
+        }
     }
 
     #[test]
@@ -639,7 +703,7 @@ mod tests {
         let w = Waiting { on: 5, waited: Duration::from_millis(2500) };
         let frame = w.encode(9);
         let header = Header::decode(frame[..HEADER_LEN].try_into().unwrap()).unwrap();
-        assert_eq!(header, Header { kind: Kind::Waiting, seq: 9, total: 0, len: 12 });
+        assert_eq!(header, Header::control(Kind::Waiting, 9, 12));
         assert_eq!(Waiting::decode(&frame[HEADER_LEN..], 6), Ok(w));
         assert_eq!(Waiting::decode(&frame[HEADER_LEN..], 5), Err(FrameError::BadRank(5)));
         assert_eq!(

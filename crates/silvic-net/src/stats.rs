@@ -9,8 +9,9 @@ use std::time::Duration;
 /// What a [`TcpCollective`](crate::TcpCollective) has done since connect.
 ///
 /// The waits are the time a collective spent blocked or spinning while a ring step still needed
-/// its left neighbour's frame (`waited_left`) or still had bytes for its right neighbour that it
-/// would not take (`waited_right`); a moment that needs both counts in both. A rank whose
+/// a frame from its left neighbour or had bytes for it that it would not take (`waited_left`),
+/// or the same of its right neighbour (`waited_right`; in the two-way gather frames travel both
+/// ways); a moment that needs both counts in both. A rank whose
 /// `waited_left` grows fastest waits on the ranks before it: the straggler is upstream.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -289,6 +289,11 @@ fn a_refusal_tells_a_stranger_only_the_reason() {
 
 /// What rank 0 logged while forming a world of two with `token`.
 fn logged_while_connecting(token: &'static str) -> String {
+    // The subscriber exists before any rank runs: tracing decides once per call site whether
+    // any subscriber wants it, and a call site first reached by rank 1's thread while no
+    // subscriber existed yet would be muted for rank 0 too.
+    let captured = common::Capture::default();
+    let subscriber = tracing::Dispatch::new(captured.subscriber());
     let (mut listeners, addresses) = common::listeners(2);
     let rank1 = listeners.pop().unwrap();
     let rank0 = listeners.pop().unwrap();
@@ -297,9 +302,7 @@ fn logged_while_connecting(token: &'static str) -> String {
     peer.start(1, rank1, addresses.clone(), token, timeout, |ring, _| {
         ring.map(|_| ()).map_err(|e| e.to_string())
     });
-    let captured = common::Capture::default();
-    let subscriber = captured.subscriber();
-    let joined = tracing::subscriber::with_default(subscriber, || {
+    let joined = tracing::dispatcher::with_default(&subscriber, || {
         TcpCollective::connect(rank0, 0, &addresses, token, timeout)
     });
     joined.expect("rank 0 joins");

@@ -1,11 +1,13 @@
-//! The control side of the ring link: reading the reverse direction and the control frames
-//! behind a step's frame, queueing waiting notices, and whom a wait blames.
+//! The control side of the ring link: reading the control frames between data frames on both
+//! streams, queueing waiting notices, whom a wait blames, and what a failed write means.
 //!
-//! Invariants: control frames are read in order and every one looked at (a notice never hides
-//! an abort); a failure heard while the step needs nothing more of that neighbour is kept for the
-//! next step, not returned early; a notice is queued whole, only between data frames on the
-//! right, and dropped (never retried in a busy loop) if its stream fails; a notice names this
-//! rank's stalled neighbour or the rank a fresh notice of that neighbour names, never this rank.
+//! Invariants: control frames are read in order and every one looked at (a notice or a data
+//! frame never hides an abort: a data frame stops the reading, to be read whole by its step,
+//! then what follows it); a failure heard while the step needs nothing more of that neighbour
+//! is kept for the next step, not returned early; a notice is queued whole, only between data
+//! frames on its stream, and dropped (never retried in a busy loop) if its stream fails; a
+//! notice names this rank's stalled neighbour or the rank a fresh notice of that neighbour
+//! names, never this rank.
 
 use std::io::{self, Write};
 use std::net::TcpStream;
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use silvic_core::CollectiveError;
 
-use super::reader::{Control, Parsed, parse_control, stream_error};
+use super::reader::{Control, Next, next_control, stream_error};
 use super::{Counted, Side, TcpRing};
 use crate::frame::Waiting;
 
@@ -61,16 +63,9 @@ impl Queued {
         Ok(self.sent - start)
     }
 
-    /// Writes what `stream` takes, dropping the queue if the stream fails (the failure shows
-    /// on reading it). Returns the bytes written.
-    pub(super) fn flush_or_drop(&mut self, stream: &TcpStream) -> u64 {
-        match self.flush(stream) {
-            Ok(n) => n as u64,
-            Err(_) => {
-                self.sent = self.bytes.len();
-                0
-            }
-        }
+    /// Drops what is left to write.
+    pub(super) fn drop_rest(&mut self) {
+        self.sent = self.bytes.len();
     }
 
     /// What is left to write.
@@ -87,72 +82,84 @@ pub(super) struct Heard {
 }
 
 impl TcpRing {
-    /// The error for a failed write to the right: the abort the right neighbour sent before it
-    /// closed, if it is waiting to be read, else the socket error itself.
-    pub(super) fn right_gone(&mut self, e: &io::Error) -> CollectiveError {
-        let mut src = Counted { stream: &self.right, bytes: &mut self.stats.bytes_received };
-        while let Ok(Some(control)) = self.reverse.next(&mut src, self.right_rank, self.world) {
+    /// The error for a failed write to `side`: the abort that neighbour sent before it closed,
+    /// if it is waiting to be read between frames, else the socket error itself. Only looked
+    /// for when `between` frames: bytes of a frame partly read are no frame header.
+    pub(super) fn gone(&mut self, side: Side, e: &io::Error, between: bool) -> CollectiveError {
+        let (stream, ahead, peer) = match side {
+            Side::Left => (&self.left, &mut self.ahead_left, self.left_rank),
+            Side::Right => (&self.right, &mut self.ahead_right, self.right_rank),
+        };
+        let mut src = Counted { stream, bytes: &mut self.stats.bytes_received };
+        while let Some(Ok(Next::Control(control))) =
+            between.then(|| next_control(ahead, &mut src, peer, self.world))
+        {
             if let Control::Abort { error, .. } = control {
                 return error;
             }
         }
-        stream_error(self.right_rank, e)
+        stream_error(peer, e)
     }
 
-    /// Reads the reverse direction of the right stream: notices are noted, an abort of this
-    /// call (or any failure while the step still writes to the right) fails the step.
-    pub(super) fn read_reverse(&mut self, seq: u64, writing: bool) -> Result<(), CollectiveError> {
+    /// Reads the control frames on the right stream behind this step's frame from it (or all
+    /// of them, in a step that reads no frame from the right): notices are noted, an abort of
+    /// this call (or any failure while the step still writes to the right) fails the step.
+    /// Returns whether to keep watching: not once a data frame (a later step's) shows up.
+    pub(super) fn read_reverse(
+        &mut self,
+        seq: u64,
+        writing: bool,
+    ) -> Result<bool, CollectiveError> {
         while !self.right_ended {
             let mut src = Counted { stream: &self.right, bytes: &mut self.stats.bytes_received };
-            let failure = match self.reverse.next(&mut src, self.right_rank, self.world) {
-                Ok(None) => return Ok(()),
-                Ok(Some(Control::Waiting { notice, seq: of })) => {
-                    if of == seq {
-                        self.heard_right = Some(Heard { notice, at: Instant::now() });
+            let failure =
+                match next_control(&mut self.ahead_right, &mut src, self.right_rank, self.world) {
+                    Ok(Next::Blocked) => return Ok(true),
+                    Ok(Next::Data) => return Ok(false),
+                    Ok(Next::Control(Control::Waiting { notice, seq: of })) => {
+                        if of == seq {
+                            self.heard_right = Some(Heard { notice, at: Instant::now() });
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                Ok(Some(Control::Abort { seq: of, error })) => {
-                    if of <= seq || writing {
-                        return Err(error);
+                    Ok(Next::Control(Control::Abort { seq: of, error })) => {
+                        if of <= seq || writing {
+                            return Err(error);
+                        }
+                        error
                     }
-                    error
-                }
-                Err(error) if writing => return Err(error),
-                Err(error) => error,
-            };
+                    Err(error) if writing => return Err(error),
+                    Err(error) => error,
+                };
             // Nothing in this step needs the right any more: the next step reports it.
             self.right_ended = true;
             self.pending.get_or_insert(failure);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Reads control frames behind this step's frame from the left: notices are noted, an
-    /// abort of this call fails the step. Returns whether to keep watching the left: not once a
-    /// data frame (the next step's), an abort of a later call or the end of the stream shows
-    /// up, which are all left for the next read.
+    /// abort of this call fails the step and one of a later call is kept for the next step.
+    /// Returns whether to keep watching the left: not once a data frame (the next step's), an
+    /// abort or the end of the stream shows up; the end is left for the next read.
     pub(super) fn read_left_controls(&mut self, seq: u64) -> Result<bool, CollectiveError> {
         loop {
             let mut src = Counted { stream: &self.left, bytes: &mut self.stats.bytes_received };
-            let need = match parse_control(self.ahead.buffered(), self.left_rank, self.world) {
-                Ok(Parsed::Data) | Err(_) => return Ok(false),
-                Ok(Parsed::Incomplete(need)) => need,
-                Ok(Parsed::Control(Control::Waiting { notice, seq: of }, len)) => {
-                    self.ahead.consume(len);
+            match next_control(&mut self.ahead_left, &mut src, self.left_rank, self.world) {
+                Ok(Next::Blocked) => return Ok(true),
+                Ok(Next::Data) | Err(_) => return Ok(false),
+                Ok(Next::Control(Control::Waiting { notice, seq: of })) => {
                     if of == seq {
                         self.heard_left = Some(Heard { notice, at: Instant::now() });
                     }
-                    continue;
                 }
-                Ok(Parsed::Control(Control::Abort { seq: of, error }, _)) => {
-                    return if of == seq { Err(error) } else { Ok(false) };
+                Ok(Next::Control(Control::Abort { seq: of, error })) => {
+                    if of == seq {
+                        return Err(error);
+                    }
+                    self.pending.get_or_insert(error);
+                    return Ok(false);
                 }
-            };
-            match self.ahead.fill(&mut src, need) {
-                Ok(true) => {}
-                Ok(false) => return Ok(true),
-                Err(_) => return Ok(false),
             }
         }
     }
@@ -171,17 +178,28 @@ impl TcpRing {
         }
     }
 
-    /// Queues a waiting notice for both neighbours: the left on the reverse direction, the
-    /// right only between data frames.
-    pub(super) fn send_notice(&mut self, notice: Waiting, seq: u64, out_done: bool) {
+    /// Queues a waiting notice for both neighbours, each only between data frames to it.
+    pub(super) fn send_notice(
+        &mut self,
+        notice: Waiting,
+        seq: u64,
+        left_done: bool,
+        right_done: bool,
+    ) {
         let frame = notice.encode(seq);
-        if self.to_left.is_empty() {
+        if left_done && self.to_left.is_empty() {
             self.to_left.push(&frame);
         }
-        if out_done && self.to_right.is_empty() {
+        if right_done && self.to_right.is_empty() {
             self.to_right.push(&frame);
         }
-        self.stats.bytes_sent += self.to_left.flush_or_drop(&self.left);
-        self.stats.bytes_sent += self.to_right.flush_or_drop(&self.right);
+        for (queued, stream) in [(&mut self.to_left, &self.left), (&mut self.to_right, &self.right)]
+        {
+            match queued.flush(stream) {
+                Ok(n) => self.stats.bytes_sent += n as u64,
+                // The failure shows on reading the stream.
+                Err(_) => queued.drop_rest(),
+            }
+        }
     }
 }

@@ -1,36 +1,42 @@
 //! The TCP ring link: one lock-step exchange over two non-blocking sockets, driven by poll(2).
 //!
-//! Each rank holds two streams. Data flows one way around the ring: a rank writes frames to its
-//! right neighbour and reads frames from its left. The reverse direction of each stream carries
-//! control frames only (aborts and waiting notices), and both directions are watched for the
-//! whole of every step, so a failure travels around the ring both ways in moments.
+//! Each rank holds two streams. A step has a rightward lane (a frame written to the right
+//! neighbour, one read from the left) and, in a two-way gather, a leftward lane (written to the
+//! left, read from the right), so data frames may travel both directions of both streams.
+//! Control frames (aborts and waiting notices) travel both directions too, and both directions
+//! are watched for the whole of every step, so a failure travels around the ring both ways in
+//! moments.
 //!
 //! Invariants:
-//! - A step writes and reads at the same time; neither side ever blocks on a write before it
-//!   reads, so buffers of any size cannot deadlock however small the socket buffers are.
+//! - A step writes and reads at the same time, on both lanes; it never blocks on a write before
+//!   it reads, so buffers of any size cannot deadlock however small the socket buffers are.
 //! - Readiness is a hint: every read and write runs until it would block, and `EINTR` retries.
-//! - The right stream's reverse direction is read whatever the step waits for: an abort there
-//!   fails the step at once. Its end (or an abort of a later call) while this rank has nothing
-//!   left to send in the step is kept and returned by the next step, since a right neighbour that
-//!   has taken everything may end its job before this rank has read its last frame.
-//! - Once this step's frame from the left is in, control frames behind it are read too (an abort
-//!   of this call fails the step), up to the next data frame, which is left for the next step.
-//! - Frames on a stream are read in order and every one is looked at: a waiting notice never
-//!   hides an abort behind it. On the left, a data frame of the next step waits for that step,
-//!   and what follows it with it. A notice of another call than the current one is ignored.
+//! - Both streams are read whatever the step waits for, per direction: a lane's frame first
+//!   (notices before it noted, an abort before it fails the step), then the control frames
+//!   behind it (an abort of this call fails the step), up to the next data frame, which is left
+//!   for the next step. The right stream's end (or an abort of a later call) while this rank has
+//!   nothing left to send it in the step is kept and returned by the next step, since a right
+//!   neighbour that has taken everything may end its job before this rank has read its last
+//!   frame.
+//! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
+//!   frame never hides an abort behind it (a data frame is read whole before what follows it).
+//!   A data frame of the next step waits for that step, and what follows it with it. A notice of
+//!   another call than the current one is ignored.
+//! - A data frame's header and payload go out in one vectored write when the socket takes them.
 //! - The timeout bounds inactivity per peer: a step fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long. A waiting rank sends notices to both
 //!   neighbours ([`notice_every`]), naming the rank it blames (its own stalled neighbour, or the
 //!   rank that neighbour's fresh notice names), so only a neighbour of a stalled rank times out,
 //!   and every error names the stalled rank.
 //! - An outgoing frame, data or control, is written whole or the stream is shut: a notice or an
-//!   abort only ever follows a complete frame, so a receiver never mistakes it for payload.
+//!   abort only ever follows a complete frame on its stream, so a receiver never mistakes it for
+//!   payload.
 //! - A rank waits by spinning (yielding the core on every turn) for at most [`SPIN`] after its
 //!   last progress, then blocks in poll(2): short waits skip a wake-up, long ones cost no CPU.
 //!
 //! This is the only module that waits on the ring.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -40,7 +46,7 @@ use tracing::warn;
 
 use crate::frame::{Abort, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, Waiting};
 use crate::liveness::Liveness;
-use crate::ring::{Link, Sink};
+use crate::ring::{Lane, Link, Sink};
 use crate::stats::RingStats;
 use crate::wait::wait;
 
@@ -51,14 +57,11 @@ use control::{Heard, Queued, notice_every};
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
-use reader::{ControlReader, Incoming, ReadAhead};
+use reader::{Incoming, ReadAhead};
 
 /// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
 /// can append an abort frame. Past this it just shuts the stream.
 const FINISH_FRAME_BOUND: Duration = Duration::from_millis(250);
-
-/// Payloads up to this size go out in one write together with their header.
-const COALESCE: usize = 16 * 1024;
 
 /// How long a step keeps trying, yielding the core between tries, after its last progress
 /// before it blocks in poll(2): a short wait is cheaper spun than woken from (README,
@@ -66,8 +69,8 @@ const COALESCE: usize = 16 * 1024;
 /// spin) lets ranks that share a core with this one run.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// Bytes of the left stream one read takes ahead: a coalesced frame arrives in one call.
-const READ_AHEAD: usize = HEADER_LEN + COALESCE;
+/// Bytes of a stream one read takes ahead: a header and a small payload arrive in one call.
+const READ_AHEAD: usize = HEADER_LEN + 16 * 1024;
 
 /// A collective that has waited this long without progress logs a warning, then again each
 /// time its wait doubles.
@@ -92,17 +95,14 @@ pub(crate) struct TcpRing {
     /// Every rank's address, for log lines.
     addresses: Vec<SocketAddr>,
     timeout: Duration,
-    /// False while a data frame to the right is partly written.
-    at_frame_boundary: bool,
-    /// Header and small payload, written together.
-    coalesced: Vec<u8>,
-    /// The reverse direction of the right stream, where only control frames arrive.
-    reverse: ControlReader,
-    /// The reverse direction of the right stream has ended or failed.
+    /// False while a data frame to the left (right) is partly written.
+    left_boundary: bool,
+    right_boundary: bool,
+    /// The right stream has ended or failed while nothing needed it.
     right_ended: bool,
     /// A failure heard when nothing in the step needed it: the next step returns it.
     pending: Option<CollectiveError>,
-    /// Notices queued for the left (reverse direction) and the right (between data frames).
+    /// Notices queued for the left and the right, written between data frames.
     to_left: Queued,
     to_right: Queued,
     /// The last notice each neighbour sent.
@@ -113,24 +113,52 @@ pub(crate) struct TcpRing {
     liveness: Liveness,
     /// How long a step spins before it blocks ([`SPIN`]).
     spin: Duration,
-    /// What was read from the left stream beyond the last frame.
-    ahead: ReadAhead,
+    /// What was read from each stream beyond the last frame.
+    ahead_left: ReadAhead,
+    ahead_right: ReadAhead,
     stats: RingStats,
 }
 
-/// The frame being written to the right.
+/// The frame being written to one neighbour.
 struct Outgoing<'a> {
     head: [u8; HEADER_LEN],
     payload: &'a [u8],
     sent: usize,
 }
 
-impl Outgoing<'_> {
+impl<'a> Outgoing<'a> {
+    fn new(header: &Header, payload: &'a [u8]) -> Self {
+        Outgoing { head: header.encode(), payload, sent: 0 }
+    }
+    /// Nothing to send: a step without this lane.
+    fn none() -> Self {
+        Outgoing { head: [0; HEADER_LEN], payload: &[], sent: HEADER_LEN }
+    }
     fn len(&self) -> usize {
         HEADER_LEN + self.payload.len()
     }
     fn done(&self) -> bool {
         self.sent == self.len()
+    }
+}
+
+/// One lane of a step, as the link drives it: the frame going out, the frame coming in.
+struct Flow<'a> {
+    out: Outgoing<'a>,
+    incoming: Incoming,
+    expect: Header,
+    /// `None` on a lane that receives nothing.
+    sink: Option<&'a mut dyn Sink>,
+}
+
+impl<'a> Flow<'a> {
+    fn new(lane: Lane<'a>) -> Self {
+        Flow {
+            out: Outgoing::new(&lane.header, lane.payload),
+            incoming: Incoming::new(),
+            expect: lane.expect,
+            sink: Some(lane.sink),
+        }
     }
 }
 
@@ -169,9 +197,8 @@ impl TcpRing {
             right_rank: (rank + 1) % world,
             addresses: place.addresses,
             timeout,
-            at_frame_boundary: true,
-            coalesced: Vec::with_capacity(HEADER_LEN + COALESCE),
-            reverse: ControlReader::new(),
+            left_boundary: true,
+            right_boundary: true,
             right_ended: false,
             pending: None,
             to_left: Queued::default(),
@@ -180,7 +207,8 @@ impl TcpRing {
             heard_right: None,
             liveness: Liveness::new(),
             spin: SPIN,
-            ahead: ReadAhead::new(READ_AHEAD),
+            ahead_left: ReadAhead::new(READ_AHEAD),
+            ahead_right: ReadAhead::new(READ_AHEAD),
             stats: RingStats::default(),
         }
     }
@@ -194,30 +222,49 @@ impl TcpRing {
         self.stats
     }
 
-    /// Writes what the right stream takes: queued control bytes first, then the frame.
-    /// Returns whether a byte of the frame moved.
-    fn write_some(&mut self, out: &mut Outgoing<'_>) -> Result<bool, CollectiveError> {
-        match self.to_right.flush(&self.right) {
+    fn stream(&self, side: Side) -> &TcpStream {
+        match side {
+            Side::Left => &self.left,
+            Side::Right => &self.right,
+        }
+    }
+
+    /// Writes what the stream on `side` takes: queued notices first, then the frame, header and
+    /// payload in one vectored write. Returns whether a byte of the frame moved. `between` says
+    /// whether the frame read from that stream is at a boundary (see [`TcpRing::gone`]).
+    fn write_some(
+        &mut self,
+        side: Side,
+        out: &mut Outgoing<'_>,
+        between: bool,
+    ) -> Result<bool, CollectiveError> {
+        let (mut stream, queued) = match side {
+            Side::Left => (&self.left, &mut self.to_left),
+            Side::Right => (&self.right, &mut self.to_right),
+        };
+        match queued.flush(stream) {
             Ok(n) => self.stats.bytes_sent += n as u64,
-            Err(e) if !out.done() => return Err(self.right_gone(&e)),
-            // Only a notice was left to send: the right needs nothing more in this step, and
-            // the next step reports the failure.
+            Err(e) if !out.done() => return Err(self.gone(side, &e, between)),
+            // Only a notice was left to send: the neighbour needs nothing more in this step.
+            // A failed right is reported by the next step; a failed left shows on reading it.
             Err(e) => {
-                self.to_right.sent = self.to_right.bytes.len();
-                let error = self.right_gone(&e);
-                self.pending.get_or_insert(error);
+                queued.drop_rest();
+                if side == Side::Right {
+                    let error = self.gone(side, &e, between);
+                    self.pending.get_or_insert(error);
+                }
+                return Ok(false);
             }
         }
         let mut moved = false;
-        while !out.done() && self.to_right.is_empty() {
-            let buf = if !self.coalesced.is_empty() {
-                &self.coalesced[out.sent..]
-            } else if out.sent < HEADER_LEN {
-                &out.head[out.sent..]
+        while !out.done() && queued.is_empty() {
+            let written = if out.sent < HEADER_LEN {
+                let parts = [IoSlice::new(&out.head[out.sent..]), IoSlice::new(out.payload)];
+                stream.write_vectored(&parts)
             } else {
-                &out.payload[out.sent - HEADER_LEN..]
+                stream.write(&out.payload[out.sent - HEADER_LEN..])
             };
-            match (&self.right).write(buf) {
+            match written {
                 Ok(n) => {
                     out.sent += n;
                     self.stats.bytes_sent += n as u64;
@@ -225,7 +272,37 @@ impl TcpRing {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.right_gone(&e)),
+                Err(e) => return Err(self.gone(side, &e, between)),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Reads the frame of `flow` from `side`; returns whether data moved. A notice of this call
+    /// read on the way is noted.
+    fn read_lane(&mut self, side: Side, flow: &mut Flow<'_>) -> Result<bool, CollectiveError> {
+        let (stream, ahead, peer) = match side {
+            Side::Left => (&self.left, &mut self.ahead_left, self.left_rank),
+            Side::Right => (&self.right, &mut self.ahead_right, self.right_rank),
+        };
+        let Some(sink) = flow.sink.as_deref_mut() else {
+            return Ok(false);
+        };
+        let mut src = Counted { stream, bytes: &mut self.stats.bytes_received };
+        let mut heard = None;
+        let moved = flow.incoming.read_from(
+            &mut src,
+            ahead,
+            (peer, self.world),
+            &flow.expect,
+            sink,
+            &mut heard,
+        )?;
+        if let Some(notice) = heard {
+            let heard = Some(Heard { notice, at: Instant::now() });
+            match side {
+                Side::Left => self.heard_left = heard,
+                Side::Right => self.heard_right = heard,
             }
         }
         Ok(moved)
@@ -233,51 +310,50 @@ impl TcpRing {
 
     fn drive(
         &mut self,
-        out: &mut Outgoing<'_>,
-        incoming: &mut Incoming,
-        expect: &Header,
-        sink: &mut dyn Sink,
+        right: &mut Flow<'_>,
+        left: &mut Flow<'_>,
     ) -> Result<(), (Side, CollectiveError)> {
-        let seq = expect.seq;
+        let seq = right.expect.seq;
         let started = Instant::now();
         // Data progress per side; a notice also shows a neighbour alive (for the timeout).
         let (mut left_active, mut right_active) = (started, started);
-        let mut watch_left = true;
+        let (mut watch_left, mut watch_right) = (true, true);
         let mut next_notice: Option<Instant> = None;
         let mut warn_at = WARN_AFTER;
         let every = notice_every(self.timeout);
         loop {
-            if self.write_some(out).map_err(|e| (Side::Right, e))? {
+            let between = left.incoming.at_boundary();
+            if self
+                .write_some(Side::Right, &mut right.out, between)
+                .map_err(|e| (Side::Right, e))?
+            {
                 right_active = Instant::now();
                 self.liveness.restore(&self.right);
             }
-            if !incoming.done() {
-                let mut src = Counted { stream: &self.left, bytes: &mut self.stats.bytes_received };
-                let mut heard = None;
-                let moved = incoming
-                    .read_from(
-                        &mut src,
-                        &mut self.ahead,
-                        (self.left_rank, self.world),
-                        expect,
-                        sink,
-                        &mut heard,
-                    )
-                    .map_err(|e| (Side::Left, e))?;
-                let now = Instant::now();
-                if moved {
-                    left_active = now;
-                }
-                if let Some(notice) = heard {
-                    self.heard_left = Some(Heard { notice, at: now });
-                }
+            let between = right.incoming.at_boundary();
+            if self.write_some(Side::Left, &mut left.out, between).map_err(|e| (Side::Left, e))? {
+                left_active = Instant::now();
             }
-            if incoming.done() && watch_left {
+            if !right.incoming.done()
+                && self.read_lane(Side::Left, right).map_err(|e| (Side::Left, e))?
+            {
+                left_active = Instant::now();
+            }
+            if right.incoming.done() && watch_left {
                 watch_left = self.read_left_controls(seq).map_err(|e| (Side::Left, e))?;
             }
-            self.read_reverse(seq, !out.done()).map_err(|e| (Side::Right, e))?;
-            self.stats.bytes_sent += self.to_left.flush_or_drop(&self.left);
-            if out.done() && incoming.done() {
+            if !left.incoming.done()
+                && self.read_lane(Side::Right, left).map_err(|e| (Side::Right, e))?
+            {
+                right_active = Instant::now();
+            }
+            if left.incoming.done() && watch_right {
+                watch_right =
+                    self.read_reverse(seq, !right.out.done()).map_err(|e| (Side::Right, e))?;
+            }
+            let need_left = !right.incoming.done() || !left.out.done();
+            let need_right = !right.out.done() || !left.incoming.done();
+            if !need_left && !need_right {
                 return Ok(());
             }
             let last_progress = left_active.max(right_active);
@@ -286,7 +362,7 @@ impl TcpRing {
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
                 let t = Instant::now();
                 std::thread::yield_now();
-                self.count_wait(t.elapsed(), incoming.done(), out.done());
+                self.count_wait(t.elapsed(), need_left, need_right);
                 continue;
             }
 
@@ -296,8 +372,8 @@ impl TcpRing {
             let left_alive = heard_at(self.heard_left, left_active);
             let right_alive = heard_at(self.heard_right, right_active);
             let waits = [
-                (!incoming.done()).then_some((Side::Left, left_active, left_alive)),
-                (!out.done()).then_some((Side::Right, right_active, right_alive)),
+                need_left.then_some((Side::Left, left_active, left_alive)),
+                need_right.then_some((Side::Right, right_active, right_alive)),
             ];
             let now = Instant::now();
             for (side, _, alive) in waits.iter().flatten() {
@@ -319,11 +395,12 @@ impl TcpRing {
                 next.map_or(first, |t| t.max(first))
             };
             if now >= notice_due(next_notice) {
-                self.send_notice(Waiting { on: blamed, waited: stalled }, seq, out.done());
+                let notice = Waiting { on: blamed, waited: stalled };
+                self.send_notice(notice, seq, left.out.done(), right.out.done());
                 next_notice = Some(now + every);
             }
             if stalled >= warn_at {
-                let op = match expect.kind {
+                let op = match right.expect.kind {
                     Kind::Data(op) => op.name(),
                     _ => "collective",
                 };
@@ -345,17 +422,17 @@ impl TcpRing {
                 .chain(last_progress.checked_add(warn_at))
                 .min();
             let mut right_events = PollFlags::empty();
-            if !out.done() || !self.to_right.is_empty() {
+            if !right.out.done() || !self.to_right.is_empty() {
                 right_events |= PollFlags::OUT;
             }
-            if !self.right_ended {
+            if !self.right_ended && (!left.incoming.done() || watch_right) {
                 right_events |= PollFlags::IN;
             }
             let mut left_events = PollFlags::empty();
-            if !incoming.done() || watch_left {
+            if !right.incoming.done() || watch_left {
                 left_events |= PollFlags::IN;
             }
-            if !self.to_left.is_empty() {
+            if !left.out.done() || !self.to_left.is_empty() {
                 left_events |= PollFlags::OUT;
             }
             let mut fds =
@@ -363,35 +440,34 @@ impl TcpRing {
             let t = Instant::now();
             wait(&mut fds, deadline)
                 .map_err(|e| (Side::Left, CollectiveError::io(self.left_rank, &e)))?;
-            self.count_wait(t.elapsed(), incoming.done(), out.done());
+            self.count_wait(t.elapsed(), need_left, need_right);
             self.liveness.check(&self.right, last_progress, self.timeout);
         }
     }
 
     /// Adds a wait to the time spent waiting on each side the step still needed.
-    fn count_wait(&mut self, waited: Duration, left_done: bool, right_done: bool) {
-        if !left_done {
+    fn count_wait(&mut self, waited: Duration, need_left: bool, need_right: bool) {
+        if need_left {
             self.stats.waited_left += waited;
         }
-        if !right_done {
+        if need_right {
             self.stats.waited_right += waited;
         }
     }
 
-    /// After a failure on the left, keeps writing the frame to the right for a short while, so
-    /// that the right neighbour gets a whole frame and then the abort.
-    fn finish_frame(&mut self, out: &mut Outgoing<'_>) {
+    /// After a failure on the other side, keeps writing the frame to `side` for a short while,
+    /// so that the neighbour there gets a whole frame and then the abort.
+    fn finish_frame(&mut self, side: Side, out: &mut Outgoing<'_>) {
         let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
         while !out.done() && Instant::now() < deadline {
-            if self.write_some(out).is_err() {
-                return;
+            if self.write_some(side, out, false).is_err() {
+                break;
             }
-            let mut fds = [PollFd::new(&self.right, PollFlags::OUT)];
+            let mut fds = [PollFd::new(self.stream(side), PollFlags::OUT)];
             if out.done() || wait(&mut fds, Some(deadline)).is_err() {
                 break;
             }
         }
-        self.at_frame_boundary = out.done();
     }
 
     /// Tells both neighbours why this rank gives up, best effort, then shuts both streams for
@@ -402,15 +478,16 @@ impl TcpRing {
         let len = Abort::for_error(rank, error).encode(seq, &mut frame);
         let frame = &frame[..len];
         // A notice partly written goes out whole first, so the abort starts on a frame boundary.
-        let left = [self.to_left.rest(), frame].concat();
-        let mut targets = vec![(&self.left, left)];
-        if self.at_frame_boundary {
-            targets.push((&self.right, [self.to_right.rest(), frame].concat()));
-        }
-        for (mut stream, bytes) in targets {
-            // Non-blocking: an abort is small and the reverse direction is otherwise nearly
-            // empty; if it does not fit, the shutdown below still ends the stream.
-            let _ = stream.write(&bytes);
+        let targets = [
+            (self.left_boundary, &self.left, &self.to_left),
+            (self.right_boundary, &self.right, &self.to_right),
+        ];
+        for (at_boundary, mut stream, queued) in targets {
+            if at_boundary {
+                // Non-blocking: an abort is small; if it does not fit, the shutdown below still
+                // ends the stream.
+                let _ = stream.write(&[queued.rest(), frame].concat());
+            }
         }
         let _ = self.left.shutdown(Shutdown::Write);
         let _ = self.right.shutdown(Shutdown::Write);
@@ -418,35 +495,148 @@ impl TcpRing {
 }
 
 impl Link for TcpRing {
-    fn exchange(
-        &mut self,
-        header: &Header,
-        payload: &[u8],
-        expect: &Header,
-        sink: &mut dyn Sink,
-    ) -> Result<(), CollectiveError> {
+    fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
         if let Some(error) = self.pending.take() {
             return Err(error);
         }
-        let mut out = Outgoing { head: header.encode(), payload, sent: 0 };
-        self.coalesced.clear();
-        if payload.len() <= COALESCE {
-            self.coalesced.extend_from_slice(&out.head);
-            self.coalesced.extend_from_slice(payload);
-        }
-        self.at_frame_boundary = false;
-        let mut incoming = Incoming::new();
-        let result = self.drive(&mut out, &mut incoming, expect, sink);
-        match result {
+        let mut left = match left {
+            Some(lane) => Flow::new(lane),
+            None => Flow {
+                out: Outgoing::none(),
+                incoming: Incoming::finished(),
+                expect: right.expect,
+                sink: None,
+            },
+        };
+        let mut right = Flow::new(right);
+        self.right_boundary = false;
+        self.left_boundary = left.out.done();
+        let result = self.drive(&mut right, &mut left);
+        let (failed, error) = match result {
             Ok(()) => {
-                self.at_frame_boundary = true;
-                Ok(())
+                (self.left_boundary, self.right_boundary) = (true, true);
+                return Ok(());
             }
-            Err((Side::Left, e)) => {
-                self.finish_frame(&mut out);
-                Err(e)
-            }
-            Err((Side::Right, e)) => Err(e),
+            Err(failure) => failure,
+        };
+        match failed {
+            Side::Left => self.finish_frame(Side::Right, &mut right.out),
+            Side::Right => self.finish_frame(Side::Left, &mut left.out),
+        }
+        (self.left_boundary, self.right_boundary) = (left.out.done(), right.out.done());
+        Err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use silvic_core::Op;
+
+    use super::*;
+    use crate::frame::Dir;
+
+    /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
+    /// frame hid) fails the step with a timeout after this, never a hang.
+    const BOUND: Duration = Duration::from_secs(20);
+
+    struct VecSink(Vec<u8>, usize);
+
+    impl Sink for VecSink {
+        fn space(&mut self) -> &mut [u8] {
+            &mut self.0[self.1..]
+        }
+        fn commit(&mut self, n: usize) {
+            self.1 += n;
+        }
+    }
+
+    /// A connected pair of loopback streams: (this rank's end, the test's end).
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let theirs = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mine, _) = listener.accept().unwrap();
+        mine.set_nonblocking(true).unwrap();
+        (mine, theirs)
+    }
+
+    /// Rank 1 of a world of 3, its neighbours played by the test.
+    fn rank_one(timeout: Duration) -> (TcpRing, TcpStream, TcpStream) {
+        let ((left, rank0), (right, rank2)) = (pair(), pair());
+        let addresses = vec![left.local_addr().unwrap(); 3];
+        (TcpRing::new(left, right, Place { rank: 1, addresses }, timeout), rank0, rank2)
+    }
+
+    fn lanes<'a>(
+        header: Header,
+        payload: &'a [u8],
+        sinks: &'a mut [VecSink; 2],
+    ) -> (Lane<'a>, Lane<'a>) {
+        let [to_right, to_left] = sinks;
+        let right = Lane {
+            header: header.carrying(Dir::Right, 1),
+            payload,
+            expect: header.carrying(Dir::Right, 0),
+            sink: to_right,
+        };
+        let left = Lane {
+            header: header.carrying(Dir::Left, 1),
+            payload,
+            expect: header.carrying(Dir::Left, 2),
+            sink: to_left,
+        };
+        (right, left)
+    }
+
+    #[test]
+    fn a_step_moves_frames_both_ways_on_both_streams() {
+        let (mut ring, mut rank0, mut rank2) = rank_one(BOUND);
+        let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+        rank0.write_all(&[&header.carrying(Dir::Right, 0).encode()[..], b"zer"].concat()).unwrap();
+        rank2.write_all(&[&header.carrying(Dir::Left, 2).encode()[..], b"two"].concat()).unwrap();
+        let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
+        let (right, left) = lanes(header, b"one", &mut sinks);
+        ring.step(right, Some(left)).unwrap();
+        assert_eq!((&sinks[0].0[..], &sinks[1].0[..]), (&b"zer"[..], &b"two"[..]));
+        for (peer, dir) in [(&mut rank0, Dir::Left), (&mut rank2, Dir::Right)] {
+            let mut got = [0u8; HEADER_LEN + 3];
+            peer.read_exact(&mut got).unwrap();
+            let head = Header::decode(got[..HEADER_LEN].try_into().unwrap()).unwrap();
+            assert_eq!(head, header.carrying(dir, 1));
+            assert_eq!(&got[HEADER_LEN..], b"one");
+        }
+    }
+
+    #[test]
+    fn an_abort_behind_a_leftward_data_frame_fails_the_step_while_the_left_is_silent() {
+        // The left neighbour never sends: only the abort on the right can end this step before
+        // its timeout (a Timeout error), and it sits behind a whole data frame travelling
+        // leftwards.
+        let (mut ring, _rank0, mut rank2) = rank_one(BOUND);
+        let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+        let cause = CollectiveError::PeerClosed { peer: 0 };
+        let mut abort = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let n = Abort { origin: 2, cause: cause.clone() }.encode(0, &mut abort);
+        let data = [&header.carrying(Dir::Left, 2).encode()[..], b"two"].concat();
+        rank2.write_all(&[&data[..], &abort[..n]].concat()).unwrap();
+        let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
+        let (right, left) = lanes(header, b"one", &mut sinks);
+        let error = ring.step(right, Some(left)).unwrap_err();
+        assert_eq!(error, CollectiveError::Aborted { origin: 2, cause: Box::new(cause) });
+    }
+
+    #[test]
+    fn a_leftward_frame_of_another_block_or_way_is_refused_naming_the_right_neighbour() {
+        for wrong in [(Dir::Left, 0), (Dir::Right, 2)] {
+            let (mut ring, _rank0, mut rank2) = rank_one(BOUND);
+            let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+            let frame = [&header.carrying(wrong.0, wrong.1).encode()[..], b"two"].concat();
+            rank2.write_all(&frame).unwrap();
+            let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
+            let (right, left) = lanes(header, b"one", &mut sinks);
+            let error = ring.step(right, Some(left)).unwrap_err();
+            assert!(matches!(error, CollectiveError::MalformedFrame { peer: 2, .. }), "{error}");
         }
     }
 }

@@ -1,6 +1,7 @@
-//! Reading frames from a ring stream, generic over [`Read`]: one data frame at a time from the
-//! left ([`Incoming`]), control frames only from the reverse direction of the right
-//! ([`ControlReader`]), and a pure look at buffered bytes ([`parse_control`]).
+//! Reading frames from a ring stream, generic over [`Read`]: one data frame at a time
+//! ([`Incoming`]), the control frames between data frames ([`next_control`]), and a pure look at
+//! buffered bytes ([`parse_control`]). Both streams are read the same way: data travels both
+//! ways round the ring.
 //!
 //! Invariants: a header is checked against what the step expects before a payload byte is read;
 //! a control frame's length is bounded by the header decoder and its bytes go to a fixed buffer;
@@ -81,55 +82,45 @@ pub(super) fn parse_control(
     }
 }
 
-/// Reads the reverse direction of the right stream, where only control frames travel.
-#[derive(Debug)]
-pub(super) struct ControlReader {
-    buf: [u8; HEADER_LEN + MAX_ABORT_LEN],
-    have: usize,
+/// What comes next on a stream read between data frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Next {
+    /// A whole control frame, consumed.
+    Control(Control),
+    /// A data frame starts here; nothing of it is consumed.
+    Data,
+    /// The stream would block before a whole frame header (and control payload) is in.
+    Blocked,
 }
 
-impl ControlReader {
-    pub(super) fn new() -> Self {
-        ControlReader { buf: [0; HEADER_LEN + MAX_ABORT_LEN], have: 0 }
-    }
-
-    /// The next whole control frame, reading from `src` as needed; `Ok(None)` once `src` would
-    /// block. The end of the stream is [`CollectiveError::PeerClosed`]; a data frame here is
-    /// malformed.
-    pub(super) fn next<R: Read>(
-        &mut self,
-        src: &mut R,
-        peer: usize,
-        world: usize,
-    ) -> Result<Option<Control>, CollectiveError> {
-        loop {
-            let need = match parse_control(&self.buf[..self.have], peer, world)? {
-                Parsed::Control(control, len) => {
-                    self.buf.copy_within(len..self.have, 0);
-                    self.have -= len;
-                    return Ok(Some(control));
-                }
-                Parsed::Data => {
-                    return Err(CollectiveError::MalformedFrame {
-                        peer,
-                        reason: "data frame on the reverse direction".into(),
-                    });
-                }
-                Parsed::Incomplete(need) => need,
-            };
-            match src.read(&mut self.buf[self.have..need]) {
-                Ok(0) => return Err(CollectiveError::PeerClosed { peer }),
-                Ok(n) => self.have += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(stream_error(peer, &e)),
+/// The next control frame on a stream, read through `ahead` from `src` as needed. A data frame
+/// is left where it is; the end of the stream is [`CollectiveError::PeerClosed`].
+pub(super) fn next_control<R: Read>(
+    ahead: &mut ReadAhead,
+    src: &mut R,
+    peer: usize,
+    world: usize,
+) -> Result<Next, CollectiveError> {
+    loop {
+        let need = match parse_control(ahead.buffered(), peer, world)? {
+            Parsed::Data => return Ok(Next::Data),
+            Parsed::Control(control, len) => {
+                ahead.consume(len);
+                return Ok(Next::Control(control));
             }
+            Parsed::Incomplete(need) => need,
+        };
+        match ahead.fill(src, need) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Next::Blocked),
+            Err(e) => return Err(stream_error(peer, &e)),
         }
     }
 }
 
-/// Reads one data frame from the left: its header, checked against what the step expects, then
-/// its payload into a sink. Waiting notices before it are taken and reported; an abort fails.
+/// Reads one data frame from a neighbour: its header, checked against what the step expects,
+/// then its payload into a sink. Waiting notices before it are taken and reported; an abort
+/// fails.
 #[derive(Debug)]
 pub(super) struct Incoming {
     head: [u8; HEADER_LEN],
@@ -156,8 +147,22 @@ impl Incoming {
         }
     }
 
+    /// A frame already in: what a step that receives nothing on a lane holds.
+    pub(super) fn finished() -> Self {
+        Incoming { state: State::Done, ..Incoming::new() }
+    }
+
     pub(super) fn done(&self) -> bool {
         matches!(self.state, State::Done)
+    }
+
+    /// Whether no part of a frame is held: nothing read yet, or the frame is in.
+    pub(super) fn at_boundary(&self) -> bool {
+        match self.state {
+            State::Header => self.got == 0,
+            State::Done => true,
+            State::Payload | State::Control(_) => false,
+        }
     }
 
     /// Reads what `src` has, through `ahead`, into the frame. Returns whether the data frame
@@ -458,14 +463,22 @@ mod tests {
     }
 
     #[test]
-    fn the_reverse_direction_reports_every_control_frame_in_order() {
+    fn controls_between_data_frames_come_in_order_and_a_data_frame_is_left_in_place() {
         let cause = CollectiveError::Timeout { peer: 0, waited: Duration::from_secs(2) };
-        let bytes = [notice(0), notice(3), abort_frame(2, cause.clone(), 9)].concat();
+        let data = Header::data(Op::AllgatherBytes, 10, 1, 1).encode().to_vec();
+        let bytes = [notice(0), notice(3), abort_frame(2, cause.clone(), 9), data].concat();
         let mut src = Trickle::new(bytes, 3);
-        let mut reader = ControlReader::new();
+        let mut ahead = ReadAhead::new(0);
         let mut seen = Vec::new();
-        while let Some(c) = reader.next(&mut src, 2, 4).unwrap() {
-            seen.push(c);
+        let mut turns = 0;
+        loop {
+            match next_control(&mut ahead, &mut src, 2, 4).unwrap() {
+                Next::Control(c) => seen.push(c),
+                Next::Blocked => {}
+                Next::Data => break,
+            }
+            turns += 1;
+            assert!(turns < 1000);
         }
         assert_eq!(seen.len(), 3, "{seen:?}");
         assert!(matches!(seen[1], Control::Waiting { notice: Waiting { on: 3, .. }, seq: 4 }));
@@ -476,13 +489,26 @@ mod tests {
                 error: CollectiveError::Aborted { origin: 2, cause: Box::new(cause) }
             }
         );
+        // The data frame is still there for the data reader, and stays there.
+        assert_eq!(next_control(&mut ahead, &mut src, 2, 4), Ok(Next::Data));
+        let mut sink = VecSink(vec![0; 1], 0);
+        let expect = Header::data(Op::AllgatherBytes, 10, 1, 1);
+        let mut incoming = Incoming::new();
+        src.bytes.push(b'x');
+        while !incoming.done() {
+            incoming
+                .read_from(&mut src, &mut ahead, (2, 4), &expect, &mut sink, &mut None)
+                .unwrap();
+        }
+        assert_eq!(sink.0, b"x");
         src.closed = true;
-        assert_eq!(reader.next(&mut src, 2, 4), Err(CollectiveError::PeerClosed { peer: 2 }));
-        let data = Header::data(Op::AllgatherBytes, 0, 1, 1).encode().to_vec();
-        let error = ControlReader::new().next(&mut Trickle::new(data, 64), 2, 4).unwrap_err();
-        assert!(matches!(error, CollectiveError::MalformedFrame { peer: 2, .. }), "{error}");
+        assert_eq!(
+            next_control(&mut ahead, &mut src, 2, 4),
+            Err(CollectiveError::PeerClosed { peer: 2 })
+        );
         // A notice naming a rank outside the world is malformed, not trusted.
-        let error = ControlReader::new().next(&mut Trickle::new(notice(4), 64), 2, 4).unwrap_err();
+        let mut ahead = ReadAhead::new(0);
+        let error = next_control(&mut ahead, &mut Trickle::new(notice(4), 64), 2, 4).unwrap_err();
         assert!(matches!(error, CollectiveError::MalformedFrame { peer: 2, .. }), "{error}");
     }
 

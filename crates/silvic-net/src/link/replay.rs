@@ -1,5 +1,7 @@
 //! An in-memory [`Link`] for the fuzz targets (feature `fuzzing`): the left neighbour's stream
 //! is a byte slice read through the link's own frame reader; what this rank sends is dropped.
+//! A world of two has no leftward lane (its gather is one rightward hop), so a step with one
+//! finds the right neighbour's stream closed.
 
 use std::io::Read;
 
@@ -7,8 +9,7 @@ use silvic_core::CollectiveError;
 
 use super::READ_AHEAD;
 use super::reader::{Incoming, ReadAhead};
-use crate::frame::Header;
-use crate::ring::{Link, Sink};
+use crate::ring::{Lane, Link};
 
 /// Rank `rank` of a world of `world`, reading its left neighbour's frames from `left`.
 #[derive(Debug)]
@@ -31,13 +32,12 @@ impl<R: Read> SliceLink<R> {
 }
 
 impl<R: Read> Link for SliceLink<R> {
-    fn exchange(
-        &mut self,
-        _header: &Header,
-        _payload: &[u8],
-        expect: &Header,
-        sink: &mut dyn Sink,
-    ) -> Result<(), CollectiveError> {
+    fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
+        if left.is_some() {
+            let right_rank = (self.left_rank + 2) % self.world;
+            return Err(CollectiveError::PeerClosed { peer: right_rank });
+        }
+        let Lane { expect, sink, .. } = right;
         let mut incoming = Incoming::new();
         let mut heard = None;
         // A reader that never blocks: each call reads until the frame is in or fails; a reader
@@ -47,7 +47,7 @@ impl<R: Read> Link for SliceLink<R> {
                 &mut self.left,
                 &mut self.ahead,
                 (self.left_rank, self.world),
-                expect,
+                &expect,
                 sink,
                 &mut heard,
             )?;

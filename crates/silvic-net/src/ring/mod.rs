@@ -3,9 +3,10 @@
 //! Invariants this module keeps, whatever carries the bytes:
 //!
 //! - **Lock-step.** A collective is a fixed sequence of steps; in each, a rank sends one frame to
-//!   its right neighbour and receives one from its left, at the same time ([`Link::exchange`]).
-//!   Every frame names the op, the sequence number and the buffer length, and is checked before
-//!   its payload is used.
+//!   its right neighbour and receives one from its left, at the same time ([`Link::exchange`]);
+//!   a step of the two-way gather ([`twoway`]) also sends one to its left and receives one from
+//!   its right ([`Link::step`]). Every frame names the op, the sequence number, the buffer
+//!   length, its direction and its block, and is checked before its payload is used.
 //! - **Fold order.** Element `i` is folded over ranks in [`schedule::fold_order`] of its segment,
 //!   `j, j + 1, …, j - 1` (mod world), left to right with silvic-core's combiners. That depends
 //!   on `(i, len, world)` alone, and both paths use it, so results are bitwise identical on every
@@ -18,13 +19,15 @@
 //!   the buffer leaves each rank, and the only extra memory is a fixed-size fold scratch. Each
 //!   segment is cut into [`schedule::slices`] of the same count, and slice `k` goes all the way
 //!   round before slice `k + 1`, so each step sends what the step before folded. The gather path
-//!   holds `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4 KiB)`, kept in [`run::Scratch`] so
-//!   that a steady state allocates nothing per call.
+//!   is one two-way allgather of whole buffers ([`twoway`], `floor(n/2)` steps); it holds
+//!   `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4 KiB)`, kept in [`run::Scratch`] so that a
+//!   steady state allocates nothing per call.
 //!
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
 //! over poll(2), and the tests plug in an in-memory ring.
 
 pub(crate) mod run;
 pub(crate) mod schedule;
+pub(crate) mod twoway;
 
-pub(crate) use run::{Link, Sink};
+pub(crate) use run::{Lane, Link, Sink};

@@ -5,7 +5,8 @@ use silvic_core::{CollectiveError, Op};
 use std::ops::Range;
 
 use super::schedule::{self, pass, segment};
-use crate::frame::Header;
+use super::twoway;
+use crate::frame::{Dir, Header};
 
 /// Bytes of received data folded at a time. Small enough to stay in cache, large enough that a
 /// read moves plenty per system call.
@@ -19,18 +20,37 @@ pub(crate) trait Sink {
     fn commit(&mut self, n: usize);
 }
 
+/// One way round the ring in one step: a frame out to the neighbour on one side and a frame in
+/// from the neighbour on the other, both travelling the same way.
+pub(crate) struct Lane<'a> {
+    /// The header of the frame sent.
+    pub(crate) header: Header,
+    /// The payload sent.
+    pub(crate) payload: &'a [u8],
+    /// What the header of the frame received must equal (checked before a payload byte is read).
+    pub(crate) expect: Header,
+    /// Where the payload received goes.
+    pub(crate) sink: &'a mut dyn Sink,
+}
+
 /// A connection to both ring neighbours.
 pub(crate) trait Link {
-    /// One ring step: sends `header` and `payload` to the right neighbour while receiving one
-    /// frame from the left, whose header must equal `expect` (checked before a payload byte is
-    /// read) and whose payload goes to `sink`. Returns once both are complete.
+    /// One ring step: the `right` lane sends to the right neighbour and receives from the left;
+    /// the `left` lane, if any, sends to the left neighbour and receives from the right. Every
+    /// frame moves at the same time; returns once all are complete.
+    fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError>;
+
+    /// A step with the rightward lane only: sends `header` and `payload` to the right
+    /// neighbour while receiving one frame from the left, whose header must equal `expect`.
     fn exchange(
         &mut self,
         header: &Header,
         payload: &[u8],
         expect: &Header,
         sink: &mut dyn Sink,
-    ) -> Result<(), CollectiveError>;
+    ) -> Result<(), CollectiveError> {
+        self.step(Lane { header: *header, payload, expect: *expect, sink }, None)
+    }
 }
 
 /// A number type the ring reduces. Payloads carry its little-endian bytes.
@@ -136,24 +156,22 @@ fn send_and_recv<T>(buf: &mut [T], send: Range<usize>, recv: Range<usize>) -> (&
 
 /// The blocks of an allgather, one per rank, all of one length.
 trait Blocks {
-    /// Block `send` for reading and block `recv` for writing (`send != recv`), `recv` made as
-    /// long as `send`.
-    fn pair(&mut self, send: usize, recv: usize) -> (&[u8], &mut [u8]);
+    /// `reads` for reading and `writes` for writing, as [`pick`] borrows them.
+    fn pick(
+        &mut self,
+        reads: [usize; 2],
+        writes: [Option<usize>; 2],
+    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]);
 }
 
-/// One vector per rank: what `allgather_bytes` returns.
+/// One vector per rank, all as long as this rank's: what `allgather_bytes` returns.
 impl Blocks for [Vec<u8>] {
-    fn pair(&mut self, send: usize, recv: usize) -> (&[u8], &mut [u8]) {
-        assert_ne!(send, recv, "a ring step never sends the block it receives");
-        let (send, recv) = if send < recv {
-            let (low, high) = self.split_at_mut(recv);
-            (&low[send], &mut high[0])
-        } else {
-            let (low, high) = self.split_at_mut(send);
-            (&high[0], &mut low[recv])
-        };
-        recv.resize(send.len(), 0);
-        (send, recv)
+    fn pick(
+        &mut self,
+        reads: [usize; 2],
+        writes: [Option<usize>; 2],
+    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]) {
+        pick(self.iter_mut().map(Vec::as_mut_slice), reads, writes)
     }
 }
 
@@ -164,14 +182,50 @@ struct Flat<'a> {
 }
 
 impl Blocks for Flat<'_> {
-    fn pair(&mut self, send: usize, recv: usize) -> (&[u8], &mut [u8]) {
-        let b = self.block;
-        send_and_recv(self.buf, send * b..(send + 1) * b, recv * b..(recv + 1) * b)
+    fn pick(
+        &mut self,
+        reads: [usize; 2],
+        writes: [Option<usize>; 2],
+    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]) {
+        if self.block == 0 {
+            // Empty blocks: there is nothing to borrow, and nothing to cut the buffer by.
+            let write = writes.map(|w| w.map(|_| <&mut [u8]>::default()));
+            return ([&[], &[]], write);
+        }
+        pick(self.buf.chunks_exact_mut(self.block), reads, writes)
     }
+}
+
+/// Borrows, from blocks in rank order, `reads` for reading and `writes` for writing. The two
+/// reads may be one block; a write is neither the other write nor a read.
+fn pick<'a>(
+    blocks: impl Iterator<Item = &'a mut [u8]>,
+    reads: [usize; 2],
+    writes: [Option<usize>; 2],
+) -> ([&'a [u8]; 2], [Option<&'a mut [u8]>; 2]) {
+    let (mut read, mut write): ([&[u8]; 2], _) = ([&[], &[]], [None, None]);
+    for (i, block) in blocks.enumerate() {
+        if writes[0] == Some(i) {
+            write[0] = Some(block);
+        } else if writes[1] == Some(i) {
+            write[1] = Some(block);
+        } else {
+            let block: &'a [u8] = block;
+            for (r, at) in read.iter_mut().zip(reads) {
+                if at == i {
+                    *r = block;
+                }
+            }
+        }
+    }
+    (read, write)
 }
 
 /// Allgathers one equal-length block per rank: on return `blocks[r]` holds rank `r`'s block.
 /// `blocks[rank]` is this rank's on entry. `total` is the length the frames report.
+///
+/// Two-way ([`twoway`]): each block travels both ways round the ring at once, so the gather
+/// takes `floor(world / 2)` steps.
 pub(crate) fn allgather(
     link: &mut dyn Link,
     call: Call,
@@ -180,10 +234,13 @@ pub(crate) fn allgather(
 ) -> Result<(), CollectiveError> {
     debug_assert_eq!(blocks.len(), call.world);
     let block = blocks[call.rank].len();
+    for b in blocks.iter_mut() {
+        b.resize(block, 0);
+    }
     gather(link, call, total, block, blocks)
 }
 
-/// The ring allgather over any [`Blocks`] of `block` bytes each.
+/// The two-way allgather over any [`Blocks`] of `block` bytes each.
 fn gather<B: Blocks + ?Sized>(
     link: &mut dyn Link,
     call: Call,
@@ -193,11 +250,33 @@ fn gather<B: Blocks + ?Sized>(
 ) -> Result<(), CollectiveError> {
     let Call { rank, world, op, seq } = call;
     let header = Header::data(op, seq, total, block as u64);
-    for step in 0..world - 1 {
-        let p = pass(rank, world, step, 0);
-        tracing::debug!(step, send = p.send, recv = p.recv, "allgather step");
-        let (send, recv) = blocks.pair(p.send, p.recv);
-        link.exchange(&header, send, &header, &mut CopySink { dst: recv, filled: 0 })?;
+    for h in 0..twoway::hops(world) {
+        let hop = twoway::hop(rank, world, h);
+        tracing::debug!(hop = h, ?hop, "allgather hop");
+        let reads = [hop.right.send, hop.left.map_or(hop.right.send, |l| l.send)];
+        let writes = [Some(hop.right.recv), hop.left.map(|l| l.recv)];
+        let ([to_right, to_left], [from_left, from_right]) = blocks.pick(reads, writes);
+        let mut right_sink = CopySink { dst: from_left.expect("a rightward block"), filled: 0 };
+        let right = Lane {
+            header: header.carrying(Dir::Right, hop.right.send),
+            payload: to_right,
+            expect: header.carrying(Dir::Right, hop.right.recv),
+            sink: &mut right_sink,
+        };
+        let mut left_sink;
+        let left = match (hop.left, from_right) {
+            (Some(l), Some(dst)) => {
+                left_sink = CopySink { dst, filled: 0 };
+                Some(Lane {
+                    header: header.carrying(Dir::Left, l.send),
+                    payload: to_left,
+                    expect: header.carrying(Dir::Left, l.recv),
+                    sink: &mut left_sink,
+                })
+            }
+            _ => None,
+        };
+        link.step(right, left)?;
     }
     Ok(())
 }
@@ -272,14 +351,16 @@ fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     let len = buf.len();
     let count = schedule::slices(len, world, std::mem::size_of::<T>());
     scratch.fold.resize(FOLD_SCRATCH, 0);
-    let header = |r: &Range<usize>| Header::data(op, seq, total, (r.len() * 8) as u64);
+    let header = |j: usize, r: &Range<usize>| {
+        Header::data(op, seq, total, (r.len() * 8) as u64).carrying(Dir::Right, j)
+    };
     for k in 0..count {
         let slice = |j: usize| schedule::slice(len, world, j, count, k);
         for step in 0..world - 1 {
             let p = pass(rank, world, step, 0);
             tracing::debug!(slice = k, step, send = p.send, recv = p.recv, "reduce-scatter step");
             let (send, recv) = (slice(p.send), slice(p.recv));
-            let (head, expect) = (header(&send), header(&recv));
+            let (head, expect) = (header(p.send, &send), header(p.recv, &recv));
             let (send, recv) = send_and_recv(buf, send, recv);
             let mut sink = FoldSink {
                 dst: recv,
@@ -294,7 +375,7 @@ fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
             let p = pass(rank, world, step, 1);
             tracing::debug!(slice = k, step, send = p.send, recv = p.recv, "allgather step");
             let (send, recv) = (slice(p.send), slice(p.recv));
-            let (head, expect) = (header(&send), header(&recv));
+            let (head, expect) = (header(p.send, &send), header(p.recv, &recv));
             let (send, recv) = send_and_recv(buf, send, recv);
             let mut sink = CopySink { dst: bytemuck::cast_slice_mut(recv), filled: 0 };
             link.exchange(&head, bytemuck::cast_slice(send), &expect, &mut sink)?;
@@ -312,44 +393,52 @@ pub(crate) mod tests {
     use std::sync::mpsc::{Receiver, Sender, channel};
     use std::sync::{Arc, Condvar, Mutex};
 
-    /// An in-memory ring neighbour: frames travel over channels, and payloads are handed to the
-    /// sink in uneven pieces to exercise partial commits.
+    /// An in-memory ring neighbour: frames travel over channels both ways, and payloads are
+    /// handed to the sink in uneven pieces to exercise partial commits.
     pub(crate) struct MemLink {
-        right: Sender<Vec<u8>>,
-        left: Receiver<Vec<u8>>,
+        to_right: Sender<Vec<u8>>,
+        to_left: Sender<Vec<u8>>,
+        from_left: Receiver<Vec<u8>>,
+        from_right: Receiver<Vec<u8>>,
         left_rank: usize,
+        right_rank: usize,
         piece: usize,
+        /// Steps taken so far.
+        pub(crate) steps: usize,
     }
 
     pub(crate) fn mem_ring(world: usize) -> Vec<MemLink> {
-        let (senders, receivers): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
-        // Rank r sends into channel r + 1, and receives from channel r.
-        let mut receivers: Vec<Option<Receiver<Vec<u8>>>> =
-            receivers.into_iter().map(Some).collect();
+        // Rank r sends rightward into channel r + 1 and leftward into channel r - 1 of the other
+        // set, and receives from channel r of each.
+        let (right_tx, right_rx): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
+        let (left_tx, left_rx): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
+        let mut right_rx: Vec<Option<Receiver<Vec<u8>>>> = right_rx.into_iter().map(Some).collect();
+        let mut left_rx: Vec<Option<Receiver<Vec<u8>>>> = left_rx.into_iter().map(Some).collect();
         (0..world)
             .map(|r| MemLink {
-                right: senders[(r + 1) % world].clone(),
-                left: receivers[r].take().unwrap(),
+                to_right: right_tx[(r + 1) % world].clone(),
+                to_left: left_tx[(r + world - 1) % world].clone(),
+                from_left: right_rx[r].take().unwrap(),
+                from_right: left_rx[r].take().unwrap(),
                 left_rank: (r + world - 1) % world,
+                right_rank: (r + 1) % world,
                 piece: 1 + r * 37 % 4099,
+                steps: 0,
             })
             .collect()
     }
 
-    impl Link for MemLink {
-        fn exchange(
-            &mut self,
-            header: &Header,
-            payload: &[u8],
+    impl MemLink {
+        fn receive(
+            &self,
+            from: &Receiver<Vec<u8>>,
+            peer: usize,
             expect: &Header,
             sink: &mut dyn Sink,
         ) -> Result<(), CollectiveError> {
-            let mut frame = header.encode().to_vec();
-            frame.extend_from_slice(payload);
-            self.right.send(frame).map_err(|_| CollectiveError::PeerClosed { peer: 99 })?;
-            let got = self.left.recv().map_err(|_| CollectiveError::PeerClosed { peer: 99 })?;
+            let got = from.recv().map_err(|_| CollectiveError::PeerClosed { peer })?;
             let head = Header::decode(got[..HEADER_LEN].try_into().unwrap()).unwrap();
-            head.expect(expect, self.left_rank)?;
+            head.expect(expect, peer)?;
             let mut rest = &got[HEADER_LEN..];
             while !rest.is_empty() {
                 let space = sink.space();
@@ -359,6 +448,28 @@ pub(crate) mod tests {
                 rest = &rest[n..];
             }
             assert!(sink.space().is_empty(), "payload shorter than the sink");
+            Ok(())
+        }
+    }
+
+    fn frame(header: &Header, payload: &[u8]) -> Vec<u8> {
+        [&header.encode()[..], payload].concat()
+    }
+
+    impl Link for MemLink {
+        fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
+            self.steps += 1;
+            let closed = |peer| move |_| CollectiveError::PeerClosed { peer };
+            self.to_right
+                .send(frame(&right.header, right.payload))
+                .map_err(closed(self.right_rank))?;
+            if let Some(l) = &left {
+                self.to_left.send(frame(&l.header, l.payload)).map_err(closed(self.left_rank))?;
+            }
+            self.receive(&self.from_left, self.left_rank, &right.expect, right.sink)?;
+            if let Some(l) = left {
+                self.receive(&self.from_right, self.right_rank, &l.expect, l.sink)?;
+            }
             Ok(())
         }
     }
@@ -529,38 +640,45 @@ pub(crate) mod tests {
     }
 
     /// An in-memory ring neighbour that allocates nothing once its slots have grown to the
-    /// largest frame: a rank puts its frame in the right neighbour's slot (waiting until that
-    /// is empty), then takes the left neighbour's frame out of its own.
+    /// largest frame: a rank puts its frames in its neighbours' slots (waiting until each is
+    /// empty), then takes their frames out of its own: one slot per direction.
     struct MailLink {
-        inbox: Arc<Mailbox>,
+        /// Frames from the left (travelling rightward) and from the right.
+        from_left: Arc<Mailbox>,
+        from_right: Arc<Mailbox>,
+        /// The right neighbour's `from_left` and the left neighbour's `from_right`.
         right: Arc<Mailbox>,
+        left: Arc<Mailbox>,
         left_rank: usize,
+        right_rank: usize,
     }
 
-    impl Link for MailLink {
-        fn exchange(
-            &mut self,
-            header: &Header,
-            payload: &[u8],
-            expect: &Header,
-            sink: &mut dyn Sink,
-        ) -> Result<(), CollectiveError> {
-            let mut out = self.right.slot.lock().unwrap();
+    impl Mailbox {
+        fn put(&self, header: &Header, payload: &[u8]) {
+            let mut out = self.slot.lock().unwrap();
             while out.1 {
-                out = self.right.changed.wait(out).unwrap();
+                out = self.changed.wait(out).unwrap();
             }
             out.0.clear();
             out.0.extend_from_slice(&header.encode());
             out.0.extend_from_slice(payload);
             out.1 = true;
             drop(out);
-            self.right.changed.notify_all();
-            let mut inn = self.inbox.slot.lock().unwrap();
+            self.changed.notify_all();
+        }
+
+        fn take(
+            &self,
+            peer: usize,
+            expect: &Header,
+            sink: &mut dyn Sink,
+        ) -> Result<(), CollectiveError> {
+            let mut inn = self.slot.lock().unwrap();
             while !inn.1 {
-                inn = self.inbox.changed.wait(inn).unwrap();
+                inn = self.changed.wait(inn).unwrap();
             }
             let head = Header::decode(inn.0[..HEADER_LEN].try_into().unwrap()).unwrap();
-            head.expect(expect, self.left_rank)?;
+            head.expect(expect, peer)?;
             let mut rest = &inn.0[HEADER_LEN..];
             while !rest.is_empty() {
                 let space = sink.space();
@@ -571,7 +689,21 @@ pub(crate) mod tests {
             }
             inn.1 = false;
             drop(inn);
-            self.inbox.changed.notify_all();
+            self.changed.notify_all();
+            Ok(())
+        }
+    }
+
+    impl Link for MailLink {
+        fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
+            self.right.put(&right.header, right.payload);
+            if let Some(l) = &left {
+                self.left.put(&l.header, l.payload);
+            }
+            self.from_left.take(self.left_rank, &right.expect, right.sink)?;
+            if let Some(l) = left {
+                self.from_right.take(self.right_rank, &l.expect, l.sink)?;
+            }
             Ok(())
         }
     }
@@ -582,17 +714,22 @@ pub(crate) mod tests {
     #[test]
     fn steady_state_calls_allocate_nothing() {
         let world = 4;
-        let boxes: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
+        let from_left: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
+        let from_right: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
         let lengths = [1, 100, schedule::gather_limit(world) / 8, 3 * world * 32768 + 5];
         assert!(schedule::uses_gather(lengths[2] * 8, world) && lengths[2] * 8 > 4096);
         assert!(schedule::slices(lengths[3], world, 8) > 1);
         let counts = std::thread::scope(|s| {
             let handles: Vec<_> = (0..world)
                 .map(|r| {
+                    let (left_rank, right_rank) = ((r + world - 1) % world, (r + 1) % world);
                     let mut link = MailLink {
-                        inbox: boxes[r].clone(),
-                        right: boxes[(r + 1) % world].clone(),
-                        left_rank: (r + world - 1) % world,
+                        from_left: from_left[r].clone(),
+                        from_right: from_right[r].clone(),
+                        right: from_left[right_rank].clone(),
+                        left: from_right[left_rank].clone(),
+                        left_rank,
+                        right_rank,
                     };
                     s.spawn(move || {
                         let mut scratch = Scratch::default();
@@ -623,19 +760,21 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn allgather_delivers_every_block() {
-        for world in 1..=8 {
+    fn allgather_delivers_every_block_in_half_the_world_of_steps() {
+        for world in 1..=16 {
             for block in [0, 1, 5, 4096] {
                 let results = on_ring(world, |r, link| {
                     let mut blocks = vec![Vec::new(); world];
-                    blocks[r] = vec![r as u8; block];
+                    blocks[r] = (0..block).map(|i| (i * 31 + r * 7) as u8).collect();
                     let call = Call { rank: r, world, op: Op::AllgatherBytes, seq: 3 };
                     allgather(link, call, block as u64, &mut blocks).unwrap();
-                    blocks
+                    (blocks, link.steps)
                 });
-                for blocks in results {
+                for (blocks, steps) in results {
+                    assert_eq!(steps, world / 2, "world {world}");
                     for (r, b) in blocks.iter().enumerate() {
-                        assert_eq!(b, &vec![r as u8; block], "world {world} block {block}");
+                        let sent: Vec<u8> = (0..block).map(|i| (i * 31 + r * 7) as u8).collect();
+                        assert_eq!(b, &sent, "world {world} block {block} rank {r}");
                     }
                 }
             }

@@ -13,12 +13,13 @@ pub(crate) const SMALL_BYTES: usize = 4096;
 // The cost model that picks the path from 4 KiB up. A call costs its hops times the cost of a
 // hop plus the bytes one rank sends over the link rate:
 //
-//   gather: (n - 1) hops, (n - 1) × S bytes        ring: 2(n - 1) hops, 2(n - 1)/n × S bytes
+//   gather: floor(n/2) hops, (n - 1) × S bytes     ring: 2(n - 1) hops, 2(n - 1)/n × S bytes
 //
-// so the gather wins while S × (1 - 2/n) / rate < one hop: at world 2 always (it sends the
-// same bytes in half the hops), and at larger worlds below a cut that falls with n towards
-// hop × rate. The constants are this project's loopback figures (../shared/notes); on another
-// network, measure a hop and the per-rank rate with silvic-bench and change them here.
+// (the gather runs both ways round the ring at once, super::twoway), so the gather wins while
+// (n - 1) × S × (1 - 2/n) / rate < (2(n - 1) - floor(n/2)) hops: at worlds 1 and 2 always, and
+// at larger worlds below a cut that falls towards 1.5 × hop × rate as n grows (separately for
+// odd and even n). The constants are this project's loopback figures (../shared/notes); on
+// another network, measure a hop and the per-rank rate with silvic-bench and change them here.
 
 /// What one hop costs, in nanoseconds: a wake-up and a round trip of a small frame (a loopback
 /// figure; README's "The cut between the two paths" gives the measurements).
@@ -45,11 +46,16 @@ pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
     if world.saturating_mul(bytes) > GATHER_MAX_BYTES {
         return false;
     }
+    if world <= 2 {
+        // The same bytes in no more hops: nothing for the ring to win.
+        return true;
+    }
     // Compared in integers, scaled by n × RATE (bytes per us) × 1000 (ns per us):
-    // gather < ring  <=>  (n - 2) × S × 1000 < n × HOP_NS × RATE.
+    // gather < ring  <=>  (n - 1)(n - 2) × S × 1000 < n × (2(n - 1) - floor(n/2)) × HOP_NS × RATE.
     let (n, s) = (world as u128, bytes as u128);
-    let data = n.saturating_sub(2) * s * 1000;
-    let hop = n * u128::from(HOP_NS) * u128::from(RATE_BYTES_PER_US);
+    let data = (n - 1) * (n - 2) * s * 1000;
+    let hops_saved = 2 * (n - 1) - n / 2;
+    let hop = n * hops_saved * u128::from(HOP_NS) * u128::from(RATE_BYTES_PER_US);
     data < hop
 }
 
@@ -247,12 +253,17 @@ mod tests {
         assert!(!uses_gather(GATHER_MAX_BYTES / 2 + 8, 2));
         // A world of one and of two have no reason to take the ring below the bound.
         assert_eq!(gather_limit(1), GATHER_MAX_BYTES);
-        // From world 3 the cut falls towards hop × rate (30 000 bytes here) as n grows.
-        let cuts: Vec<usize> = (3..=16).map(gather_limit).collect();
-        assert!(cuts.windows(2).all(|w| w[0] >= w[1]), "{cuts:?}");
+        // From world 3 the cut falls towards 1.5 × hop × rate (45 000 bytes here) as n grows,
+        // odd and even worlds each (up to world 20, where the memory bound starts to cut first).
         let hop_bytes = (HOP_NS * RATE_BYTES_PER_US / 1000) as usize;
-        assert!(cuts.iter().all(|&c| c >= hop_bytes), "{cuts:?}");
-        assert_eq!(gather_limit(4), 2 * hop_bytes - 1); // (n - 2)/n = 1/2
+        for parity in [0, 1] {
+            let cuts: Vec<usize> = (3..=20).filter(|n| n % 2 == parity).map(gather_limit).collect();
+            assert!(cuts.windows(2).all(|w| w[0] >= w[1]), "{cuts:?}");
+            assert!(cuts.iter().all(|&c| c >= 3 * hop_bytes / 2 - 1), "{cuts:?}");
+        }
+        // World 4: the gather saves 6 - 2 = 4 hops and sends (n - 1)(n - 2)/n = 3/2 × S more:
+        // S < 8/3 × hop × rate.
+        assert_eq!(gather_limit(4), 8 * hop_bytes / 3 - 1);
         // Large worlds hit the memory bound before the model's cut, but never go under 4 KiB.
         assert_eq!(gather_limit(64), GATHER_MAX_BYTES / 64);
         assert_eq!(gather_limit(1000), SMALL_BYTES - 1);
