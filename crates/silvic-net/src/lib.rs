@@ -91,7 +91,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 pub mod frame;
 #[cfg(not(feature = "fuzzing"))]
-#[allow(unreachable_pub, dead_code)]
+#[allow(unreachable_pub, dead_code, unused_imports)]
 mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -1,0 +1,338 @@
+//! Data frames: the fixed header in front of every payload a ring step moves; the abort frame and
+//! the waiting notice, the two control frames (their payloads in `control`).
+//!
+//! ```text
+//!  0      2      3      4             8                16               24               32
+//!  +------+------+------+-------------+----------------+----------------+----------------+
+//!  | "Sn" | kind | dir  | block: u32  | seq: u64       | total: u64     | len: u64       |
+//!  +------+------+------+-------------+----------------+----------------+----------------+
+//!  all integers big-endian; `len` payload bytes follow the header
+//! ```
+//!
+//! - `kind` is the collective ([`Op`]), [`ABORT`] or [`WAITING`].
+//! - `dir` is the way a data frame travels round the ring ([`Dir`]: 0 rightward, 1 leftward),
+//!   and `block` whose data it carries (the rank of a gathered block, the segment of a ring
+//!   step). Both are zero in a control frame.
+//! - `seq` is the collective's index since connect: the same on every rank for the same call.
+//! - `total` is the caller's buffer length in bytes, so ranks that passed different lengths fail
+//!   at the first frame even when a segment happens to be the same size as a whole buffer.
+//! - `len` is the payload length. It is compared with what the receiver expects and never used to
+//!   size an allocation.
+//!
+//! Invariants: [`Header::decode`] takes exactly [`HEADER_LEN`] bytes (a short header cannot
+//! exist), rejects an unknown kind, an unknown direction, a control frame with a direction or block and any length above [`MAX_LEN`], and
+//! `decode(encode(h)) == h`. Nothing here does I/O.
+//!
+//! Payload numbers are little-endian: the ring sends a buffer's memory as it is, so the crate
+//! refuses to build for big-endian targets rather than mix byte orders on the wire.
+
+use byteorder::{BigEndian, ByteOrder};
+
+use silvic_core::{CollectiveError, Op};
+
+mod control;
+
+pub use control::{Abort, Waiting, escape_controls};
+
+/// Bytes in a frame header.
+pub const HEADER_LEN: usize = 32;
+/// The two bytes every frame starts with.
+pub const FRAME_MAGIC: [u8; 2] = *b"Sn";
+/// The kind byte of an abort frame.
+pub const ABORT: u8 = 0xAB;
+/// The largest payload length a header may claim: 256 TiB, far above any buffer.
+pub const MAX_LEN: u64 = 1 << 48;
+/// The kind byte of a waiting notice.
+pub const WAITING: u8 = 0xA7;
+/// Bytes in a waiting notice's payload.
+pub const WAITING_LEN: usize = 4 + 8;
+/// Bytes in an abort payload, before its message.
+pub const ABORT_FIXED_LEN: usize = 4 + 1 + 4 + 1 + 1 + 8 + 8 + 2;
+/// The longest message an abort payload carries; longer messages are cut.
+pub const MAX_ABORT_MESSAGE: usize = 480;
+/// The largest abort payload.
+pub const MAX_ABORT_LEN: usize = ABORT_FIXED_LEN + MAX_ABORT_MESSAGE;
+
+/// Which way a data frame travels round the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// From a rank to its right neighbour, `r + 1`.
+    Right,
+    /// From a rank to its left neighbour, `r - 1`.
+    Left,
+}
+
+/// What a frame carries: a collective's data or an abort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Data of a collective.
+    Data(Op),
+    /// The sender failed; the payload says where and why.
+    Abort,
+    /// The sender is alive and waiting on another rank; the payload says which.
+    Waiting,
+}
+
+impl Kind {
+    fn to_byte(self) -> u8 {
+        match self {
+            Kind::Data(Op::AllreduceSumF64) => 1,
+            Kind::Data(Op::AllreduceSumI64) => 2,
+            Kind::Data(Op::AllreduceMaxF64) => 3,
+            Kind::Data(Op::AllgatherBytes) => 4,
+            Kind::Data(_) => unreachable!("every Op has a kind byte"),
+            Kind::Abort => ABORT,
+            Kind::Waiting => WAITING,
+        }
+    }
+
+    fn from_byte(byte: u8) -> Option<Kind> {
+        Some(match byte {
+            1 => Kind::Data(Op::AllreduceSumF64),
+            2 => Kind::Data(Op::AllreduceSumI64),
+            3 => Kind::Data(Op::AllreduceMaxF64),
+            4 => Kind::Data(Op::AllgatherBytes),
+            ABORT => Kind::Abort,
+            WAITING => Kind::Waiting,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// What the frame carries.
+    pub kind: Kind,
+    /// Which way the frame travels (a control frame: [`Dir::Right`]).
+    pub dir: Dir,
+    /// Whose block (or which segment) the frame carries (a control frame: 0).
+    pub block: u32,
+    /// The collective's index since connect.
+    pub seq: u64,
+    /// The caller's buffer length in bytes (for an abort: 0).
+    pub total: u64,
+    /// Payload bytes after the header.
+    pub len: u64,
+}
+
+/// Why bytes are not a frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// The first two bytes are not [`FRAME_MAGIC`].
+    #[error("bad magic {0:02x?}")]
+    BadMagic([u8; 2]),
+    /// The kind byte names no collective.
+    #[error("unknown kind {0:#04x}")]
+    UnknownKind(u8),
+    /// The direction byte names no direction, or a control frame has a direction or block.
+    #[error("reserved bytes are not zero")]
+    Reserved,
+    /// The payload length is above [`MAX_LEN`], or an abort payload above [`MAX_ABORT_LEN`].
+    #[error("payload length {0} is too large")]
+    TooLong(u64),
+    /// An abort payload is cut short, its fields disagree with its length, or a field its
+    /// cause does not use is not zero.
+    #[error("abort payload is malformed")]
+    BadAbort,
+    /// A waiting notice's payload is not [`WAITING_LEN`] bytes.
+    #[error("waiting notice is malformed")]
+    BadWaiting,
+    /// A rank field names no rank of this world.
+    #[error("rank {0} is not in this world")]
+    BadRank(u32),
+}
+
+impl Header {
+    /// The header of a data frame travelling rightward with block 0 (see [`Header::carrying`]).
+    pub fn data(op: Op, seq: u64, total: u64, len: u64) -> Header {
+        Header { kind: Kind::Data(op), dir: Dir::Right, block: 0, seq, total, len }
+    }
+
+    /// The header of a control frame.
+    pub fn control(kind: Kind, seq: u64, len: u64) -> Header {
+        Header { kind, dir: Dir::Right, block: 0, seq, total: 0, len }
+    }
+
+    /// This header, travelling `dir` and carrying `block`.
+    pub fn carrying(self, dir: Dir, block: usize) -> Header {
+        Header { dir, block: u32::try_from(block).unwrap_or(u32::MAX), ..self }
+    }
+
+    /// Encodes the header.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[..2].copy_from_slice(&FRAME_MAGIC);
+        out[2] = self.kind.to_byte();
+        out[3] = match self.dir {
+            Dir::Right => 0,
+            Dir::Left => 1,
+        };
+        BigEndian::write_u32(&mut out[4..8], self.block);
+        BigEndian::write_u64(&mut out[8..16], self.seq);
+        BigEndian::write_u64(&mut out[16..24], self.total);
+        BigEndian::write_u64(&mut out[24..32], self.len);
+        out
+    }
+
+    /// Decodes a header, checking everything that does not depend on what the receiver expects.
+    pub fn decode(bytes: &[u8; HEADER_LEN]) -> Result<Header, FrameError> {
+        if bytes[..2] != FRAME_MAGIC {
+            return Err(FrameError::BadMagic([bytes[0], bytes[1]]));
+        }
+        let kind = Kind::from_byte(bytes[2]).ok_or(FrameError::UnknownKind(bytes[2]))?;
+        let dir = match bytes[3] {
+            0 => Dir::Right,
+            1 => Dir::Left,
+            _ => return Err(FrameError::Reserved),
+        };
+        let block = BigEndian::read_u32(&bytes[4..8]);
+        if !matches!(kind, Kind::Data(_)) && (dir, block) != (Dir::Right, 0) {
+            return Err(FrameError::Reserved);
+        }
+        let len = BigEndian::read_u64(&bytes[24..32]);
+        let max = match kind {
+            Kind::Abort => MAX_ABORT_LEN as u64,
+            Kind::Waiting => WAITING_LEN as u64,
+            Kind::Data(_) => MAX_LEN,
+        };
+        if len > max {
+            return Err(FrameError::TooLong(len));
+        }
+        let seq = BigEndian::read_u64(&bytes[8..16]);
+        let total = BigEndian::read_u64(&bytes[16..24]);
+        Ok(Header { kind, dir, block, seq, total, len })
+    }
+
+    /// Checks a data header from `peer` against the one this rank expects at this point of the
+    /// collective: same op and sequence (else out of step), same buffer length (else a length
+    /// mismatch), same direction, block and payload length (else malformed). Called before a
+    /// payload byte is read.
+    pub fn expect(&self, expected: &Header, peer: usize) -> Result<(), CollectiveError> {
+        let (Kind::Data(got_op), Kind::Data(expected_op)) = (self.kind, expected.kind) else {
+            return Err(CollectiveError::MalformedFrame {
+                peer,
+                reason: "expected a data frame".into(),
+            });
+        };
+        if got_op != expected_op || self.seq != expected.seq {
+            return Err(CollectiveError::OutOfStep {
+                peer,
+                expected_op,
+                expected_seq: expected.seq,
+                got_op,
+                got_seq: self.seq,
+            });
+        }
+        if self.total != expected.total {
+            return Err(CollectiveError::LengthMismatch {
+                peer,
+                expected: expected.total,
+                got: self.total,
+            });
+        }
+        if (self.dir, self.block) != (expected.dir, expected.block) {
+            return Err(CollectiveError::MalformedFrame {
+                peer,
+                reason: format!(
+                    "block {} travelling {:?}, expected block {} travelling {:?}",
+                    self.block, self.dir, expected.block, expected.dir
+                ),
+            });
+        }
+        if self.len != expected.len {
+            return Err(CollectiveError::MalformedFrame {
+                peer,
+                reason: format!("payload of {} bytes, expected {}", self.len, expected.len),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn all_kinds() -> Vec<Kind> {
+        let mut kinds = vec![Kind::Abort];
+        for op in
+            [Op::AllreduceSumF64, Op::AllreduceSumI64, Op::AllreduceMaxF64, Op::AllgatherBytes]
+        {
+            kinds.push(Kind::Data(op));
+        }
+        kinds
+    }
+
+    #[test]
+    fn header_round_trips() {
+        for kind in all_kinds() {
+            for (seq, total, len) in [(0, 0, 0), (1, 4096, 480), (u64::MAX, u64::MAX, 400)] {
+                let h = Header { kind, dir: Dir::Right, block: 0, seq, total, len };
+                assert_eq!(Header::decode(&h.encode()), Ok(h));
+                if let Kind::Data(_) = kind {
+                    for (dir, block) in [(Dir::Left, 0), (Dir::Right, 7), (Dir::Left, 65_537)] {
+                        let h = h.carrying(dir, block);
+                        assert_eq!(Header::decode(&h.encode()), Ok(h));
+                    }
+                }
+            }
+        }
+        let big = Header::data(Op::AllgatherBytes, 9, MAX_LEN, MAX_LEN);
+        assert_eq!(Header::decode(&big.encode()), Ok(big));
+    }
+
+    #[test]
+    fn malformed_headers_are_typed_errors() {
+        let good = Header::data(Op::AllreduceSumF64, 3, 64, 64).encode();
+        let mut bad = good;
+        bad[0] = b'X';
+        assert_eq!(Header::decode(&bad), Err(FrameError::BadMagic([b'X', b'n'])));
+        let mut bad = good;
+        bad[2] = 0x77;
+        assert_eq!(Header::decode(&bad), Err(FrameError::UnknownKind(0x77)));
+        let mut bad = good;
+        bad[3] = 2;
+        assert_eq!(Header::decode(&bad), Err(FrameError::Reserved), "no third direction");
+        let notice = Waiting { on: 1, waited: Duration::ZERO }.encode(3);
+        for (at, byte) in [(3, 1), (7, 1), (4, 0x80)] {
+            let mut bad: [u8; HEADER_LEN] = notice[..HEADER_LEN].try_into().unwrap();
+            bad[at] = byte;
+            assert_eq!(Header::decode(&bad), Err(FrameError::Reserved), "control byte {at}");
+        }
+        let mut bad = good;
+        bad[24..32].copy_from_slice(&(MAX_LEN + 1).to_be_bytes());
+        assert_eq!(Header::decode(&bad), Err(FrameError::TooLong(MAX_LEN + 1)));
+        let mut bad = Header::control(Kind::Abort, 0, 0).encode();
+        bad[24..32].copy_from_slice(&((MAX_ABORT_LEN + 1) as u64).to_be_bytes());
+        assert!(matches!(Header::decode(&bad), Err(FrameError::TooLong(_))));
+        assert_eq!(Header::decode(&[0u8; HEADER_LEN]), Err(FrameError::BadMagic([0, 0])));
+    }
+
+    #[test]
+    fn expect_names_both_sides() {
+        let mine = Header::data(Op::AllreduceSumF64, 5, 800, 200);
+        let theirs = Header::data(Op::AllgatherBytes, 5, 800, 200);
+        assert!(matches!(
+            theirs.expect(&mine, 2),
+            Err(CollectiveError::OutOfStep { peer: 2, got_op: Op::AllgatherBytes, .. })
+        ));
+        let later = Header::data(Op::AllreduceSumF64, 6, 800, 200);
+        assert!(matches!(
+            later.expect(&mine, 2),
+            Err(CollectiveError::OutOfStep { expected_seq: 5, got_seq: 6, .. })
+        ));
+        let longer = Header::data(Op::AllreduceSumF64, 5, 808, 200);
+        assert_eq!(
+            longer.expect(&mine, 1),
+            Err(CollectiveError::LengthMismatch { peer: 1, expected: 800, got: 808 })
+        );
+        assert_eq!(mine.expect(&mine, 0), Ok(()));
+        let mine = mine.carrying(Dir::Left, 3);
+        for theirs in [mine.carrying(Dir::Right, 3), mine.carrying(Dir::Left, 2)] {
+            let error = theirs.expect(&mine, 4).unwrap_err();
+            assert!(matches!(error, CollectiveError::MalformedFrame { peer: 4, .. }), "{error}");
+        }
+    }
+}
