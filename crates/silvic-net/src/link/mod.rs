@@ -36,7 +36,7 @@
 //!
 //! This is the only module that waits on the ring.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -44,19 +44,21 @@ use rustix::event::{PollFd, PollFlags};
 use silvic_core::CollectiveError;
 use tracing::warn;
 
-use crate::frame::{Abort, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, Waiting};
+use crate::frame::{Abort, HEADER_LEN, Kind, MAX_ABORT_LEN, Waiting};
 use crate::liveness::Liveness;
-use crate::ring::{Lane, Link, Sink};
+use crate::ring::{Lane, Link};
 use crate::stats::RingStats;
 use crate::wait::wait;
 
 mod control;
+mod lane;
 mod reader;
 
 use control::{Heard, Queued, notice_every};
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
+use lane::{Counted, Flow, Outgoing};
 use reader::{Incoming, ReadAhead};
 
 /// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
@@ -117,63 +119,6 @@ pub(crate) struct TcpRing {
     ahead_left: ReadAhead,
     ahead_right: ReadAhead,
     stats: RingStats,
-}
-
-/// The frame being written to one neighbour.
-struct Outgoing<'a> {
-    head: [u8; HEADER_LEN],
-    payload: &'a [u8],
-    sent: usize,
-}
-
-impl<'a> Outgoing<'a> {
-    fn new(header: &Header, payload: &'a [u8]) -> Self {
-        Outgoing { head: header.encode(), payload, sent: 0 }
-    }
-    /// Nothing to send: a step without this lane.
-    fn none() -> Self {
-        Outgoing { head: [0; HEADER_LEN], payload: &[], sent: HEADER_LEN }
-    }
-    fn len(&self) -> usize {
-        HEADER_LEN + self.payload.len()
-    }
-    fn done(&self) -> bool {
-        self.sent == self.len()
-    }
-}
-
-/// One lane of a step, as the link drives it: the frame going out, the frame coming in.
-struct Flow<'a> {
-    out: Outgoing<'a>,
-    incoming: Incoming,
-    expect: Header,
-    /// `None` on a lane that receives nothing.
-    sink: Option<&'a mut dyn Sink>,
-}
-
-impl<'a> Flow<'a> {
-    fn new(lane: Lane<'a>) -> Self {
-        Flow {
-            out: Outgoing::new(&lane.header, lane.payload),
-            incoming: Incoming::new(),
-            expect: lane.expect,
-            sink: Some(lane.sink),
-        }
-    }
-}
-
-/// A stream read that counts what it reads.
-struct Counted<'a> {
-    stream: &'a TcpStream,
-    bytes: &'a mut u64,
-}
-
-impl Read for Counted<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.stream.read(buf)?;
-        *self.bytes += n as u64;
-        Ok(n)
-    }
 }
 
 /// Where the ring sits in its world: this rank, the world size and every rank's address.
@@ -238,7 +183,7 @@ impl TcpRing {
         out: &mut Outgoing<'_>,
         between: bool,
     ) -> Result<bool, CollectiveError> {
-        let (mut stream, queued) = match side {
+        let (stream, queued) = match side {
             Side::Left => (&self.left, &mut self.to_left),
             Side::Right => (&self.right, &mut self.to_right),
         };
@@ -256,26 +201,10 @@ impl TcpRing {
                 return Ok(false);
             }
         }
-        let mut moved = false;
-        while !out.done() && queued.is_empty() {
-            let written = if out.sent < HEADER_LEN {
-                let parts = [IoSlice::new(&out.head[out.sent..]), IoSlice::new(out.payload)];
-                stream.write_vectored(&parts)
-            } else {
-                stream.write(&out.payload[out.sent - HEADER_LEN..])
-            };
-            match written {
-                Ok(n) => {
-                    out.sent += n;
-                    self.stats.bytes_sent += n as u64;
-                    moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.gone(side, &e, between)),
-            }
+        if !queued.is_empty() {
+            return Ok(false);
         }
-        Ok(moved)
+        out.write_to(stream, &mut self.stats.bytes_sent).map_err(|e| self.gone(side, &e, between))
     }
 
     /// Reads the frame of `flow` from `side`; returns whether data moved. A notice of this call
@@ -535,7 +464,9 @@ mod tests {
     use silvic_core::Op;
 
     use super::*;
-    use crate::frame::Dir;
+    use crate::frame::{Dir, Header};
+    use crate::ring::Sink;
+    use std::io::Read;
 
     /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
     /// frame hid) fails the step with a timeout after this, never a hang.
