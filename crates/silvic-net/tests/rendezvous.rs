@@ -7,8 +7,8 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -287,13 +287,19 @@ fn a_refusal_tells_a_stranger_only_the_reason() {
     assert!(matches!(result, Err(ConnectError::Timeout { .. })), "{:?}", result.err());
 }
 
-/// What rank 0 logged while forming a world of two with `token`.
+/// What the ranks logged while forming a world of two with `token` (both hold it).
 fn logged_while_connecting(token: &'static str) -> String {
-    // The subscriber exists before any rank runs: tracing decides once per call site whether
-    // any subscriber wants it, and a call site first reached by rank 1's thread while no
-    // subscriber existed yet would be muted for rank 0 too.
-    let captured = common::Capture::default();
-    let subscriber = tracing::Dispatch::new(captured.subscriber());
+    // The process's global subscriber, not a scoped one: tracing decides once per call site
+    // whether it is wanted, and while one subscriber exists it asks only the default of the
+    // thread that reaches the call site first. A scoped subscriber on this thread would be
+    // missed whenever rank 1's thread got there first, muting the warning for rank 0 too.
+    static LOG: OnceLock<common::Capture> = OnceLock::new();
+    let captured = LOG.get_or_init(|| {
+        let capture = common::Capture::default();
+        tracing::subscriber::set_global_default(capture.subscriber()).expect("no other subscriber");
+        capture
+    });
+    captured.clear();
     let (mut listeners, addresses) = common::listeners(2);
     let rank1 = listeners.pop().unwrap();
     let rank0 = listeners.pop().unwrap();
@@ -302,10 +308,7 @@ fn logged_while_connecting(token: &'static str) -> String {
     peer.start(1, rank1, addresses.clone(), token, timeout, |ring, _| {
         ring.map(|_| ()).map_err(|e| e.to_string())
     });
-    let joined = tracing::dispatcher::with_default(&subscriber, || {
-        TcpCollective::connect(rank0, 0, &addresses, token, timeout)
-    });
-    joined.expect("rank 0 joins");
+    TcpCollective::connect(rank0, 0, &addresses, token, timeout).expect("rank 0 joins");
     peer.join(timeout + common::MARGIN).remove(0).expect("rank 1 joins");
     captured.text()
 }

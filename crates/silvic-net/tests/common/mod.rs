@@ -211,6 +211,11 @@ impl Write for Capture {
 }
 
 impl Capture {
+    /// Forgets what has been logged so far.
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
     /// What has been logged so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
