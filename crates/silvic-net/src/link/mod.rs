@@ -472,7 +472,8 @@ mod tests {
     /// frame hid) fails the step with a timeout after this, never a hang.
     const BOUND: Duration = Duration::from_secs(20);
 
-    struct VecSink(Vec<u8>, usize);
+    /// A sink into a vector: the bytes, and how many have come. Shared with reader.rs's tests.
+    pub(super) struct VecSink(pub(super) Vec<u8>, pub(super) usize);
 
     impl Sink for VecSink {
         fn space(&mut self) -> &mut [u8] {

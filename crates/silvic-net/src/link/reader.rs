@@ -341,6 +341,7 @@ mod tests {
 
     use super::*;
     use crate::frame::MAX_ABORT_LEN;
+    use crate::link::tests::VecSink;
 
     /// A stream that hands out its bytes in chunks of `step`, then would block (or ends).
     struct Trickle {
@@ -365,17 +366,6 @@ mod tests {
             dst[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
             self.at += n;
             Ok(n)
-        }
-    }
-
-    struct VecSink(Vec<u8>, usize);
-
-    impl Sink for VecSink {
-        fn space(&mut self) -> &mut [u8] {
-            &mut self.0[self.1..]
-        }
-        fn commit(&mut self, n: usize) {
-            self.1 += n;
         }
     }
 
