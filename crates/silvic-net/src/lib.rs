@@ -33,8 +33,8 @@
 //! (`src/handshake`). An allreduce is a reduce-scatter then an allgather; below 4 KiB, and above
 //! it where a cost model of hops against bytes says so, it is one allgather of whole buffers,
 //! run both ways round the ring at once (`floor(n/2)` hops). Every frame carries the op, the
-//! call's sequence number, the lengths, its direction and whose block it carries (`src/frame.rs`),
-//! checked before a payload byte is used.
+//! call's sequence number, the lengths, its direction and whose block it carries
+//! (`src/frame/`), checked before a payload byte is used.
 //!
 //! # Guarantees
 //!
