@@ -117,6 +117,20 @@ fn parse_host_port(variable: &'static str, text: &str) -> Result<Meeting, Connec
     Ok(Meeting::Tcp { host, port: *port.start(), variable })
 }
 
+/// Parses torchrun's pair: `MASTER_ADDR` a bare host (IPv6 with or without brackets) and
+/// `MASTER_PORT` one port.
+fn parse_master(host: &str, port: &str) -> Result<Meeting, ConnectError> {
+    let host = unbracket(host);
+    if host.is_empty() {
+        return Err(env_error("MASTER_ADDR", "empty"));
+    }
+    let ports = parse_ports("MASTER_PORT", port)?;
+    if ports.start() != ports.end() {
+        return Err(env_error("MASTER_PORT", format!("{port:?} is a range, not one port")));
+    }
+    Ok(Meeting::Tcp { host: host.to_string(), port: *ports.start(), variable: "MASTER_ADDR" })
+}
+
 /// Parses `SILVIC_RENDEZVOUS`: `tcp://HOST:PORT` or `file:///PATH`.
 pub(crate) fn parse_rendezvous(text: &str) -> Result<Meeting, ConnectError> {
     const VARIABLE: &str = "SILVIC_RENDEZVOUS";
@@ -178,16 +192,7 @@ impl Launch {
         let meeting = match var("SILVIC_RENDEZVOUS") {
             Some(text) => parse_rendezvous(text.trim())?,
             None => match (var("MASTER_ADDR"), var("MASTER_PORT")) {
-                (Some(host), Some(port)) => {
-                    let Meeting::Tcp { host, port, .. } = parse_host_port(
-                        "MASTER_PORT",
-                        &format!("{}:{}", host.trim(), port.trim()),
-                    )?
-                    else {
-                        unreachable!("parse_host_port returns Meeting::Tcp")
-                    };
-                    Meeting::Tcp { host, port, variable: "MASTER_ADDR" }
-                }
+                (Some(host), Some(port)) => parse_master(host.trim(), port.trim())?,
                 (Some(_), None) => {
                     return Err(env_error("MASTER_PORT", "missing, while MASTER_ADDR is set"));
                 }
@@ -298,6 +303,14 @@ mod tests {
         let mut vars = ranks.to_vec();
         vars.extend([("MASTER_ADDR", "10.0.0.5"), ("MASTER_PORT", "29500")]);
         assert_eq!(parse(&vars).unwrap().meeting, tcp("10.0.0.5", 29500, "MASTER_ADDR"));
+        for bare in ["fd00::1", "[fd00::1]"] {
+            let mut vars = ranks.to_vec();
+            vars.extend([("MASTER_ADDR", bare), ("MASTER_PORT", "29500")]);
+            assert_eq!(parse(&vars).unwrap().meeting, tcp("fd00::1", 29500, "MASTER_ADDR"));
+        }
+        let mut vars = ranks.to_vec();
+        vars.extend([("MASTER_ADDR", "10.0.0.5"), ("MASTER_PORT", "29500-29501")]);
+        assert!(message(&vars).starts_with("MASTER_PORT: "), "{}", message(&vars));
         let mut vars = ranks.to_vec();
         vars.push(("SILVIC_RENDEZVOUS", "file:///shared/job-7"));
         assert_eq!(parse(&vars).unwrap().meeting, Meeting::Folder("/shared/job-7".into()));
