@@ -290,10 +290,9 @@ mod tests {
 
     #[test]
     fn slices_partition_every_segment_within_the_slice_size() {
+        let per = SLICE_BYTES / 8; // elements of a whole slice
         for world in 1..=16 {
-            for len in
-                [0, 1, world, 1000, 32768, 32768 + 1, 2 * 32768 * world - 1, 2 * 32768 * world + 3]
-            {
+            for len in [0, 1, world, 1000, per, per + 1, 2 * per * world - 1, 2 * per * world + 3] {
                 let count = slices(len, world, 8);
                 for j in 0..world {
                     let seg = segment(len, world, j);
@@ -309,7 +308,7 @@ mod tests {
             }
         }
         assert_eq!(slices(0, 4, 8), 1);
-        assert_eq!(slices(4 * 32768, 4, 8), 1); // 256 KiB segments: one slice each
-        assert_eq!(slices(4 * 32768 + 1, 4, 8), 2);
+        assert_eq!(slices(4 * per, 4, 8), 1); // segments of one whole slice
+        assert_eq!(slices(4 * per + 1, 4, 8), 2);
     }
 }
