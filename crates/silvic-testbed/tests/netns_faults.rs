@@ -294,7 +294,7 @@ fn sigstop_case() -> Duration {
     assert!(pause > LIVENESS + Duration::from_secs(30));
     let args = words(&["kind=sum_f64", "bytes=16777216", "count=12", "timeout=300"]);
     // Socket buffers of 16 KiB (Linux allows 6 MiB by default), so that a ring frame (a slice
-    // of up to 1 MiB) cannot vanish into them: the stopped rank's window must close, as it
+    // of up to 256 KiB) cannot vanish into them: the stopped rank's window must close, as it
     // does for the far larger frames of a real job on a fast network.
     let net = Net::create("stop", WORLD).unwrap_or_else(|e| panic!("stop: network: {e}"));
     for ns in &net.hosts {
