@@ -3,6 +3,7 @@
 //! [`replay`] runs one collective of rank 0 in a world of two through the real ring algorithms
 //! and the ring link's frame reader, in memory: the left neighbour's stream is a byte slice
 //! (its end is a close), and what rank 0 sends is dropped. No socket, no clock.
+//! [`gather_limit`] tells the tests where the cost model cuts between the two paths.
 
 use silvic_core::{CollectiveError, Op, fold};
 
@@ -47,4 +48,11 @@ pub fn replay(buf: Buffer<'_>, left: &[u8]) -> Result<Option<Vec<Vec<u8>>>, Coll
                 .map(|()| Some(blocks))
         }
     }
+}
+
+/// The largest buffer, in bytes, that an allreduce in a world of `world` sends by the gather
+/// path: every smaller one does too, every larger one takes the ring. The tests that drive
+/// both sides of the cut over TCP ask here rather than copy the cost model.
+pub fn gather_limit(world: usize) -> usize {
+    crate::ring::schedule::gather_limit(world)
 }

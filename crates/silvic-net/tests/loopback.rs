@@ -45,25 +45,9 @@ fn reference(world: usize, len: usize, combine: fn(f64, f64) -> f64) -> Vec<u64>
         .collect()
 }
 
-/// The cost model of ring/schedule.rs, mirrored: the largest buffer in bytes that takes the
-/// gather path in a world of `world`. If the constants there change, change them here (the
-/// crate's own tests check every cut exactly; this one drives the same cuts over TCP).
-fn gather_limit(world: usize) -> usize {
-    const SMALL_BYTES: usize = 4096;
-    const HOP_NS: usize = 20_000;
-    const RATE_BYTES_PER_US: usize = 1_500;
-    const GATHER_MAX_BYTES: usize = 1 << 20;
-    let gathers = |bytes: usize| {
-        bytes < SMALL_BYTES
-            || (world * bytes <= GATHER_MAX_BYTES
-                && world.saturating_sub(2) * bytes * 1000 < world * HOP_NS * RATE_BYTES_PER_US)
-    };
-    (SMALL_BYTES..=GATHER_MAX_BYTES).rev().find(|&b| gathers(b)).unwrap_or(SMALL_BYTES - 1)
-}
-
 /// Element counts on both sides of the model's cut for `world`.
 fn cut_lengths(world: usize) -> Vec<usize> {
-    let edge = gather_limit(world) / 8;
+    let edge = silvic_net::fuzzing::gather_limit(world) / 8;
     vec![edge - 1, edge, edge + 1]
 }
 

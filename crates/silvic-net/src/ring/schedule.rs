@@ -61,7 +61,7 @@ pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
 
 /// The largest buffer, in bytes, that takes the gather path in a world of `world`: every
 /// smaller size does too, every larger one takes the ring.
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn gather_limit(world: usize) -> usize {
     // `uses_gather` is monotone in the size, so a binary search over [SMALL_BYTES, cap] finds
     // the edge; past `cap` the memory bound alone refuses it.
