@@ -1,83 +1,131 @@
-//! One lane of a step as the link drives it: the frame going out ([`Outgoing`]), the frame
-//! coming in ([`Flow`]), and a read that counts its bytes ([`Counted`]).
+//! One way round the ring as the link drives it ([`Way`]): the frames a plan sends to the
+//! neighbour on one side and those it receives from the other, each moved as soon as the plan
+//! lets it; and a read that counts its bytes ([`Counted`]).
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 
-use crate::frame::{HEADER_LEN, Header};
-use crate::ring::{Lane, Sink};
+use silvic_core::CollectiveError;
 
-use super::reader::Incoming;
+use crate::frame::{Dir, HEADER_LEN, Waiting};
+use crate::ring::{Plan, Receiving};
 
-/// The frame being written to one neighbour.
-pub(super) struct Outgoing<'a> {
-    pub(super) head: [u8; HEADER_LEN],
-    pub(super) payload: &'a [u8],
-    pub(super) sent: usize,
+use super::reader::{Incoming, ReadAhead};
+
+/// Where one way of a plan stands: frames out, frames in, and the ones in between.
+pub(super) struct Way {
+    dir: Dir,
+    frames: usize,
+    /// Outgoing frames all written, and bytes of the next one written (its header included).
+    sent: usize,
+    written: usize,
+    head: [u8; HEADER_LEN],
+    /// Incoming frames all read, and the one being read.
+    received: usize,
+    pub(super) incoming: Incoming,
 }
 
-impl<'a> Outgoing<'a> {
-    pub(super) fn new(header: &Header, payload: &'a [u8]) -> Self {
-        Outgoing { head: header.encode(), payload, sent: 0 }
-    }
-    /// Nothing to send: a step without this lane.
-    pub(super) fn none() -> Self {
-        Outgoing { head: [0; HEADER_LEN], payload: &[], sent: HEADER_LEN }
-    }
-    pub(super) fn len(&self) -> usize {
-        HEADER_LEN + self.payload.len()
-    }
-    pub(super) fn done(&self) -> bool {
-        self.sent == self.len()
+impl Way {
+    pub(super) fn new(dir: Dir, plan: &dyn Plan) -> Self {
+        Way {
+            dir,
+            frames: plan.frames(dir),
+            sent: 0,
+            written: 0,
+            head: [0; HEADER_LEN],
+            received: 0,
+            incoming: Incoming::new(),
+        }
     }
 
-    /// Writes what `stream` takes now, header and payload in one vectored write, counting the
-    /// bytes in `sent_bytes`; returns whether a byte moved.
+    pub(super) fn out_done(&self) -> bool {
+        self.sent == self.frames
+    }
+
+    pub(super) fn in_done(&self) -> bool {
+        self.received == self.frames
+    }
+
+    /// Whether no outgoing frame is partly written: a control frame may go next.
+    pub(super) fn at_boundary(&self) -> bool {
+        self.written == 0
+    }
+
+    /// Whether a frame is partly written or may start now.
+    pub(super) fn wants_write(&self, plan: &dyn Plan) -> bool {
+        self.written > 0 || (!self.out_done() && plan.ready(self.dir, self.sent, self.received))
+    }
+
+    /// Whether the next incoming frame may be read now.
+    pub(super) fn wants_read(&self, plan: &dyn Plan) -> bool {
+        !self.in_done() && plan.may_receive(self.dir, self.received, self.sent)
+    }
+
+    /// Writes what `stream` takes, counting the bytes in `sent_bytes`: the frame partly
+    /// written, then, if `more`, every frame the plan lets go, each header and payload in one
+    /// vectored write. Returns whether a byte moved.
     pub(super) fn write_to(
         &mut self,
+        plan: &dyn Plan,
         mut stream: &TcpStream,
         sent_bytes: &mut u64,
+        more: bool,
     ) -> io::Result<bool> {
         let mut moved = false;
-        while !self.done() {
-            let written = if self.sent < HEADER_LEN {
-                let parts = [IoSlice::new(&self.head[self.sent..]), IoSlice::new(self.payload)];
+        loop {
+            if self.written == 0 {
+                if !more || !self.wants_write(plan) {
+                    return Ok(moved);
+                }
+                self.head = plan.header(self.dir, self.sent).encode();
+            }
+            let payload = plan.payload(self.dir, self.sent);
+            let written = if self.written < HEADER_LEN {
+                let parts = [IoSlice::new(&self.head[self.written..]), IoSlice::new(payload)];
                 stream.write_vectored(&parts)
             } else {
-                stream.write(&self.payload[self.sent - HEADER_LEN..])
+                stream.write(&payload[self.written - HEADER_LEN..])
             };
             match written {
                 Ok(n) => {
-                    self.sent += n;
+                    self.written += n;
                     *sent_bytes += n as u64;
                     moved = true;
+                    if self.written == HEADER_LEN + payload.len() {
+                        (self.sent, self.written) = (self.sent + 1, 0);
+                    }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(moved)
     }
-}
 
-/// One lane of a step, as the link drives it: the frame going out, the frame coming in.
-pub(super) struct Flow<'a> {
-    pub(super) out: Outgoing<'a>,
-    pub(super) incoming: Incoming,
-    pub(super) expect: Header,
-    /// `None` on a lane that receives nothing.
-    pub(super) sink: Option<&'a mut dyn Sink>,
-}
-
-impl<'a> Flow<'a> {
-    pub(super) fn new(lane: Lane<'a>) -> Self {
-        Flow {
-            out: Outgoing::new(&lane.header, lane.payload),
-            incoming: Incoming::new(),
-            expect: lane.expect,
-            sink: Some(lane.sink),
+    /// Reads what `src` has, through `ahead`, into the frames the plan lets in, from `peer` of
+    /// a world of `world`. Returns whether data moved; a waiting notice read on the way is put
+    /// in `heard` (see [`Incoming::read_from`]).
+    pub(super) fn read_from<R: Read>(
+        &mut self,
+        plan: &mut dyn Plan,
+        src: &mut R,
+        ahead: &mut ReadAhead,
+        (peer, world): (usize, usize),
+        heard: &mut Option<Waiting>,
+    ) -> Result<bool, CollectiveError> {
+        let mut moved = false;
+        while self.wants_read(plan) {
+            let expect = plan.expect(self.dir, self.received);
+            let mut sink = Receiving { plan: &mut *plan, dir: self.dir, frame: self.received };
+            moved |=
+                self.incoming.read_from(src, ahead, (peer, world), &expect, &mut sink, heard)?;
+            if !self.incoming.done() {
+                break;
+            }
+            self.received += 1;
+            self.incoming = Incoming::new();
         }
+        Ok(moved)
     }
 }
 

@@ -44,9 +44,10 @@ use rustix::event::{PollFd, PollFlags};
 use silvic_core::CollectiveError;
 use tracing::warn;
 
-use crate::frame::{Abort, HEADER_LEN, Kind, MAX_ABORT_LEN, Waiting};
+use crate::frame::{Abort, Dir, HEADER_LEN, MAX_ABORT_LEN, Waiting};
 use crate::liveness::Liveness;
-use crate::ring::{Lane, Link};
+use crate::ring::run::Call;
+use crate::ring::{Link, Plan};
 use crate::stats::RingStats;
 use crate::wait::wait;
 
@@ -58,8 +59,8 @@ use control::{Heard, Queued, notice_every};
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
-use lane::{Counted, Flow, Outgoing};
-use reader::{Incoming, ReadAhead};
+use lane::{Counted, Way};
+use reader::ReadAhead;
 
 /// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
 /// can append an abort frame. Past this it just shuts the stream.
@@ -174,14 +175,17 @@ impl TcpRing {
         }
     }
 
-    /// Writes what the stream on `side` takes: queued notices first, then the frame, header and
-    /// payload in one vectored write. Returns whether a byte of the frame moved. `between` says
-    /// whether the frame read from that stream is at a boundary (see [`TcpRing::gone`]).
+    /// Writes what the stream on `side` takes: queued notices first, then the frames of `way`
+    /// (only the one partly written unless `more`), header and payload in one vectored write.
+    /// Returns whether a byte of a frame moved. `between` says whether the frame read from that
+    /// stream is at a boundary (see [`TcpRing::gone`]).
     fn write_some(
         &mut self,
         side: Side,
-        out: &mut Outgoing<'_>,
+        plan: &dyn Plan,
+        way: &mut Way,
         between: bool,
+        more: bool,
     ) -> Result<bool, CollectiveError> {
         let (stream, queued) = match side {
             Side::Left => (&self.left, &mut self.to_left),
@@ -189,9 +193,9 @@ impl TcpRing {
         };
         match queued.flush(stream) {
             Ok(n) => self.stats.bytes_sent += n as u64,
-            Err(e) if !out.done() => return Err(self.gone(side, &e, between)),
-            // Only a notice was left to send: the neighbour needs nothing more in this step.
-            // A failed right is reported by the next step; a failed left shows on reading it.
+            Err(e) if !way.out_done() => return Err(self.gone(side, &e, between)),
+            // Only a notice was left to send: the neighbour needs nothing more in this call.
+            // A failed right is reported by the next call; a failed left shows on reading it.
             Err(e) => {
                 queued.drop_rest();
                 if side == Side::Right {
@@ -204,29 +208,25 @@ impl TcpRing {
         if !queued.is_empty() {
             return Ok(false);
         }
-        out.write_to(stream, &mut self.stats.bytes_sent).map_err(|e| self.gone(side, &e, between))
+        way.write_to(plan, stream, &mut self.stats.bytes_sent, more)
+            .map_err(|e| self.gone(side, &e, between))
     }
 
-    /// Reads the frame of `flow` from `side`; returns whether data moved. A notice of this call
-    /// read on the way is noted.
-    fn read_lane(&mut self, side: Side, flow: &mut Flow<'_>) -> Result<bool, CollectiveError> {
+    /// Reads the frames of `way` that may come in from `side`; returns whether data moved. A
+    /// notice of this call read on the way is noted.
+    fn read_way(
+        &mut self,
+        side: Side,
+        plan: &mut dyn Plan,
+        way: &mut Way,
+    ) -> Result<bool, CollectiveError> {
         let (stream, ahead, peer) = match side {
             Side::Left => (&self.left, &mut self.ahead_left, self.left_rank),
             Side::Right => (&self.right, &mut self.ahead_right, self.right_rank),
         };
-        let Some(sink) = flow.sink.as_deref_mut() else {
-            return Ok(false);
-        };
         let mut src = Counted { stream, bytes: &mut self.stats.bytes_received };
         let mut heard = None;
-        let moved = flow.incoming.read_from(
-            &mut src,
-            ahead,
-            (peer, self.world),
-            &flow.expect,
-            sink,
-            &mut heard,
-        )?;
+        let moved = way.read_from(plan, &mut src, ahead, (peer, self.world), &mut heard)?;
         if let Some(notice) = heard {
             let heard = Some(Heard { notice, at: Instant::now() });
             match side {
@@ -239,13 +239,16 @@ impl TcpRing {
 
     fn drive(
         &mut self,
-        right: &mut Flow<'_>,
-        left: &mut Flow<'_>,
+        plan: &mut dyn Plan,
+        right: &mut Way,
+        left: &mut Way,
     ) -> Result<(), (Side, CollectiveError)> {
-        let seq = right.expect.seq;
+        let Call { op, seq, .. } = plan.call();
         let started = Instant::now();
         // Data progress per side; a notice also shows a neighbour alive (for the timeout).
         let (mut left_active, mut right_active) = (started, started);
+        // Whether to read control frames from a side while no frame of this call may come in
+        // from it: until a data frame shows up there, which waits for its turn.
         let (mut watch_left, mut watch_right) = (true, true);
         let mut next_notice: Option<Instant> = None;
         let mut warn_at = WARN_AFTER;
@@ -253,35 +256,38 @@ impl TcpRing {
         loop {
             let between = left.incoming.at_boundary();
             if self
-                .write_some(Side::Right, &mut right.out, between)
+                .write_some(Side::Right, plan, right, between, true)
                 .map_err(|e| (Side::Right, e))?
             {
                 right_active = Instant::now();
                 self.liveness.restore(&self.right);
             }
             let between = right.incoming.at_boundary();
-            if self.write_some(Side::Left, &mut left.out, between).map_err(|e| (Side::Left, e))? {
-                left_active = Instant::now();
-            }
-            if !right.incoming.done()
-                && self.read_lane(Side::Left, right).map_err(|e| (Side::Left, e))?
+            if self
+                .write_some(Side::Left, plan, left, between, true)
+                .map_err(|e| (Side::Left, e))?
             {
                 left_active = Instant::now();
             }
-            if right.incoming.done() && watch_left {
+            if right.wants_read(plan) {
+                if self.read_way(Side::Left, plan, right).map_err(|e| (Side::Left, e))? {
+                    left_active = Instant::now();
+                    watch_left = true;
+                }
+            } else if watch_left {
                 watch_left = self.read_left_controls(seq).map_err(|e| (Side::Left, e))?;
             }
-            if !left.incoming.done()
-                && self.read_lane(Side::Right, left).map_err(|e| (Side::Right, e))?
-            {
-                right_active = Instant::now();
-            }
-            if left.incoming.done() && watch_right {
+            if left.wants_read(plan) {
+                if self.read_way(Side::Right, plan, left).map_err(|e| (Side::Right, e))? {
+                    right_active = Instant::now();
+                    watch_right = true;
+                }
+            } else if watch_right {
                 watch_right =
-                    self.read_reverse(seq, !right.out.done()).map_err(|e| (Side::Right, e))?;
+                    self.read_reverse(seq, !right.out_done()).map_err(|e| (Side::Right, e))?;
             }
-            let need_left = !right.incoming.done() || !left.out.done();
-            let need_right = !right.out.done() || !left.incoming.done();
+            let need_left = !right.in_done() || !left.out_done();
+            let need_right = !right.out_done() || !left.in_done();
             if !need_left && !need_right {
                 return Ok(());
             }
@@ -295,7 +301,7 @@ impl TcpRing {
                 continue;
             }
 
-            // Each side this step still needs, with its last sign of life.
+            // Each side this call still needs, with its last sign of life.
             let heard_at =
                 |h: Option<Heard>, active: Instant| h.map_or(active, |h| h.at.max(active));
             let left_alive = heard_at(self.heard_left, left_active);
@@ -316,7 +322,7 @@ impl TcpRing {
             }
             // The side waited on longest, and whom to blame for it.
             let (side, since, _) =
-                waits.iter().flatten().min_by_key(|w| w.1).copied().expect("the step waits");
+                waits.iter().flatten().min_by_key(|w| w.1).copied().expect("the call waits");
             let blamed = self.blame(side, since);
             let stalled = now.saturating_duration_since(last_progress);
             let notice_due = |next: Option<Instant>| {
@@ -325,16 +331,13 @@ impl TcpRing {
             };
             if now >= notice_due(next_notice) {
                 let notice = Waiting { on: blamed, waited: stalled };
-                self.send_notice(notice, seq, left.out.done(), right.out.done());
+                self.send_notice(notice, seq, left.at_boundary(), right.at_boundary());
                 next_notice = Some(now + every);
             }
             if stalled >= warn_at {
-                let op = match right.expect.kind {
-                    Kind::Data(op) => op.name(),
-                    _ => "collective",
-                };
                 warn!(
-                    "{op} #{seq} has waited {} s on rank {blamed} ({})",
+                    "{} #{seq} has waited {} s on rank {blamed} ({})",
+                    op.name(),
                     stalled.as_secs(),
                     self.addresses[blamed]
                 );
@@ -351,17 +354,17 @@ impl TcpRing {
                 .chain(last_progress.checked_add(warn_at))
                 .min();
             let mut right_events = PollFlags::empty();
-            if !right.out.done() || !self.to_right.is_empty() {
+            if right.wants_write(plan) || !self.to_right.is_empty() {
                 right_events |= PollFlags::OUT;
             }
-            if !self.right_ended && (!left.incoming.done() || watch_right) {
+            if !self.right_ended && (left.wants_read(plan) || watch_right) {
                 right_events |= PollFlags::IN;
             }
             let mut left_events = PollFlags::empty();
-            if !right.incoming.done() || watch_left {
+            if right.wants_read(plan) || watch_left {
                 left_events |= PollFlags::IN;
             }
-            if !left.out.done() || !self.to_left.is_empty() {
+            if left.wants_write(plan) || !self.to_left.is_empty() {
                 left_events |= PollFlags::OUT;
             }
             let mut fds =
@@ -384,16 +387,16 @@ impl TcpRing {
         }
     }
 
-    /// After a failure on the other side, keeps writing the frame to `side` for a short while,
-    /// so that the neighbour there gets a whole frame and then the abort.
-    fn finish_frame(&mut self, side: Side, out: &mut Outgoing<'_>) {
+    /// After a failure on the other side, keeps writing the frame partly written to `side` for
+    /// a short while, so that the neighbour there gets a whole frame and then the abort.
+    fn finish_frame(&mut self, side: Side, plan: &dyn Plan, way: &mut Way) {
         let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
-        while !out.done() && Instant::now() < deadline {
-            if self.write_some(side, out, false).is_err() {
+        while !way.at_boundary() && Instant::now() < deadline {
+            if self.write_some(side, plan, way, false, false).is_err() {
                 break;
             }
             let mut fds = [PollFd::new(self.stream(side), PollFlags::OUT)];
-            if out.done() || wait(&mut fds, Some(deadline)).is_err() {
+            if way.at_boundary() || wait(&mut fds, Some(deadline)).is_err() {
                 break;
             }
         }
@@ -424,23 +427,13 @@ impl TcpRing {
 }
 
 impl Link for TcpRing {
-    fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
+    fn run(&mut self, plan: &mut dyn Plan) -> Result<(), CollectiveError> {
         if let Some(error) = self.pending.take() {
             return Err(error);
         }
-        let mut left = match left {
-            Some(lane) => Flow::new(lane),
-            None => Flow {
-                out: Outgoing::none(),
-                incoming: Incoming::finished(),
-                expect: right.expect,
-                sink: None,
-            },
-        };
-        let mut right = Flow::new(right);
-        self.right_boundary = false;
-        self.left_boundary = left.out.done();
-        let result = self.drive(&mut right, &mut left);
+        let mut right = Way::new(Dir::Right, plan);
+        let mut left = Way::new(Dir::Left, plan);
+        let result = self.drive(plan, &mut right, &mut left);
         let (failed, error) = match result {
             Ok(()) => {
                 (self.left_boundary, self.right_boundary) = (true, true);
@@ -449,10 +442,10 @@ impl Link for TcpRing {
             Err(failure) => failure,
         };
         match failed {
-            Side::Left => self.finish_frame(Side::Right, &mut right.out),
-            Side::Right => self.finish_frame(Side::Left, &mut left.out),
+            Side::Left => self.finish_frame(Side::Right, plan, &mut right),
+            Side::Right => self.finish_frame(Side::Left, plan, &mut left),
         }
-        (self.left_boundary, self.right_boundary) = (left.out.done(), right.out.done());
+        (self.left_boundary, self.right_boundary) = (left.at_boundary(), right.at_boundary());
         Err(error)
     }
 }
@@ -500,25 +493,47 @@ mod tests {
         (TcpRing::new(left, right, Place { rank: 1, addresses }, timeout), rank0, rank2)
     }
 
-    fn lanes<'a>(
+    /// One hop of a two-way gather for rank 1 of 3: `payload` as block 1 both ways, block 0
+    /// expected from the left and block 2 from the right.
+    struct OneHop<'a> {
         header: Header,
         payload: &'a [u8],
-        sinks: &'a mut [VecSink; 2],
-    ) -> (Lane<'a>, Lane<'a>) {
-        let [to_right, to_left] = sinks;
-        let right = Lane {
-            header: header.carrying(Dir::Right, 1),
-            payload,
-            expect: header.carrying(Dir::Right, 0),
-            sink: to_right,
-        };
-        let left = Lane {
-            header: header.carrying(Dir::Left, 1),
-            payload,
-            expect: header.carrying(Dir::Left, 2),
-            sink: to_left,
-        };
-        (right, left)
+        sinks: [VecSink; 2],
+    }
+
+    fn one_hop(header: Header, payload: &[u8]) -> OneHop<'_> {
+        OneHop { header, payload, sinks: [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)] }
+    }
+
+    impl Plan for OneHop<'_> {
+        fn call(&self) -> Call {
+            Call { rank: 1, world: 3, op: Op::AllgatherBytes, seq: self.header.seq }
+        }
+        fn frames(&self, _: Dir) -> usize {
+            1
+        }
+        fn header(&self, dir: Dir, _: usize) -> Header {
+            self.header.carrying(dir, 1)
+        }
+        fn expect(&self, dir: Dir, _: usize) -> Header {
+            let from = if dir == Dir::Right { 0 } else { 2 };
+            self.header.carrying(dir, from)
+        }
+        fn ready(&self, _: Dir, _: usize, _: usize) -> bool {
+            true
+        }
+        fn may_receive(&self, _: Dir, _: usize, _: usize) -> bool {
+            true
+        }
+        fn payload(&self, _: Dir, _: usize) -> &[u8] {
+            self.payload
+        }
+        fn space(&mut self, dir: Dir, _: usize) -> &mut [u8] {
+            self.sinks[usize::from(dir == Dir::Left)].space()
+        }
+        fn commit(&mut self, dir: Dir, _: usize, n: usize) {
+            self.sinks[usize::from(dir == Dir::Left)].commit(n);
+        }
     }
 
     #[test]
@@ -527,10 +542,10 @@ mod tests {
         let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
         rank0.write_all(&[&header.carrying(Dir::Right, 0).encode()[..], b"zer"].concat()).unwrap();
         rank2.write_all(&[&header.carrying(Dir::Left, 2).encode()[..], b"two"].concat()).unwrap();
-        let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
-        let (right, left) = lanes(header, b"one", &mut sinks);
-        ring.step(right, Some(left)).unwrap();
-        assert_eq!((&sinks[0].0[..], &sinks[1].0[..]), (&b"zer"[..], &b"two"[..]));
+        let mut plan = one_hop(header, b"one");
+        ring.run(&mut plan).unwrap();
+        let [from_left, from_right] = &plan.sinks;
+        assert_eq!((&from_left.0[..], &from_right.0[..]), (&b"zer"[..], &b"two"[..]));
         for (peer, dir) in [(&mut rank0, Dir::Left), (&mut rank2, Dir::Right)] {
             let mut got = [0u8; HEADER_LEN + 3];
             peer.read_exact(&mut got).unwrap();
@@ -552,9 +567,7 @@ mod tests {
         let n = Abort { origin: 2, cause: cause.clone() }.encode(0, &mut abort);
         let data = [&header.carrying(Dir::Left, 2).encode()[..], b"two"].concat();
         rank2.write_all(&[&data[..], &abort[..n]].concat()).unwrap();
-        let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
-        let (right, left) = lanes(header, b"one", &mut sinks);
-        let error = ring.step(right, Some(left)).unwrap_err();
+        let error = ring.run(&mut one_hop(header, b"one")).unwrap_err();
         assert_eq!(error, CollectiveError::Aborted { origin: 2, cause: Box::new(cause) });
     }
 
@@ -565,9 +578,7 @@ mod tests {
             let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
             let frame = [&header.carrying(wrong.0, wrong.1).encode()[..], b"two"].concat();
             rank2.write_all(&frame).unwrap();
-            let mut sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
-            let (right, left) = lanes(header, b"one", &mut sinks);
-            let error = ring.step(right, Some(left)).unwrap_err();
+            let error = ring.run(&mut one_hop(header, b"one")).unwrap_err();
             assert!(matches!(error, CollectiveError::MalformedFrame { peer: 2, .. }), "{error}");
         }
     }

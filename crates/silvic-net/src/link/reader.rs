@@ -147,11 +147,6 @@ impl Incoming {
         }
     }
 
-    /// A frame already in: what a step that receives nothing on a lane holds.
-    pub(super) fn finished() -> Self {
-        Incoming { state: State::Done, ..Incoming::new() }
-    }
-
     pub(super) fn done(&self) -> bool {
         matches!(self.state, State::Done)
     }

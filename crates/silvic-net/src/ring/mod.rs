@@ -30,4 +30,4 @@ pub(crate) mod run;
 pub(crate) mod schedule;
 pub(crate) mod twoway;
 
-pub(crate) use run::{Lane, Link, Sink};
+pub(crate) use run::{Link, Plan, Receiving, Sink};

@@ -1,11 +1,12 @@
-//! Executes the ring schedule over a [`Link`]: the allreduce paths and the allgather.
+//! Executes the ring schedule over a [`Link`]: the allreduce paths and the allgather, each a
+//! [`Plan`] of frames that the link moves as soon as the plan lets it.
 
 use silvic_core::{CollectiveError, Op};
 
 use std::ops::Range;
 
-use super::schedule::{self, pass, segment};
-use super::twoway;
+use super::schedule::{self, Pass, pass, segment};
+use super::twoway::{self, Move};
 use crate::frame::{Dir, Header};
 
 /// Bytes of received data folded at a time. Small enough to stay in cache, large enough that a
@@ -20,36 +21,56 @@ pub(crate) trait Sink {
     fn commit(&mut self, n: usize);
 }
 
-/// One way round the ring in one step: a frame out to the neighbour on one side and a frame in
-/// from the neighbour on the other, both travelling the same way.
-pub(crate) struct Lane<'a> {
-    /// The header of the frame sent.
-    pub(crate) header: Header,
-    /// The payload sent.
-    pub(crate) payload: &'a [u8],
-    /// What the header of the frame received must equal (checked before a payload byte is read).
-    pub(crate) expect: Header,
-    /// Where the payload received goes.
-    pub(crate) sink: &'a mut dyn Sink,
+/// A collective as the frames it moves, each way round the ring: on [`Dir::Right`] a rank sends
+/// frames to its right neighbour and receives as many from its left, on [`Dir::Left`] the
+/// mirror. Frames go out in order and come in in order, each way on its own.
+///
+/// A frame goes out once the frames it forwards are in ([`Plan::ready`]), and one comes in once
+/// the frames that sent what it overwrites are out ([`Plan::may_receive`]), so a link can move
+/// every frame the moment it may: a rank forwards a block as soon as it has it, while the next
+/// one arrives. Every rank builds the same plan from the call alone.
+pub(crate) trait Plan {
+    /// The call the plan carries out.
+    fn call(&self) -> Call;
+    /// Frames sent (and as many received) on `dir`.
+    fn frames(&self, dir: Dir) -> usize;
+    /// The header of outgoing frame `i` on `dir`.
+    fn header(&self, dir: Dir, i: usize) -> Header;
+    /// What the header of incoming frame `j` on `dir` must equal (checked before a payload byte
+    /// is taken).
+    fn expect(&self, dir: Dir, j: usize) -> Header;
+    /// Whether outgoing frame `i` may go once the first `received` frames on `dir` are in.
+    fn ready(&self, dir: Dir, i: usize, received: usize) -> bool;
+    /// Whether incoming frame `j` may be taken once the first `sent` frames on `dir` are out.
+    fn may_receive(&self, dir: Dir, j: usize, sent: usize) -> bool;
+    /// The payload of outgoing frame `i`; asked for only once it is ready.
+    fn payload(&self, dir: Dir, i: usize) -> &[u8];
+    /// Room for the next payload bytes of incoming frame `j`; empty once it is all in.
+    fn space(&mut self, dir: Dir, j: usize) -> &mut [u8];
+    /// `n` bytes of incoming frame `j` were written to the front of [`Plan::space`].
+    fn commit(&mut self, dir: Dir, j: usize, n: usize);
 }
 
 /// A connection to both ring neighbours.
 pub(crate) trait Link {
-    /// One ring step: the `right` lane sends to the right neighbour and receives from the left;
-    /// the `left` lane, if any, sends to the left neighbour and receives from the right. Every
-    /// frame moves at the same time; returns once all are complete.
-    fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError>;
+    /// Moves every frame of `plan`, each as soon as the plan lets it, writing and reading at the
+    /// same time; returns once all are through.
+    fn run(&mut self, plan: &mut dyn Plan) -> Result<(), CollectiveError>;
+}
 
-    /// A step with the rightward lane only: sends `header` and `payload` to the right
-    /// neighbour while receiving one frame from the left, whose header must equal `expect`.
-    fn exchange(
-        &mut self,
-        header: &Header,
-        payload: &[u8],
-        expect: &Header,
-        sink: &mut dyn Sink,
-    ) -> Result<(), CollectiveError> {
-        self.step(Lane { header: *header, payload, expect: *expect, sink }, None)
+/// Incoming frame `frame` on `dir` of a plan, as a [`Sink`] for a frame reader.
+pub(crate) struct Receiving<'p> {
+    pub(crate) plan: &'p mut dyn Plan,
+    pub(crate) dir: Dir,
+    pub(crate) frame: usize,
+}
+
+impl Sink for Receiving<'_> {
+    fn space(&mut self) -> &mut [u8] {
+        self.plan.space(self.dir, self.frame)
+    }
+    fn commit(&mut self, n: usize) {
+        self.plan.commit(self.dir, self.frame, n);
     }
 }
 
@@ -70,59 +91,7 @@ impl Element for i64 {
     }
 }
 
-/// Copies a payload into place.
-struct CopySink<'a> {
-    dst: &'a mut [u8],
-    filled: usize,
-}
-
-impl Sink for CopySink<'_> {
-    fn space(&mut self) -> &mut [u8] {
-        &mut self.dst[self.filled..]
-    }
-    fn commit(&mut self, n: usize) {
-        self.filled += n;
-    }
-}
-
-/// Folds a payload of partial results into this rank's segment as it arrives:
-/// `dst[i] = combine(received[i], dst[i])`, the received value being the earlier accumulator.
-///
-/// `C` is a type parameter, not a function pointer, so that the combiner inlines into the loop
-/// and the fold runs at memory speed rather than one indirect call per element.
-struct FoldSink<'a, T, C> {
-    dst: &'a mut [T],
-    combine: C,
-    scratch: &'a mut [u8],
-    /// Bytes received so far, folded or pending in `scratch`.
-    received: usize,
-    /// Bytes at the front of `scratch` not folded yet (fewer than one element once folded).
-    pending: usize,
-}
-
-impl<T: Element, C: Fn(T, T) -> T> Sink for FoldSink<'_, T, C> {
-    fn space(&mut self) -> &mut [u8] {
-        let left = self.dst.len() * 8 - self.received;
-        let room = (self.scratch.len() - self.pending).min(left);
-        &mut self.scratch[self.pending..self.pending + room]
-    }
-
-    fn commit(&mut self, n: usize) {
-        let done = (self.received - self.pending) / 8;
-        self.received += n;
-        self.pending += n;
-        let whole = self.pending / 8;
-        let dst = &mut self.dst[done..done + whole];
-        for (d, chunk) in dst.iter_mut().zip(self.scratch[..whole * 8].chunks_exact(8)) {
-            let acc = T::from_le(chunk.try_into().expect("chunks of 8"));
-            *d = (self.combine)(acc, *d);
-        }
-        self.scratch.copy_within(whole * 8..self.pending, 0);
-        self.pending -= whole * 8;
-    }
-}
-
-/// Which collective call a ring step belongs to, as this rank sees it.
+/// Which collective call a plan belongs to, as this rank sees it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Call {
     pub(crate) rank: usize,
@@ -142,36 +111,19 @@ pub(crate) struct Scratch {
     gathered: Vec<u8>,
 }
 
-/// Borrows `send` of `buf` for reading and `recv` for writing; the ranges must not overlap.
-fn send_and_recv<T>(buf: &mut [T], send: Range<usize>, recv: Range<usize>) -> (&[T], &mut [T]) {
-    if send.end <= recv.start {
-        let (low, high) = buf.split_at_mut(recv.start);
-        (&low[send], &mut high[..recv.len()])
-    } else {
-        assert!(recv.end <= send.start, "a ring step never sends what it receives");
-        let (low, high) = buf.split_at_mut(send.start);
-        (&high[..send.len()], &mut low[recv])
-    }
-}
-
 /// The blocks of an allgather, one per rank, all of one length.
 trait Blocks {
-    /// `reads` for reading and `writes` for writing, as [`pick`] borrows them.
-    fn pick(
-        &mut self,
-        reads: [usize; 2],
-        writes: [Option<usize>; 2],
-    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]);
+    fn block(&self, rank: usize) -> &[u8];
+    fn block_mut(&mut self, rank: usize) -> &mut [u8];
 }
 
 /// One vector per rank, all as long as this rank's: what `allgather_bytes` returns.
 impl Blocks for [Vec<u8>] {
-    fn pick(
-        &mut self,
-        reads: [usize; 2],
-        writes: [Option<usize>; 2],
-    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]) {
-        pick(self.iter_mut().map(Vec::as_mut_slice), reads, writes)
+    fn block(&self, rank: usize) -> &[u8] {
+        &self[rank]
+    }
+    fn block_mut(&mut self, rank: usize) -> &mut [u8] {
+        &mut self[rank]
     }
 }
 
@@ -182,50 +134,88 @@ struct Flat<'a> {
 }
 
 impl Blocks for Flat<'_> {
-    fn pick(
-        &mut self,
-        reads: [usize; 2],
-        writes: [Option<usize>; 2],
-    ) -> ([&[u8]; 2], [Option<&mut [u8]>; 2]) {
-        if self.block == 0 {
-            // Empty blocks: there is nothing to borrow, and nothing to cut the buffer by.
-            let write = writes.map(|w| w.map(|_| <&mut [u8]>::default()));
-            return ([&[], &[]], write);
-        }
-        pick(self.buf.chunks_exact_mut(self.block), reads, writes)
+    fn block(&self, rank: usize) -> &[u8] {
+        &self.buf[rank * self.block..][..self.block]
+    }
+    fn block_mut(&mut self, rank: usize) -> &mut [u8] {
+        &mut self.buf[rank * self.block..][..self.block]
     }
 }
 
-/// Borrows, from blocks in rank order, `reads` for reading and `writes` for writing. The two
-/// reads may be one block; a write is neither the other write nor a read.
-fn pick<'a>(
-    blocks: impl Iterator<Item = &'a mut [u8]>,
-    reads: [usize; 2],
-    writes: [Option<usize>; 2],
-) -> ([&'a [u8]; 2], [Option<&'a mut [u8]>; 2]) {
-    let (mut read, mut write): ([&[u8]; 2], _) = ([&[], &[]], [None, None]);
-    for (i, block) in blocks.enumerate() {
-        if writes[0] == Some(i) {
-            write[0] = Some(block);
-        } else if writes[1] == Some(i) {
-            write[1] = Some(block);
-        } else {
-            let block: &'a [u8] = block;
-            for (r, at) in read.iter_mut().zip(reads) {
-                if at == i {
-                    *r = block;
-                }
-            }
+/// The slot of `dir` in per-way arrays.
+fn way(dir: Dir) -> usize {
+    match dir {
+        Dir::Right => 0,
+        Dir::Left => 1,
+    }
+}
+
+/// The two-way gather ([`twoway`]) as a plan: hop `h` of a way is its frame `h`, and it
+/// forwards the block that way's frame `h - 1` brought, so a block moves on the moment it is in.
+/// Every block is written once and sent only once it is in, so frames come in whenever they
+/// arrive.
+struct GatherPlan<'b, B: ?Sized> {
+    call: Call,
+    header: Header,
+    blocks: &'b mut B,
+    /// Per way: the frame being received and how many of its bytes are in.
+    filling: [(usize, usize); 2],
+}
+
+impl<B: Blocks + ?Sized> GatherPlan<'_, B> {
+    fn moves(&self, dir: Dir, i: usize) -> Move {
+        let hop = twoway::hop(self.call.rank, self.call.world, i);
+        match dir {
+            Dir::Right => hop.right,
+            Dir::Left => hop.left.expect("a leftward hop within the leftward frames"),
         }
     }
-    (read, write)
+}
+
+impl<B: Blocks + ?Sized> Plan for GatherPlan<'_, B> {
+    fn call(&self) -> Call {
+        self.call
+    }
+    fn frames(&self, dir: Dir) -> usize {
+        match dir {
+            Dir::Right => twoway::hops(self.call.world),
+            Dir::Left => twoway::left_hops(self.call.world),
+        }
+    }
+    fn header(&self, dir: Dir, i: usize) -> Header {
+        self.header.carrying(dir, self.moves(dir, i).send)
+    }
+    fn expect(&self, dir: Dir, j: usize) -> Header {
+        self.header.carrying(dir, self.moves(dir, j).recv)
+    }
+    fn ready(&self, _: Dir, i: usize, received: usize) -> bool {
+        received >= i
+    }
+    fn may_receive(&self, _: Dir, _: usize, _: usize) -> bool {
+        true
+    }
+    fn payload(&self, dir: Dir, i: usize) -> &[u8] {
+        self.blocks.block(self.moves(dir, i).send)
+    }
+    fn space(&mut self, dir: Dir, j: usize) -> &mut [u8] {
+        let recv = self.moves(dir, j).recv;
+        let filling = &mut self.filling[way(dir)];
+        if filling.0 != j {
+            *filling = (j, 0);
+        }
+        let filled = filling.1;
+        &mut self.blocks.block_mut(recv)[filled..]
+    }
+    fn commit(&mut self, dir: Dir, _: usize, n: usize) {
+        self.filling[way(dir)].1 += n;
+    }
 }
 
 /// Allgathers one equal-length block per rank: on return `blocks[r]` holds rank `r`'s block.
 /// `blocks[rank]` is this rank's on entry. `total` is the length the frames report.
 ///
 /// Two-way ([`twoway`]): each block travels both ways round the ring at once, so the gather
-/// takes `floor(world / 2)` steps.
+/// takes `floor(world / 2)` hops.
 pub(crate) fn allgather(
     link: &mut dyn Link,
     call: Call,
@@ -248,37 +238,8 @@ fn gather<B: Blocks + ?Sized>(
     block: usize,
     blocks: &mut B,
 ) -> Result<(), CollectiveError> {
-    let Call { rank, world, op, seq } = call;
-    let header = Header::data(op, seq, total, block as u64);
-    for h in 0..twoway::hops(world) {
-        let hop = twoway::hop(rank, world, h);
-        tracing::debug!(hop = h, ?hop, "allgather hop");
-        let reads = [hop.right.send, hop.left.map_or(hop.right.send, |l| l.send)];
-        let writes = [Some(hop.right.recv), hop.left.map(|l| l.recv)];
-        let ([to_right, to_left], [from_left, from_right]) = blocks.pick(reads, writes);
-        let mut right_sink = CopySink { dst: from_left.expect("a rightward block"), filled: 0 };
-        let right = Lane {
-            header: header.carrying(Dir::Right, hop.right.send),
-            payload: to_right,
-            expect: header.carrying(Dir::Right, hop.right.recv),
-            sink: &mut right_sink,
-        };
-        let mut left_sink;
-        let left = match (hop.left, from_right) {
-            (Some(l), Some(dst)) => {
-                left_sink = CopySink { dst, filled: 0 };
-                Some(Lane {
-                    header: header.carrying(Dir::Left, l.send),
-                    payload: to_left,
-                    expect: header.carrying(Dir::Left, l.recv),
-                    sink: &mut left_sink,
-                })
-            }
-            _ => None,
-        };
-        link.step(right, left)?;
-    }
-    Ok(())
+    let header = Header::data(call.op, call.seq, total, block as u64);
+    link.run(&mut GatherPlan { call, header, blocks, filling: [(0, 0); 2] })
 }
 
 /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order.
@@ -334,11 +295,127 @@ fn small_allreduce<T: Element, C: Fn(T, T) -> T>(
     Ok(())
 }
 
-/// The ring path: reduce-scatter, after which this rank owns segment `rank + 1` folded over
-/// every rank, then allgather the owned segments. Each segment is cut into the same number of
-/// slices, and slice `k` of every segment goes all the way round (reduce-scatter and
-/// allgather) before slice `k + 1`: each exchange sends what the one before it received and
-/// folded. Every element still meets the ranks in its segment's fold order.
+/// The ring path as a plan: a reduce-scatter, after which this rank owns segment `rank + 1`
+/// folded over every rank, then an allgather of the owned segments, all rightward.
+///
+/// Each segment is cut into `count` slices ([`schedule::slices`]); step `s` of the two passes
+/// (`0..2(world - 1)`) is frames `s × count .. (s + 1) × count`, slice by slice. A frame
+/// forwards the slice the frame `count` before it brought (folded, in the reduce-scatter), so
+/// a rank sends slice `k` on while slice `k + 1` of the same step is still arriving. Each
+/// element still meets the ranks in its segment's fold order.
+///
+/// Step `s` sends segment `rank - s` and receives segment `rank - s - 1` (mod world) in both
+/// passes, so the frame that overwrites a slice comes `world - 1` steps after the frame that
+/// sent that slice's last value: it waits for that frame to be out.
+struct RingPlan<'a, T, C> {
+    call: Call,
+    buf: &'a mut [T],
+    combine: C,
+    count: usize,
+    scratch: &'a mut [u8],
+    /// The frame being received, its bytes in so far, and how many of them wait in `scratch`
+    /// to be folded (fewer than one element once folded).
+    receiving: usize,
+    received: usize,
+    pending: usize,
+}
+
+impl<T: Element, C: Fn(T, T) -> T> RingPlan<'_, T, C> {
+    /// The step of frame `i` and its slice.
+    fn step(&self, i: usize) -> (usize, usize) {
+        (i / self.count, i % self.count)
+    }
+
+    fn pass(&self, step: usize) -> Pass {
+        let Call { rank, world, .. } = self.call;
+        if step < world - 1 {
+            pass(rank, world, step, 0)
+        } else {
+            pass(rank, world, step + 1 - world, 1)
+        }
+    }
+
+    fn slice(&self, seg: usize, k: usize) -> Range<usize> {
+        schedule::slice(self.buf.len(), self.call.world, seg, self.count, k)
+    }
+
+    fn frame_header(&self, seg: usize, k: usize) -> Header {
+        let total = std::mem::size_of_val(self.buf) as u64;
+        let len = (self.slice(seg, k).len() * 8) as u64;
+        Header::data(self.call.op, self.call.seq, total, len).carrying(Dir::Right, seg)
+    }
+
+    /// Whether incoming frame `j` is folded (the reduce-scatter) rather than copied.
+    fn folds(&self, j: usize) -> bool {
+        self.step(j).0 < self.call.world - 1
+    }
+}
+
+impl<T: Element, C: Fn(T, T) -> T> Plan for RingPlan<'_, T, C> {
+    fn call(&self) -> Call {
+        self.call
+    }
+    fn frames(&self, dir: Dir) -> usize {
+        match dir {
+            Dir::Right => 2 * (self.call.world - 1) * self.count,
+            Dir::Left => 0,
+        }
+    }
+    fn header(&self, _: Dir, i: usize) -> Header {
+        let (step, k) = self.step(i);
+        self.frame_header(self.pass(step).send, k)
+    }
+    fn expect(&self, _: Dir, j: usize) -> Header {
+        let (step, k) = self.step(j);
+        self.frame_header(self.pass(step).recv, k)
+    }
+    fn ready(&self, _: Dir, i: usize, received: usize) -> bool {
+        i < self.count || received > i - self.count
+    }
+    fn may_receive(&self, _: Dir, j: usize, sent: usize) -> bool {
+        let back = (self.call.world - 1) * self.count;
+        j < back || sent > j - back
+    }
+    fn payload(&self, _: Dir, i: usize) -> &[u8] {
+        let (step, k) = self.step(i);
+        bytemuck::cast_slice(&self.buf[self.slice(self.pass(step).send, k)])
+    }
+    fn space(&mut self, _: Dir, j: usize) -> &mut [u8] {
+        if self.receiving != j {
+            (self.receiving, self.received, self.pending) = (j, 0, 0);
+        }
+        let (step, k) = self.step(j);
+        let dst = self.slice(self.pass(step).recv, k);
+        if !self.folds(j) {
+            return &mut bytemuck::cast_slice_mut(&mut self.buf[dst])[self.received..];
+        }
+        let left = dst.len() * 8 - self.received;
+        let room = (self.scratch.len() - self.pending).min(left);
+        &mut self.scratch[self.pending..self.pending + room]
+    }
+    fn commit(&mut self, _: Dir, j: usize, n: usize) {
+        if !self.folds(j) {
+            self.received += n;
+            return;
+        }
+        // dst[i] = combine(received[i], dst[i]): the received value is the earlier accumulator.
+        let (step, k) = self.step(j);
+        let dst = self.slice(self.pass(step).recv, k);
+        let done = (self.received - self.pending) / 8;
+        self.received += n;
+        self.pending += n;
+        let whole = self.pending / 8;
+        let dst = &mut self.buf[dst][done..done + whole];
+        for (d, chunk) in dst.iter_mut().zip(self.scratch[..whole * 8].chunks_exact(8)) {
+            let acc = T::from_le(chunk.try_into().expect("chunks of 8"));
+            *d = (self.combine)(acc, *d);
+        }
+        self.scratch.copy_within(whole * 8..self.pending, 0);
+        self.pending -= whole * 8;
+    }
+}
+
+/// The ring path: [`RingPlan`] over the link.
 fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     link: &mut dyn Link,
     call: Call,
@@ -346,42 +423,19 @@ fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    let Call { rank, world, op, seq } = call;
-    let total = std::mem::size_of_val(buf) as u64;
-    let len = buf.len();
-    let count = schedule::slices(len, world, std::mem::size_of::<T>());
+    let count = schedule::slices(buf.len(), call.world, std::mem::size_of::<T>());
     scratch.fold.resize(FOLD_SCRATCH, 0);
-    let header = |j: usize, r: &Range<usize>| {
-        Header::data(op, seq, total, (r.len() * 8) as u64).carrying(Dir::Right, j)
+    let mut plan = RingPlan {
+        call,
+        buf,
+        combine,
+        count,
+        scratch: &mut scratch.fold,
+        receiving: usize::MAX,
+        received: 0,
+        pending: 0,
     };
-    for k in 0..count {
-        let slice = |j: usize| schedule::slice(len, world, j, count, k);
-        for step in 0..world - 1 {
-            let p = pass(rank, world, step, 0);
-            tracing::debug!(slice = k, step, send = p.send, recv = p.recv, "reduce-scatter step");
-            let (send, recv) = (slice(p.send), slice(p.recv));
-            let (head, expect) = (header(p.send, &send), header(p.recv, &recv));
-            let (send, recv) = send_and_recv(buf, send, recv);
-            let mut sink = FoldSink {
-                dst: recv,
-                combine,
-                scratch: &mut scratch.fold,
-                received: 0,
-                pending: 0,
-            };
-            link.exchange(&head, bytemuck::cast_slice(send), &expect, &mut sink)?;
-        }
-        for step in 0..world - 1 {
-            let p = pass(rank, world, step, 1);
-            tracing::debug!(slice = k, step, send = p.send, recv = p.recv, "allgather step");
-            let (send, recv) = (slice(p.send), slice(p.recv));
-            let (head, expect) = (header(p.send, &send), header(p.recv, &recv));
-            let (send, recv) = send_and_recv(buf, send, recv);
-            let mut sink = CopySink { dst: bytemuck::cast_slice_mut(recv), filled: 0 };
-            link.exchange(&head, bytemuck::cast_slice(send), &expect, &mut sink)?;
-        }
-    }
-    Ok(())
+    link.run(&mut plan)
 }
 
 #[cfg(test)]
@@ -390,56 +444,136 @@ pub(crate) mod tests {
     use crate::frame::HEADER_LEN;
     use crate::ring::schedule::segment_of;
     use silvic_core::fold;
-    use std::sync::mpsc::{Receiver, Sender, channel};
-    use std::sync::{Arc, Condvar, Mutex};
+    use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+    use std::time::Duration;
 
-    /// An in-memory ring neighbour: frames travel over channels both ways, and payloads are
-    /// handed to the sink in uneven pieces to exercise partial commits.
+    /// A frame slot between two neighbours, one way: one frame at a time, its memory kept, so
+    /// a link of these allocates nothing once the slots have grown to the largest frame.
+    #[derive(Default)]
+    struct Mailbox {
+        slot: Mutex<Slot>,
+    }
+
+    #[derive(Default)]
+    struct Slot {
+        frame: Vec<u8>,
+        full: bool,
+        /// A rank at either end has left its link: an empty slot stays empty.
+        closed: bool,
+    }
+
+    /// Counts every change of any slot of a ring, so an idle rank sleeps until one.
+    #[derive(Default)]
+    struct Ticks {
+        count: Mutex<u64>,
+        changed: Condvar,
+    }
+
+    impl Ticks {
+        fn now(&self) -> u64 {
+            *self.count.lock().unwrap()
+        }
+        fn bump(&self) {
+            *self.count.lock().unwrap() += 1;
+            self.changed.notify_all();
+        }
+        /// Sleeps until a slot changes after `seen` (or a while has passed).
+        fn wait_past(&self, seen: u64) {
+            let count = self.count.lock().unwrap();
+            let _ =
+                self.changed.wait_timeout_while(count, Duration::from_millis(50), |c| *c == seen);
+        }
+    }
+
+    impl Mailbox {
+        fn lock(&self) -> MutexGuard<'_, Slot> {
+            self.slot.lock().unwrap()
+        }
+    }
+
+    /// An in-memory ring neighbour: frames travel through one slot per direction between
+    /// neighbours, each moved the moment the plan lets it, and payloads are handed to the plan
+    /// in uneven pieces to exercise partial commits.
     pub(crate) struct MemLink {
-        to_right: Sender<Vec<u8>>,
-        to_left: Sender<Vec<u8>>,
-        from_left: Receiver<Vec<u8>>,
-        from_right: Receiver<Vec<u8>>,
+        /// Frames from the left (travelling rightward) and from the right.
+        from_left: Arc<Mailbox>,
+        from_right: Arc<Mailbox>,
+        /// The right neighbour's `from_left` and the left neighbour's `from_right`.
+        right: Arc<Mailbox>,
+        left: Arc<Mailbox>,
+        ticks: Arc<Ticks>,
         left_rank: usize,
         right_rank: usize,
         piece: usize,
-        /// Steps taken so far.
-        pub(crate) steps: usize,
+        /// Frames sent each way so far: rightward, leftward.
+        pub(crate) sent: [usize; 2],
     }
 
     pub(crate) fn mem_ring(world: usize) -> Vec<MemLink> {
-        // Rank r sends rightward into channel r + 1 and leftward into channel r - 1 of the other
-        // set, and receives from channel r of each.
-        let (right_tx, right_rx): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
-        let (left_tx, left_rx): (Vec<_>, Vec<_>) = (0..world).map(|_| channel()).unzip();
-        let mut right_rx: Vec<Option<Receiver<Vec<u8>>>> = right_rx.into_iter().map(Some).collect();
-        let mut left_rx: Vec<Option<Receiver<Vec<u8>>>> = left_rx.into_iter().map(Some).collect();
+        let from_left: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
+        let from_right: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
+        let ticks = Arc::new(Ticks::default());
         (0..world)
-            .map(|r| MemLink {
-                to_right: right_tx[(r + 1) % world].clone(),
-                to_left: left_tx[(r + world - 1) % world].clone(),
-                from_left: right_rx[r].take().unwrap(),
-                from_right: left_rx[r].take().unwrap(),
-                left_rank: (r + world - 1) % world,
-                right_rank: (r + 1) % world,
-                piece: 1 + r * 37 % 4099,
-                steps: 0,
+            .map(|r| {
+                let (left_rank, right_rank) = ((r + world - 1) % world, (r + 1) % world);
+                MemLink {
+                    from_left: from_left[r].clone(),
+                    from_right: from_right[r].clone(),
+                    right: from_left[right_rank].clone(),
+                    left: from_right[left_rank].clone(),
+                    ticks: ticks.clone(),
+                    left_rank,
+                    right_rank,
+                    piece: 1 + r * 37 % 4099,
+                    sent: [0; 2],
+                }
             })
             .collect()
     }
 
     impl MemLink {
-        fn receive(
+        /// Puts outgoing frame `i` on `dir` in the neighbour's slot if it is empty.
+        fn try_put(&self, plan: &dyn Plan, dir: Dir, i: usize) -> bool {
+            let mailbox = match dir {
+                Dir::Right => &self.right,
+                Dir::Left => &self.left,
+            };
+            let mut slot = mailbox.lock();
+            if slot.full {
+                return false;
+            }
+            slot.frame.clear();
+            slot.frame.extend_from_slice(&plan.header(dir, i).encode());
+            slot.frame.extend_from_slice(plan.payload(dir, i));
+            slot.full = true;
+            drop(slot);
+            self.ticks.bump();
+            true
+        }
+
+        /// Takes incoming frame `j` on `dir` into the plan if it is there.
+        fn try_take(
             &self,
-            from: &Receiver<Vec<u8>>,
-            peer: usize,
-            expect: &Header,
-            sink: &mut dyn Sink,
-        ) -> Result<(), CollectiveError> {
-            let got = from.recv().map_err(|_| CollectiveError::PeerClosed { peer })?;
-            let head = Header::decode(got[..HEADER_LEN].try_into().unwrap()).unwrap();
-            head.expect(expect, peer)?;
-            let mut rest = &got[HEADER_LEN..];
+            plan: &mut dyn Plan,
+            dir: Dir,
+            j: usize,
+        ) -> Result<bool, CollectiveError> {
+            let (mailbox, peer) = match dir {
+                Dir::Right => (&self.from_left, self.left_rank),
+                Dir::Left => (&self.from_right, self.right_rank),
+            };
+            let mut slot = mailbox.lock();
+            if !slot.full {
+                return if slot.closed {
+                    Err(CollectiveError::PeerClosed { peer })
+                } else {
+                    Ok(false)
+                };
+            }
+            let head = Header::decode(slot.frame[..HEADER_LEN].try_into().unwrap()).unwrap();
+            head.expect(&plan.expect(dir, j), peer)?;
+            let mut sink = Receiving { plan, dir, frame: j };
+            let mut rest = &slot.frame[HEADER_LEN..];
             while !rest.is_empty() {
                 let space = sink.space();
                 let n = space.len().min(self.piece).min(rest.len());
@@ -448,28 +582,52 @@ pub(crate) mod tests {
                 rest = &rest[n..];
             }
             assert!(sink.space().is_empty(), "payload shorter than the sink");
-            Ok(())
+            slot.full = false;
+            drop(slot);
+            self.ticks.bump();
+            Ok(true)
         }
     }
 
-    fn frame(header: &Header, payload: &[u8]) -> Vec<u8> {
-        [&header.encode()[..], payload].concat()
+    impl Drop for MemLink {
+        fn drop(&mut self) {
+            for mailbox in [&self.from_left, &self.from_right, &self.right, &self.left] {
+                mailbox.lock().closed = true;
+            }
+            self.ticks.bump();
+        }
     }
 
     impl Link for MemLink {
-        fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
-            self.steps += 1;
-            let closed = |peer| move |_| CollectiveError::PeerClosed { peer };
-            self.to_right
-                .send(frame(&right.header, right.payload))
-                .map_err(closed(self.right_rank))?;
-            if let Some(l) = &left {
-                self.to_left.send(frame(&l.header, l.payload)).map_err(closed(self.left_rank))?;
+        fn run(&mut self, plan: &mut dyn Plan) -> Result<(), CollectiveError> {
+            let (mut sent, mut received) = ([0usize; 2], [0usize; 2]);
+            loop {
+                let seen = self.ticks.now();
+                let mut idle = true;
+                for (d, dir) in [Dir::Right, Dir::Left].into_iter().enumerate() {
+                    let frames = plan.frames(dir);
+                    while sent[d] < frames
+                        && plan.ready(dir, sent[d], received[d])
+                        && self.try_put(plan, dir, sent[d])
+                    {
+                        (sent[d], idle) = (sent[d] + 1, false);
+                    }
+                    if received[d] < frames
+                        && plan.may_receive(dir, received[d], sent[d])
+                        && self.try_take(plan, dir, received[d])?
+                    {
+                        (received[d], idle) = (received[d] + 1, false);
+                    }
+                }
+                let frames = [plan.frames(Dir::Right), plan.frames(Dir::Left)];
+                if sent == frames && received == frames {
+                    break;
+                }
+                if idle {
+                    self.ticks.wait_past(seen);
+                }
             }
-            self.receive(&self.from_left, self.left_rank, &right.expect, right.sink)?;
-            if let Some(l) = left {
-                self.receive(&self.from_right, self.right_rank, &l.expect, l.sink)?;
-            }
+            self.sent = [self.sent[0] + sent[0], self.sent[1] + sent[1]];
             Ok(())
         }
     }
@@ -632,135 +790,39 @@ pub(crate) mod tests {
         }
     }
 
-    /// A frame slot between two ranks: one frame at a time, its memory kept.
-    #[derive(Default)]
-    struct Mailbox {
-        slot: Mutex<(Vec<u8>, bool)>,
-        changed: Condvar,
-    }
-
-    /// An in-memory ring neighbour that allocates nothing once its slots have grown to the
-    /// largest frame: a rank puts its frames in its neighbours' slots (waiting until each is
-    /// empty), then takes their frames out of its own: one slot per direction.
-    struct MailLink {
-        /// Frames from the left (travelling rightward) and from the right.
-        from_left: Arc<Mailbox>,
-        from_right: Arc<Mailbox>,
-        /// The right neighbour's `from_left` and the left neighbour's `from_right`.
-        right: Arc<Mailbox>,
-        left: Arc<Mailbox>,
-        left_rank: usize,
-        right_rank: usize,
-    }
-
-    impl Mailbox {
-        fn put(&self, header: &Header, payload: &[u8]) {
-            let mut out = self.slot.lock().unwrap();
-            while out.1 {
-                out = self.changed.wait(out).unwrap();
-            }
-            out.0.clear();
-            out.0.extend_from_slice(&header.encode());
-            out.0.extend_from_slice(payload);
-            out.1 = true;
-            drop(out);
-            self.changed.notify_all();
-        }
-
-        fn take(
-            &self,
-            peer: usize,
-            expect: &Header,
-            sink: &mut dyn Sink,
-        ) -> Result<(), CollectiveError> {
-            let mut inn = self.slot.lock().unwrap();
-            while !inn.1 {
-                inn = self.changed.wait(inn).unwrap();
-            }
-            let head = Header::decode(inn.0[..HEADER_LEN].try_into().unwrap()).unwrap();
-            head.expect(expect, peer)?;
-            let mut rest = &inn.0[HEADER_LEN..];
-            while !rest.is_empty() {
-                let space = sink.space();
-                let n = space.len().min(rest.len());
-                space[..n].copy_from_slice(&rest[..n]);
-                sink.commit(n);
-                rest = &rest[n..];
-            }
-            inn.1 = false;
-            drop(inn);
-            self.changed.notify_all();
-            Ok(())
-        }
-    }
-
-    impl Link for MailLink {
-        fn step(&mut self, right: Lane<'_>, left: Option<Lane<'_>>) -> Result<(), CollectiveError> {
-            self.right.put(&right.header, right.payload);
-            if let Some(l) = &left {
-                self.left.put(&l.header, l.payload);
-            }
-            self.from_left.take(self.left_rank, &right.expect, right.sink)?;
-            if let Some(l) = left {
-                self.from_right.take(self.right_rank, &l.expect, l.sink)?;
-            }
-            Ok(())
-        }
-    }
-
     /// No allocation per call in steady state: once a rank has made one call of each size,
     /// more calls of those sizes (the gather path below and above 4 KiB, the ring path with
     /// several slices) allocate nothing on its thread, link included.
     #[test]
     fn steady_state_calls_allocate_nothing() {
         let world = 4;
-        let from_left: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
-        let from_right: Vec<Arc<Mailbox>> = (0..world).map(|_| Arc::default()).collect();
         let lengths = [1, 100, schedule::gather_limit(world) / 8, 3 * world * 32768 + 5];
         assert!(schedule::uses_gather(lengths[2] * 8, world) && lengths[2] * 8 > 4096);
         assert!(schedule::slices(lengths[3], world, 8) > 1);
-        let counts = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..world)
-                .map(|r| {
-                    let (left_rank, right_rank) = ((r + world - 1) % world, (r + 1) % world);
-                    let mut link = MailLink {
-                        from_left: from_left[r].clone(),
-                        from_right: from_right[r].clone(),
-                        right: from_left[right_rank].clone(),
-                        left: from_right[left_rank].clone(),
-                        left_rank,
-                        right_rank,
-                    };
-                    s.spawn(move || {
-                        let mut scratch = Scratch::default();
-                        let mut buffers: Vec<Vec<f64>> =
-                            lengths.iter().map(|&len| input(r, len)).collect();
-                        let mut seq = 0;
-                        let mut calls = |buffers: &mut Vec<Vec<f64>>| {
-                            for buf in buffers.iter_mut() {
-                                let call = Call { rank: r, world, op: Op::AllreduceSumF64, seq };
-                                seq += 1;
-                                allreduce(&mut link, call, buf, fold::sum_f64, &mut scratch)
-                                    .unwrap();
-                            }
-                        };
-                        calls(&mut buffers);
-                        allocation_counter::measure(|| {
-                            for _ in 0..3 {
-                                calls(&mut buffers);
-                            }
-                        })
-                        .count_total
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<u64>>()
+        let counts = on_ring(world, |r, link| {
+            let mut scratch = Scratch::default();
+            let mut buffers: Vec<Vec<f64>> = lengths.iter().map(|&len| input(r, len)).collect();
+            let mut seq = 0;
+            let mut calls = |buffers: &mut Vec<Vec<f64>>| {
+                for buf in buffers.iter_mut() {
+                    let call = Call { rank: r, world, op: Op::AllreduceSumF64, seq };
+                    seq += 1;
+                    allreduce(link, call, buf, fold::sum_f64, &mut scratch).unwrap();
+                }
+            };
+            calls(&mut buffers);
+            allocation_counter::measure(|| {
+                for _ in 0..3 {
+                    calls(&mut buffers);
+                }
+            })
+            .count_total
         });
         assert_eq!(counts, vec![0; world], "allocations per rank in 12 steady-state calls");
     }
 
     #[test]
-    fn allgather_delivers_every_block_in_half_the_world_of_steps() {
+    fn allgather_delivers_every_block_in_half_the_world_of_hops() {
         for world in 1..=16 {
             for block in [0, 1, 5, 4096] {
                 let results = on_ring(world, |r, link| {
@@ -768,10 +830,12 @@ pub(crate) mod tests {
                     blocks[r] = (0..block).map(|i| (i * 31 + r * 7) as u8).collect();
                     let call = Call { rank: r, world, op: Op::AllgatherBytes, seq: 3 };
                     allgather(link, call, block as u64, &mut blocks).unwrap();
-                    (blocks, link.steps)
+                    (blocks, link.sent)
                 });
-                for (blocks, steps) in results {
-                    assert_eq!(steps, world / 2, "world {world}");
+                for (blocks, sent) in results {
+                    // floor(world / 2) hops: rightward every hop, leftward all but the last of
+                    // an even world.
+                    assert_eq!(sent, [world / 2, (world - 1) / 2], "world {world}");
                     for (r, b) in blocks.iter().enumerate() {
                         let sent: Vec<u8> = (0..block).map(|i| (i * 31 + r * 7) as u8).collect();
                         assert_eq!(b, &sent, "world {world} block {block} rank {r}");

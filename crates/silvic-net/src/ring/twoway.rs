@@ -37,7 +37,7 @@ pub(crate) fn hops(world: usize) -> usize {
 }
 
 /// Hops the leftward lane runs: `floor((world - 1) / 2)`.
-fn left_hops(world: usize) -> usize {
+pub(crate) fn left_hops(world: usize) -> usize {
     world.saturating_sub(1) / 2
 }
 
