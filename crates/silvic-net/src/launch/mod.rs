@@ -2,7 +2,7 @@
 //! for Slurm, torchrun, Kubernetes, mpirun or a shell script, which set variables but cannot
 //! gather addresses.
 //!
-//! The steps, all within the caller's timeout: read the variables ([`env`]), bind where they say
+//! The steps, all within the caller's timeout: read the variables (`env`), bind where they say
 //! (an interface, else the address this host uses to reach the rendezvous host), learn every
 //! rank's address (through rank 0's exchange, `exchange`, or a shared [`folder`]), then
 //! connect the ring as [`TcpCollective::connect`](crate::TcpCollective::connect) does.

@@ -3,8 +3,8 @@
 //!
 //! Invariants: control frames are read in order and every one looked at (a notice or a data
 //! frame never hides an abort: a data frame stops the reading, to be read whole by its step,
-//! then what follows it); a failure heard while the step needs nothing more of that neighbour
-//! is kept for the next step, not returned early; a notice is queued whole, only between data
+//! then what follows it); a failure heard while the call needs nothing more of that neighbour
+//! is kept for the next call, not returned early; a notice is queued whole, only between data
 //! frames on its stream, and dropped (never retried in a busy loop) if its stream fails; a
 //! notice names this rank's stalled neighbour or the rank a fresh notice of that neighbour
 //! names, never this rank.
@@ -22,7 +22,7 @@ use crate::frame::Waiting;
 /// The longest gap between two waiting notices.
 const NOTICE_MAX: Duration = Duration::from_millis(500);
 
-/// How long a step waits without progress before it sends a waiting notice, and then how often
+/// How long a call waits without progress before it sends a waiting notice, and then how often
 /// it sends one: a quarter of the timeout, at most [`NOTICE_MAX`], so that a neighbour with the
 /// same timeout hears several before its own timeout could fire.
 pub(super) fn notice_every(timeout: Duration) -> Duration {
@@ -101,9 +101,10 @@ impl TcpRing {
         stream_error(peer, e)
     }
 
-    /// Reads the control frames on the right stream behind this step's frame from it (or all
-    /// of them, in a step that reads no frame from the right): notices are noted, an abort of
-    /// this call (or any failure while the step still writes to the right) fails the step.
+    /// Reads the control frames on the right stream while no frame of this call may come in
+    /// from it (all of them, in a call that reads no frame from the right): notices are noted,
+    /// an abort of this call (or any failure while the call still writes to the right) fails
+    /// the call.
     /// Returns whether to keep watching: not once a data frame (a later step's) shows up.
     pub(super) fn read_reverse(
         &mut self,
@@ -131,17 +132,18 @@ impl TcpRing {
                     Err(error) if writing => return Err(error),
                     Err(error) => error,
                 };
-            // Nothing in this step needs the right any more: the next step reports it.
+            // Nothing in this call needs the right any more: the next call reports it.
             self.right_ended = true;
             self.pending.get_or_insert(failure);
         }
         Ok(false)
     }
 
-    /// Reads control frames behind this step's frame from the left: notices are noted, an
-    /// abort of this call fails the step and one of a later call is kept for the next step.
-    /// Returns whether to keep watching the left: not once a data frame (the next step's), an
-    /// abort or the end of the stream shows up; the end is left for the next read.
+    /// Reads control frames from the left while no frame of this call may come in from it:
+    /// notices are noted, an abort of this call fails the call and one of a later call is kept
+    /// for the next call. Returns whether to keep watching the left: not once a data frame (one
+    /// waiting for its turn, or the next call's), an abort or the end of the stream shows up;
+    /// the end is left for the next read.
     pub(super) fn read_left_controls(&mut self, seq: u64) -> Result<bool, CollectiveError> {
         loop {
             let mut src = Counted { stream: &self.left, bytes: &mut self.stats.bytes_received };

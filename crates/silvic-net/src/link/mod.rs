@@ -1,33 +1,39 @@
-//! The TCP ring link: one lock-step exchange over two non-blocking sockets, driven by poll(2).
+//! The TCP ring link: moves a collective's plan of frames over two non-blocking sockets, driven
+//! by poll(2).
 //!
-//! Each rank holds two streams. A step has a rightward lane (a frame written to the right
-//! neighbour, one read from the left) and, in a two-way gather, a leftward lane (written to the
-//! left, read from the right), so data frames may travel both directions of both streams.
-//! Control frames (aborts and waiting notices) travel both directions too, and both directions
-//! are watched for the whole of every step, so a failure travels around the ring both ways in
-//! moments.
+//! Each rank holds two streams. A plan ([`Plan`]) has a rightward way (frames written to the
+//! right neighbour, as many read from the left) and, in a two-way gather, a leftward way
+//! (written to the left, read from the right), so data frames may travel both directions of
+//! both streams. Every frame moves the moment the plan lets it: a frame goes out once the
+//! frames it forwards are in, and comes in once what it overwrites is out, so a rank forwards a
+//! block while the next one arrives, with no lock-step between them. Control frames (aborts
+//! and waiting notices) travel both directions too, and both directions are watched for the
+//! whole of every call, so a failure travels around the ring both ways in moments.
 //!
 //! Invariants:
-//! - A step writes and reads at the same time, on both lanes; it never blocks on a write before
-//!   it reads, so buffers of any size cannot deadlock however small the socket buffers are.
+//! - A call writes and reads at the same time, on both ways; it never blocks on a write before
+//!   it reads, so buffers of any size cannot deadlock however small the socket buffers are. A
+//!   plan's gates never wait on each other in a circle (a frame out waits for earlier frames
+//!   in, a frame in for earlier frames out), so some frame can always move.
 //! - Readiness is a hint: every read and write runs until it would block, and `EINTR` retries.
-//! - Both streams are read whatever the step waits for, per direction: a lane's frame first
-//!   (notices before it noted, an abort before it fails the step), then the control frames
-//!   behind it (an abort of this call fails the step), up to the next data frame, which is left
-//!   for the next step. The right stream's end (or an abort of a later call) while this rank has
-//!   nothing left to send it in the step is kept and returned by the next step, since a right
-//!   neighbour that has taken everything may end its job before this rank has read its last
-//!   frame.
+//! - Both streams are read whatever the call waits for, per direction: the frames of the way
+//!   that comes in on it, when the plan lets them (notices before them noted, an abort before
+//!   them fails the call); otherwise the control frames up to the next data frame, which waits
+//!   for its turn (an abort of this call fails the call). The right stream's end (or an abort
+//!   of a later call) while this rank has nothing left to send it is kept and returned by the
+//!   next call, since a right neighbour that has taken everything may end its job before this
+//!   rank has read its last frame.
 //! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
 //!   frame never hides an abort behind it (a data frame is read whole before what follows it).
-//!   A data frame of the next step waits for that step, and what follows it with it. A notice of
-//!   another call than the current one is ignored.
+//!   A data frame of the next call waits for that call, and what follows it with it. A notice
+//!   of another call than the current one is ignored.
 //! - A data frame's header and payload go out in one vectored write when the socket takes them.
-//! - The timeout bounds inactivity per peer: a step fails when the peer it still waits on has
+//! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long. A waiting rank sends notices to both
 //!   neighbours ([`notice_every`]), naming the rank it blames (its own stalled neighbour, or the
 //!   rank that neighbour's fresh notice names), so only a neighbour of a stalled rank times out,
-//!   and every error names the stalled rank.
+//!   and every error names the stalled rank. A data frame starts only once all of it may go,
+//!   so a frame stalled half-way is the reader's doing, never a wait further round the ring.
 //! - An outgoing frame, data or control, is written whole or the stream is shut: a notice or an
 //!   abort only ever follows a complete frame on its stream, so a receiver never mistakes it for
 //!   payload.
@@ -52,21 +58,21 @@ use crate::stats::RingStats;
 use crate::wait::wait;
 
 mod control;
-mod lane;
 mod reader;
+mod way;
 
 use control::{Heard, Queued, notice_every};
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
-use lane::{Counted, Way};
 use reader::ReadAhead;
+use way::{Counted, Way};
 
 /// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
 /// can append an abort frame. Past this it just shuts the stream.
 const FINISH_FRAME_BOUND: Duration = Duration::from_millis(250);
 
-/// How long a step keeps trying, yielding the core between tries, after its last progress
+/// How long a call keeps trying, yielding the core between tries, after its last progress
 /// before it blocks in poll(2): a short wait is cheaper spun than woken from (README,
 /// Performance); past it the rank sleeps, so a slow peer costs no CPU. Yielding (never a bare
 /// spin) lets ranks that share a core with this one run.
@@ -103,7 +109,7 @@ pub(crate) struct TcpRing {
     right_boundary: bool,
     /// The right stream has ended or failed while nothing needed it.
     right_ended: bool,
-    /// A failure heard when nothing in the step needed it: the next step returns it.
+    /// A failure heard when nothing in the call needed it: the next call returns it.
     pending: Option<CollectiveError>,
     /// Notices queued for the left and the right, written between data frames.
     to_left: Queued,
@@ -114,7 +120,7 @@ pub(crate) struct TcpRing {
     /// TCP_USER_TIMEOUT of the right stream, raised while the right neighbour is alive but
     /// not reading.
     liveness: Liveness,
-    /// How long a step spins before it blocks ([`SPIN`]).
+    /// How long a call spins before it blocks ([`SPIN`]).
     spin: Duration,
     /// What was read from each stream beyond the last frame.
     ahead_left: ReadAhead,
@@ -377,7 +383,7 @@ impl TcpRing {
         }
     }
 
-    /// Adds a wait to the time spent waiting on each side the step still needed.
+    /// Adds a wait to the time spent waiting on each side the call still needed.
     fn count_wait(&mut self, waited: Duration, need_left: bool, need_right: bool) {
         if need_left {
             self.stats.waited_left += waited;
@@ -462,7 +468,7 @@ mod tests {
     use std::io::Read;
 
     /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
-    /// frame hid) fails the step with a timeout after this, never a hang.
+    /// frame hid) fails the call with a timeout after this, never a hang.
     const BOUND: Duration = Duration::from_secs(20);
 
     /// A sink into a vector: the bytes, and how many have come. Shared with reader.rs's tests.
@@ -537,7 +543,7 @@ mod tests {
     }
 
     #[test]
-    fn a_step_moves_frames_both_ways_on_both_streams() {
+    fn a_call_moves_frames_both_ways_on_both_streams() {
         let (mut ring, mut rank0, mut rank2) = rank_one(BOUND);
         let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
         rank0.write_all(&[&header.carrying(Dir::Right, 0).encode()[..], b"zer"].concat()).unwrap();
@@ -556,8 +562,8 @@ mod tests {
     }
 
     #[test]
-    fn an_abort_behind_a_leftward_data_frame_fails_the_step_while_the_left_is_silent() {
-        // The left neighbour never sends: only the abort on the right can end this step before
+    fn an_abort_behind_a_leftward_data_frame_fails_the_call_while_the_left_is_silent() {
+        // The left neighbour never sends: only the abort on the right can end this call before
         // its timeout (a Timeout error), and it sits behind a whole data frame travelling
         // leftwards.
         let (mut ring, _rank0, mut rank2) = rank_one(BOUND);

@@ -3,7 +3,7 @@
 //! buffered bytes ([`parse_control`]). Both streams are read the same way: data travels both
 //! ways round the ring.
 //!
-//! Invariants: a header is checked against what the step expects before a payload byte is read;
+//! Invariants: a header is checked against what the plan expects before a payload byte is read;
 //! a control frame's length is bounded by the header decoder and its bytes go to a fixed buffer;
 //! nothing here allocates by what a peer claims. Frames are taken in order and every one is
 //! looked at: a waiting notice is consumed and reported, never skipped over an abort behind it.
@@ -118,7 +118,7 @@ pub(super) fn next_control<R: Read>(
     }
 }
 
-/// Reads one data frame from a neighbour: its header, checked against what the step expects,
+/// Reads one data frame from a neighbour: its header, checked against what the plan expects,
 /// then its payload into a sink. Waiting notices before it are taken and reported; an abort
 /// fails.
 #[derive(Debug)]
@@ -250,7 +250,7 @@ impl Incoming {
 ///
 /// A header is 32 bytes and a small payload a few more; reading them one by one costs a system
 /// call each. Reads smaller than the buffer go through it, so one call brings a header and a
-/// small payload (and maybe the next frame's start, kept for the next step). Reads at least as
+/// small payload (and maybe the next frame's start, kept for the next frame). Reads at least as
 /// large as the buffer go straight to their destination: a large payload is not copied twice.
 #[derive(Debug)]
 pub(super) struct ReadAhead {

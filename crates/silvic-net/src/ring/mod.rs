@@ -1,12 +1,14 @@
-//! The ring algorithms: which bytes move at each step and how they are folded.
+//! The ring algorithms: which bytes move in which frame, and how they are folded.
 //!
 //! Invariants this module keeps, whatever carries the bytes:
 //!
-//! - **Lock-step.** A collective is a fixed sequence of steps; in each, a rank sends one frame to
-//!   its right neighbour and receives one from its left, at the same time ([`Link::exchange`]);
-//!   a step of the two-way gather ([`twoway`]) also sends one to its left and receives one from
-//!   its right ([`Link::step`]). Every frame names the op, the sequence number, the buffer
-//!   length, its direction and its block, and is checked before its payload is used.
+//! - **Plans of frames.** A collective is a fixed [`Plan`]: per way round the ring, the frames
+//!   a rank sends to one neighbour and receives from the other, in order, with gates that say
+//!   when each may move: a frame out once the frames it forwards are in, a frame in once the
+//!   frames that sent what it overwrites are out. No gate waits on a later frame, so a link
+//!   that moves whatever its gates let through never deadlocks. Every frame names the op, the
+//!   sequence number, the buffer length, its direction and its block, and is checked before
+//!   its payload is used.
 //! - **Fold order.** Element `i` is folded over ranks in [`schedule::fold_order`] of its segment,
 //!   `j, j + 1, …, j - 1` (mod world), left to right with silvic-core's combiners. That depends
 //!   on `(i, len, world)` alone, and both paths use it, so results are bitwise identical on every
@@ -17,11 +19,11 @@
 //!   [`schedule::GATHER_MAX_BYTES`].
 //! - **Traffic and memory.** The ring path is a reduce-scatter then an allgather: `2(n-1)/n` of
 //!   the buffer leaves each rank, and the only extra memory is a fixed-size fold scratch. Each
-//!   segment is cut into [`schedule::slices`] of the same count, and slice `k` goes all the way
-//!   round before slice `k + 1`, so each step sends what the step before folded. The gather path
-//!   is one two-way allgather of whole buffers ([`twoway`], `floor(n/2)` steps); it holds
-//!   `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4 KiB)`, kept in [`run::Scratch`] so that a
-//!   steady state allocates nothing per call.
+//!   segment is cut into [`schedule::slices`] of the same count, and a rank forwards a slice as
+//!   soon as it has folded it, while the next slice arrives. The gather path is one two-way
+//!   allgather of whole buffers ([`twoway`], `floor(n/2)` hops, each block forwarded as soon as
+//!   it is in); it holds `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4 KiB)`, kept in
+//!   [`run::Scratch`] so that a steady state allocates nothing per call.
 //!
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
 //! over poll(2), and the tests plug in an in-memory ring.

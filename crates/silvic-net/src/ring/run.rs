@@ -304,9 +304,12 @@ fn small_allreduce<T: Element, C: Fn(T, T) -> T>(
 /// a rank sends slice `k` on while slice `k + 1` of the same step is still arriving. Each
 /// element still meets the ranks in its segment's fold order.
 ///
-/// Step `s` sends segment `rank - s` and receives segment `rank - s - 1` (mod world) in both
-/// passes, so the frame that overwrites a slice comes `world - 1` steps after the frame that
-/// sent that slice's last value: it waits for that frame to be out.
+/// A rank takes in at most one step more than it has sent: frame `j` comes in once frame
+/// `j - count` is out. That is the credit that keeps the ring in step without a barrier (the
+/// socket buffers hold what a neighbour sends beyond it; reading further ahead made world 8
+/// slower, README's Performance section), and it keeps every slice safe: step `s` sends
+/// segment `rank - s` and receives segment `rank - s - 1` (mod world) in both passes, so the
+/// frame that overwrites a slice comes `world - 1` steps after the frame that sent what it held.
 struct RingPlan<'a, T, C> {
     call: Call,
     buf: &'a mut [T],
@@ -373,8 +376,7 @@ impl<T: Element, C: Fn(T, T) -> T> Plan for RingPlan<'_, T, C> {
         i < self.count || received > i - self.count
     }
     fn may_receive(&self, _: Dir, j: usize, sent: usize) -> bool {
-        let back = (self.call.world - 1) * self.count;
-        j < back || sent > j - back
+        j < sent + self.count
     }
     fn payload(&self, _: Dir, i: usize) -> &[u8] {
         let (step, k) = self.step(i);

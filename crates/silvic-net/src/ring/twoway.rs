@@ -5,16 +5,17 @@
 //! `floor(world / 2)` hops instead of `world - 1`.
 //!
 //! Invariants, checked by the tests below for worlds 1..=16:
-//! - At hop `h` a lane sends what it received at hop `h - 1` (its own block at hop 0), so a rank
-//!   forwards a block the hop after it arrived, and never sends a block it lacks.
-//! - The rightward lane runs `ceil((world - 1) / 2)` hops and the leftward lane
+//! - At hop `h` a way sends what it received at hop `h - 1` (its own block at hop 0), so a rank
+//!   can forward a block the moment it is in ([`super::run`] does), and never sends a block it
+//!   lacks. The two ways do not wait for each other: a hop is a number, not a barrier.
+//! - The rightward way runs `ceil((world - 1) / 2)` hops and the leftward way
 //!   `floor((world - 1) / 2)`: together they bring each of the other `world - 1` blocks exactly
 //!   once. In an even world the last hop is rightward only.
-//! - What a rank sends on a lane at a hop is what its neighbour on that lane expects to receive.
+//! - What a rank sends on a way at a hop is what its neighbour on that way expects to receive.
 //!
 //! Everything here is arithmetic on `(rank, world, hop)`: no sockets, no clocks, no state.
 
-/// The blocks one lane moves at one hop: the rank's own `send` goes out, `recv` comes in.
+/// The blocks one way moves at one hop: the rank's own `send` goes out, `recv` comes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Move {
     pub(crate) send: usize,
@@ -26,7 +27,7 @@ pub(crate) struct Move {
 pub(crate) struct Hop {
     /// Sent to the right neighbour, received from the left.
     pub(crate) right: Move,
-    /// Sent to the left neighbour, received from the right; `None` when the leftward lane has
+    /// Sent to the left neighbour, received from the right; `None` when the leftward way has
     /// already brought its share (the last hop of an even world).
     pub(crate) left: Option<Move>,
 }
@@ -36,7 +37,7 @@ pub(crate) fn hops(world: usize) -> usize {
     world / 2
 }
 
-/// Hops the leftward lane runs: `floor((world - 1) / 2)`.
+/// Hops the leftward way runs: `floor((world - 1) / 2)`.
 pub(crate) fn left_hops(world: usize) -> usize {
     world.saturating_sub(1) / 2
 }
@@ -79,7 +80,7 @@ mod tests {
                     let (left, right) = ((r + world - 1) % world, (r + 1) % world);
                     let p = plan[r];
                     assert_eq!(has[r][p.right.send], 1, "world {world} hop {k} rank {r}");
-                    // A lane forwards what it received at the hop before.
+                    // A way forwards what it received at the hop before.
                     assert_eq!(last[r].0.unwrap_or(r), p.right.send, "world {world} hop {k}");
                     assert_eq!(plan[left].right.send, p.right.recv, "world {world} hop {k}");
                     assert_eq!(p.left.is_some(), plan[right].left.is_some());
@@ -107,7 +108,7 @@ mod tests {
     }
 
     #[test]
-    fn even_worlds_end_on_a_rightward_hop_and_odd_worlds_use_both_lanes_throughout() {
+    fn even_worlds_end_on_a_rightward_hop_and_odd_worlds_use_both_ways_throughout() {
         for world in 2..=16 {
             for k in 0..hops(world) {
                 let both = hop(0, world, k).left.is_some();
