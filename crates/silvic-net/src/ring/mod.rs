@@ -20,9 +20,9 @@
 //! - **Traffic and memory.** The ring path is a reduce-scatter then an allgather: `2(n-1)/n` of
 //!   the buffer leaves each rank, and the only extra memory is a fixed-size fold scratch. Each
 //!   segment is cut into [`schedule::slices`] of the same count, and a rank forwards a slice as
-//!   soon as it has folded it, while the next slice arrives. The gather path is one two-way
-//!   allgather of whole buffers ([`twoway`], `floor(n/2)` hops, each block forwarded as soon as
-//!   it is in); it holds `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4 KiB)`, kept in
+//!   soon as it has folded it, while the next slice sets off behind it. The gather path is one
+//!   two-way allgather of whole buffers ([`twoway`], `floor(n/2)` hops, each block forwarded as
+//!   soon as it is in); it holds `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4 KiB)`, kept in
 //!   [`run::Scratch`] so that a steady state allocates nothing per call.
 //!
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in

@@ -298,16 +298,17 @@ fn small_allreduce<T: Element, C: Fn(T, T) -> T>(
 /// The ring path as a plan: a reduce-scatter, after which this rank owns segment `rank + 1`
 /// folded over every rank, then an allgather of the owned segments, all rightward.
 ///
-/// Each segment is cut into `count` slices ([`schedule::slices`]); step `s` of the two passes
-/// (`0..2(world - 1)`) is frames `s × count .. (s + 1) × count`, slice by slice. A frame
-/// forwards the slice the frame `count` before it brought (folded, in the reduce-scatter), so
-/// a rank sends slice `k` on while slice `k + 1` of the same step is still arriving. Each
-/// element still meets the ranks in its segment's fold order.
+/// Each segment is cut into `count` slices ([`schedule::slices`]), and slice `k` of every
+/// segment makes the `2(world - 1)` steps of the two passes as frames
+/// `k × 2(world - 1) ..`, one per step. A step's frame forwards what the frame before it
+/// brought (folded, in the reduce-scatter), and the first step of a slice sends this rank's own
+/// values, so slice `k + 1` sets off while slice `k` is still on its way round. Each element
+/// still meets the ranks in its segment's fold order.
 ///
-/// A rank takes in at most one step more than it has sent: frame `j` comes in once frame
-/// `j - count` is out. That is the credit that keeps the ring in step without a barrier (the
-/// socket buffers hold what a neighbour sends beyond it; reading further ahead made world 8
-/// slower, README's Performance section), and it keeps every slice safe: step `s` sends
+/// A rank takes in at most one frame more than it has sent: frame `j` comes in once frame
+/// `j - 1` is out. That credit keeps the ring in step without a barrier (the socket buffers
+/// hold what a neighbour sends beyond it; reading further ahead made the ring slower on this
+/// machine, README's Performance section), and it keeps every slice safe: step `s` sends
 /// segment `rank - s` and receives segment `rank - s - 1` (mod world) in both passes, so the
 /// frame that overwrites a slice comes `world - 1` steps after the frame that sent what it held.
 struct RingPlan<'a, T, C> {
@@ -326,7 +327,8 @@ struct RingPlan<'a, T, C> {
 impl<T: Element, C: Fn(T, T) -> T> RingPlan<'_, T, C> {
     /// The step of frame `i` and its slice.
     fn step(&self, i: usize) -> (usize, usize) {
-        (i / self.count, i % self.count)
+        let steps = 2 * (self.call.world - 1);
+        (i % steps, i / steps)
     }
 
     fn pass(&self, step: usize) -> Pass {
@@ -373,10 +375,10 @@ impl<T: Element, C: Fn(T, T) -> T> Plan for RingPlan<'_, T, C> {
         self.frame_header(self.pass(step).recv, k)
     }
     fn ready(&self, _: Dir, i: usize, received: usize) -> bool {
-        i < self.count || received > i - self.count
+        self.step(i).0 == 0 || received >= i
     }
     fn may_receive(&self, _: Dir, j: usize, sent: usize) -> bool {
-        j < sent + self.count
+        j <= sent
     }
     fn payload(&self, _: Dir, i: usize) -> &[u8] {
         let (step, k) = self.step(i);

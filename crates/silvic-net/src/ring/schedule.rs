@@ -74,10 +74,11 @@ pub(crate) fn gather_limit(world: usize) -> usize {
     lo
 }
 
-/// Bytes of a ring slice: each segment is cut into slices of about this size, and a rank
-/// forwards a slice as soon as it has folded it, while the next one arrives. README's
-/// Performance section has the comparison that chose this size.
-pub(crate) const SLICE_BYTES: usize = 512 * 1024;
+/// Bytes of a ring slice: each segment is cut into slices of about this size, a rank forwards
+/// a slice as soon as it has folded it (while it is still in cache), and the next slice sets off
+/// round the ring behind it. README's Performance section has the comparison that chose this
+/// size.
+pub(crate) const SLICE_BYTES: usize = 256 * 1024;
 
 /// How many slices each segment of a `len`-element buffer (`elem` bytes each) is cut into in a
 /// world of `world`: enough that the longest segment's slices hold at most [`SLICE_BYTES`],
