@@ -260,7 +260,6 @@ impl TcpRing {
         let mut warn_at = WARN_AFTER;
         let every = notice_every(self.timeout);
         loop {
-            let turn = Instant::now();
             let between = left.incoming.at_boundary();
             if self
                 .write_some(Side::Right, plan, right, between, true)
@@ -299,11 +298,6 @@ impl TcpRing {
                 return Ok(());
             }
             let last_progress = left_active.max(right_active);
-            if last_progress >= turn {
-                // Something moved: what it let through (a frame to forward, room to write) goes
-                // at once, before this rank yields its core.
-                continue;
-            }
             if last_progress.elapsed() < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
