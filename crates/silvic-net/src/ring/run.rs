@@ -772,6 +772,64 @@ pub(crate) mod tests {
         }
     }
 
+    /// The ring plan's gates, symbolically, for worlds 2..=16, 1..=3 slices and every rank: a
+    /// frame goes out only once the frame whose slice it forwards is in (the first step of a
+    /// slice sends the rank's own values, which no earlier frame wrote); a frame comes in only
+    /// once every frame that still had to send the slice it overwrites is out; and no gate waits
+    /// on the frame itself or a later one, so nothing can wait in a circle.
+    #[test]
+    fn ring_plan_gates_forward_what_came_in_and_never_overwrite_what_is_unsent() {
+        for world in 2..=16 {
+            for count in 1..=3 {
+                let mut buf = vec![0.0f64; world * count * 2];
+                let mut scratch = vec![0u8; 64];
+                for rank in 0..world {
+                    let plan = RingPlan {
+                        call: Call { rank, world, op: Op::AllreduceSumF64, seq: 0 },
+                        buf: &mut buf,
+                        combine: fold::sum_f64,
+                        count,
+                        scratch: &mut scratch,
+                        receiving: usize::MAX,
+                        received: 0,
+                        pending: 0,
+                    };
+                    let frames = plan.frames(Dir::Right);
+                    let at = |i: usize| {
+                        let (step, k) = plan.step(i);
+                        let p = plan.pass(step);
+                        (step, (p.send, k), (p.recv, k))
+                    };
+                    let case = format!("world {world} count {count} rank {rank}");
+                    for i in 0..frames {
+                        let (step, sends, _) = at(i);
+                        let need = (0..=frames).find(|&r| plan.ready(Dir::Right, i, r)).unwrap();
+                        assert!(need <= i, "{case}: frame {i} out waits on frame {need} in");
+                        // What frame `i` sends was last written by the frames that may be in.
+                        let writer = (0..=i).filter(|&m| at(m).2 == sends).last();
+                        if step == 0 {
+                            assert_eq!(writer, None, "{case}: frame {i} sends its own values");
+                        } else {
+                            assert_eq!(writer, Some(i - 1), "{case}: frame {i} forwards");
+                            assert_eq!(need, i, "{case}: frame {i} waits for what it forwards");
+                        }
+                    }
+                    for j in 0..frames {
+                        let need = (0..=frames).find(|&s| plan.may_receive(Dir::Right, j, s));
+                        let need = need.unwrap();
+                        assert!(need <= j, "{case}: frame {j} in waits on frame {need} out");
+                        for i in need..frames {
+                            assert!(
+                                at(i).1 != at(j).2 || i > j,
+                                "{case}: frame {j} overwrites what frame {i} has yet to send"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Segments of several slices: slice by slice round the ring, the fold order holds.
     #[test]
     fn sliced_segments_equal_the_fold_order_oracle() {
