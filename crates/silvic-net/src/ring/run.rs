@@ -806,7 +806,7 @@ pub(crate) mod tests {
                         let need = (0..=frames).find(|&r| plan.ready(Dir::Right, i, r)).unwrap();
                         assert!(need <= i, "{case}: frame {i} out waits on frame {need} in");
                         // What frame `i` sends was last written by the frames that may be in.
-                        let writer = (0..=i).filter(|&m| at(m).2 == sends).last();
+                        let writer = (0..=i).rev().find(|&m| at(m).2 == sends);
                         if step == 0 {
                             assert_eq!(writer, None, "{case}: frame {i} sends its own values");
                         } else {
