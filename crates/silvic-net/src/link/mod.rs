@@ -76,7 +76,7 @@ const FINISH_FRAME_BOUND: Duration = Duration::from_millis(250);
 /// before it blocks in poll(2): a short wait is cheaper spun than woken from (README,
 /// Performance); past it the rank sleeps, so a slow peer costs no CPU. Yielding (never a bare
 /// spin) lets ranks that share a core with this one run.
-const SPIN: Duration = Duration::from_micros(50);
+const SPIN: Duration = Duration::from_micros(200);
 
 /// Bytes of a stream one read takes ahead: a header and a small payload arrive in one call.
 const READ_AHEAD: usize = HEADER_LEN + 16 * 1024;
