@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// What a [`TcpCollective`](crate::TcpCollective) has done since connect.
 ///
-/// The waits are the time a collective spent blocked or spinning while a ring call still needed
+/// The waits are the time a collective spent blocked or spinning while it still needed
 /// a frame from its left neighbour or had bytes for it that it would not take (`waited_left`),
 /// or the same of its right neighbour (`waited_right`; in the two-way gather frames travel both
 /// ways); a moment that needs both counts in both. A rank whose
