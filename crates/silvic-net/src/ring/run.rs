@@ -449,7 +449,11 @@ pub(crate) mod tests {
     use crate::ring::schedule::segment_of;
     use silvic_core::fold;
     use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
+
+    /// How long an in-memory rank may see no frame move before its call fails: far beyond any
+    /// step of these tests, so only a plan whose gates wait in a circle reaches it.
+    const STALL: Duration = Duration::from_secs(20);
 
     /// A frame slot between two neighbours, one way: one frame at a time, its memory kept, so
     /// a link of these allocates nothing once the slots have grown to the largest frame.
@@ -605,6 +609,7 @@ pub(crate) mod tests {
     impl Link for MemLink {
         fn run(&mut self, plan: &mut dyn Plan) -> Result<(), CollectiveError> {
             let (mut sent, mut received) = ([0usize; 2], [0usize; 2]);
+            let mut moved_at = Instant::now();
             loop {
                 let seen = self.ticks.now();
                 let mut idle = true;
@@ -627,7 +632,13 @@ pub(crate) mod tests {
                 if sent == frames && received == frames {
                     break;
                 }
-                if idle {
+                if !idle {
+                    moved_at = Instant::now();
+                } else if moved_at.elapsed() >= STALL {
+                    // Gates that wait in a circle fail the test instead of hanging it.
+                    let peer = self.left_rank;
+                    return Err(CollectiveError::Timeout { peer, waited: STALL });
+                } else {
                     self.ticks.wait_past(seen);
                 }
             }
