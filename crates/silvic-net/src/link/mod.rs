@@ -39,6 +39,9 @@
 //!   payload.
 //! - A rank waits by spinning (yielding the core on every turn) for at most [`SPIN`] after its
 //!   last progress, then blocks in poll(2): short waits skip a wake-up, long ones cost no CPU.
+//!   A frame that came in and lets a frame of at most [`FORWARD_AT_ONCE`] bytes go is
+//!   forwarded before the core is yielded; the loop goes round at once only when a frame came
+//!   in, so it never spins without yielding.
 //!
 //! This is the only module that waits on the ring.
 
@@ -77,6 +80,13 @@ const FINISH_FRAME_BOUND: Duration = Duration::from_millis(250);
 /// Performance); past it the rank sleeps, so a slow peer costs no CPU. Yielding (never a bare
 /// spin) lets ranks that share a core with this one run.
 const SPIN: Duration = Duration::from_micros(200);
+
+/// The largest payload a rank forwards before it yields its core once the frame that lets it go
+/// is in. A small frame's hop is latency: yielding first hands the core to ranks that have
+/// nothing to do while the neighbour waits. A large one is not forwarded at once: on a shared
+/// core, a rank that keeps it through large writes holds up the ranks that fold and forward
+/// behind it (README, Performance).
+const FORWARD_AT_ONCE: usize = 64 * 1024;
 
 /// Bytes of a stream one read takes ahead: a header and a small payload arrive in one call.
 const READ_AHEAD: usize = HEADER_LEN + 16 * 1024;
@@ -260,6 +270,7 @@ impl TcpRing {
         let mut warn_at = WARN_AFTER;
         let every = notice_every(self.timeout);
         loop {
+            let came_before = (right.received(), left.received());
             let between = left.incoming.at_boundary();
             if self
                 .write_some(Side::Right, plan, right, between, true)
@@ -296,6 +307,12 @@ impl TcpRing {
             let need_right = !right.out_done() || !left.in_done();
             if !need_left && !need_right {
                 return Ok(());
+            }
+            let forward = |way: &Way, before: usize| {
+                way.received() > before && way.next_out_at_most(plan, FORWARD_AT_ONCE)
+            };
+            if forward(right, came_before.0) || forward(left, came_before.1) {
+                continue;
             }
             let last_progress = left_active.max(right_active);
             if last_progress.elapsed() < self.spin {

@@ -46,6 +46,18 @@ impl Way {
         self.received == self.frames
     }
 
+    /// Incoming frames all read.
+    pub(super) fn received(&self) -> usize {
+        self.received
+    }
+
+    /// Whether the next outgoing frame may start now and carries at most `bytes` of payload.
+    pub(super) fn next_out_at_most(&self, plan: &dyn Plan, bytes: usize) -> bool {
+        self.written == 0
+            && self.wants_write(plan)
+            && plan.payload(self.dir, self.sent).len() <= bytes
+    }
+
     /// Whether no outgoing frame is partly written: a control frame may go next.
     pub(super) fn at_boundary(&self) -> bool {
         self.written == 0
