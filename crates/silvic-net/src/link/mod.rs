@@ -40,8 +40,7 @@
 //! - A rank waits by spinning (yielding the core on every turn) for at most [`SPIN`] after its
 //!   last progress, then blocks in poll(2): short waits skip a wake-up, long ones cost no CPU.
 //!   A frame that came in and lets a frame of at most [`FORWARD_AT_ONCE`] bytes go is
-//!   forwarded before the core is yielded; the loop goes round at once only when a frame came
-//!   in, so it never spins without yielding.
+//!   forwarded before the core is yielded.
 //!
 //! This is the only module that waits on the ring.
 
@@ -100,6 +99,13 @@ const WARN_AFTER: Duration = Duration::from_secs(10);
 enum Side {
     Left,
     Right,
+}
+
+/// When a call last saw data move to or from each neighbour.
+#[derive(Debug, Clone, Copy)]
+struct Active {
+    left: Instant,
+    right: Instant,
 }
 
 /// A rank's two ring streams.
@@ -253,6 +259,27 @@ impl TcpRing {
         Ok(moved)
     }
 
+    /// Writes what both streams take (see [`TcpRing::write_some`]) and notes the time in
+    /// `active` for a side where a frame's byte moved.
+    fn write_both(
+        &mut self,
+        plan: &dyn Plan,
+        right: &mut Way,
+        left: &mut Way,
+        active: &mut Active,
+    ) -> Result<(), (Side, CollectiveError)> {
+        let between = left.incoming.at_boundary();
+        if self.write_some(Side::Right, plan, right, between, true).map_err(|e| (Side::Right, e))? {
+            active.right = Instant::now();
+            self.liveness.restore(&self.right);
+        }
+        let between = right.incoming.at_boundary();
+        if self.write_some(Side::Left, plan, left, between, true).map_err(|e| (Side::Left, e))? {
+            active.left = Instant::now();
+        }
+        Ok(())
+    }
+
     fn drive(
         &mut self,
         plan: &mut dyn Plan,
@@ -262,7 +289,7 @@ impl TcpRing {
         let Call { op, seq, .. } = plan.call();
         let started = Instant::now();
         // Data progress per side; a notice also shows a neighbour alive (for the timeout).
-        let (mut left_active, mut right_active) = (started, started);
+        let mut active = Active { left: started, right: started };
         // Whether to read control frames from a side while no frame of this call may come in
         // from it: until a data frame shows up there, which waits for its turn.
         let (mut watch_left, mut watch_right) = (true, true);
@@ -270,25 +297,11 @@ impl TcpRing {
         let mut warn_at = WARN_AFTER;
         let every = notice_every(self.timeout);
         loop {
+            self.write_both(plan, right, left, &mut active)?;
             let came_before = (right.received(), left.received());
-            let between = left.incoming.at_boundary();
-            if self
-                .write_some(Side::Right, plan, right, between, true)
-                .map_err(|e| (Side::Right, e))?
-            {
-                right_active = Instant::now();
-                self.liveness.restore(&self.right);
-            }
-            let between = right.incoming.at_boundary();
-            if self
-                .write_some(Side::Left, plan, left, between, true)
-                .map_err(|e| (Side::Left, e))?
-            {
-                left_active = Instant::now();
-            }
             if right.wants_read(plan) {
                 if self.read_way(Side::Left, plan, right).map_err(|e| (Side::Left, e))? {
-                    left_active = Instant::now();
+                    active.left = Instant::now();
                     watch_left = true;
                 }
             } else if watch_left {
@@ -296,25 +309,27 @@ impl TcpRing {
             }
             if left.wants_read(plan) {
                 if self.read_way(Side::Right, plan, left).map_err(|e| (Side::Right, e))? {
-                    right_active = Instant::now();
+                    active.right = Instant::now();
                     watch_right = true;
                 }
             } else if watch_right {
                 watch_right =
                     self.read_reverse(seq, !right.out_done()).map_err(|e| (Side::Right, e))?;
             }
+            // A small frame that a frame just in lets go goes out before the core is yielded; the
+            // streams were just read, so the loop does not read them again first.
+            let forward = |way: &Way, before: usize| {
+                way.received() > before && way.next_out_at_most(plan, FORWARD_AT_ONCE)
+            };
+            if forward(right, came_before.0) || forward(left, came_before.1) {
+                self.write_both(plan, right, left, &mut active)?;
+            }
             let need_left = !right.in_done() || !left.out_done();
             let need_right = !right.out_done() || !left.in_done();
             if !need_left && !need_right {
                 return Ok(());
             }
-            let forward = |way: &Way, before: usize| {
-                way.received() > before && way.next_out_at_most(plan, FORWARD_AT_ONCE)
-            };
-            if forward(right, came_before.0) || forward(left, came_before.1) {
-                continue;
-            }
-            let last_progress = left_active.max(right_active);
+            let last_progress = active.left.max(active.right);
             if last_progress.elapsed() < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
@@ -325,13 +340,12 @@ impl TcpRing {
             }
 
             // Each side this call still needs, with its last sign of life.
-            let heard_at =
-                |h: Option<Heard>, active: Instant| h.map_or(active, |h| h.at.max(active));
-            let left_alive = heard_at(self.heard_left, left_active);
-            let right_alive = heard_at(self.heard_right, right_active);
+            let heard_at = |h: Option<Heard>, moved: Instant| h.map_or(moved, |h| h.at.max(moved));
+            let left_alive = heard_at(self.heard_left, active.left);
+            let right_alive = heard_at(self.heard_right, active.right);
             let waits = [
-                need_left.then_some((Side::Left, left_active, left_alive)),
-                need_right.then_some((Side::Right, right_active, right_alive)),
+                need_left.then_some((Side::Left, active.left, left_alive)),
+                need_right.then_some((Side::Right, active.right, right_alive)),
             ];
             let now = Instant::now();
             for (side, _, alive) in waits.iter().flatten() {
