@@ -18,6 +18,7 @@ use silvic_core::CollectiveError;
 use super::reader::{Control, Next, next_control, stream_error};
 use super::{Counted, Side, TcpRing};
 use crate::frame::Waiting;
+use crate::wait::nonblocking;
 
 /// The longest gap between two waiting notices.
 const NOTICE_MAX: Duration = Duration::from_millis(500);
@@ -53,11 +54,9 @@ impl Queued {
     pub(super) fn flush(&mut self, mut stream: &TcpStream) -> io::Result<usize> {
         let start = self.sent;
         while !self.is_empty() {
-            match stream.write(&self.bytes[self.sent..]) {
-                Ok(n) => self.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            match nonblocking(|| stream.write(&self.bytes[self.sent..]))? {
+                Some(n) => self.sent += n,
+                None => break,
             }
         }
         Ok(self.sent - start)

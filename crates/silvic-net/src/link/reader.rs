@@ -16,6 +16,7 @@ use silvic_core::CollectiveError;
 
 use crate::frame::{Abort, FrameError, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, Waiting};
 use crate::ring::Sink;
+use crate::wait::nonblocking;
 
 /// A control frame: what a neighbour says besides data.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,11 +187,10 @@ impl Incoming {
                 moved |= self.advance(peer, world, expect, heard)?;
                 continue;
             }
-            let n = match ahead.read(src, buf) {
-                Ok(0) => return Err(CollectiveError::PeerClosed { peer }),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            let n = match nonblocking(|| ahead.read(src, buf)) {
+                Ok(Some(0)) => return Err(CollectiveError::PeerClosed { peer }),
+                Ok(Some(n)) => n,
+                Ok(None) => return Ok(moved),
                 Err(e) => return Err(stream_error(peer, &e)),
             };
             match self.state {
@@ -305,12 +305,10 @@ impl ReadAhead {
             (self.start, self.end) = (0, self.end - self.start);
         }
         while self.end - self.start < want {
-            match src.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            match nonblocking(|| src.read(&mut self.buf[self.end..]))? {
+                Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Some(n) => self.end += n,
+                None => return Ok(false),
             }
         }
         Ok(true)

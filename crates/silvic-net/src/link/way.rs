@@ -9,6 +9,7 @@ use silvic_core::CollectiveError;
 
 use crate::frame::{Dir, HEADER_LEN, Waiting};
 use crate::ring::{Plan, Receiving};
+use crate::wait::nonblocking;
 
 use super::reader::{Incoming, ReadAhead};
 
@@ -92,24 +93,20 @@ impl Way {
                 self.head = plan.header(self.dir, self.sent).encode();
             }
             let payload = plan.payload(self.dir, self.sent);
-            let written = if self.written < HEADER_LEN {
-                let parts = [IoSlice::new(&self.head[self.written..]), IoSlice::new(payload)];
-                stream.write_vectored(&parts)
-            } else {
-                stream.write(&payload[self.written - HEADER_LEN..])
-            };
-            match written {
-                Ok(n) => {
-                    self.written += n;
-                    *sent_bytes += n as u64;
-                    moved = true;
-                    if self.written == HEADER_LEN + payload.len() {
-                        (self.sent, self.written) = (self.sent + 1, 0);
-                    }
+            let written = nonblocking(|| {
+                if self.written < HEADER_LEN {
+                    let parts = [IoSlice::new(&self.head[self.written..]), IoSlice::new(payload)];
+                    stream.write_vectored(&parts)
+                } else {
+                    stream.write(&payload[self.written - HEADER_LEN..])
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            })?;
+            let Some(n) = written else { return Ok(moved) };
+            self.written += n;
+            *sent_bytes += n as u64;
+            moved = true;
+            if self.written == HEADER_LEN + payload.len() {
+                (self.sent, self.written) = (self.sent + 1, 0);
             }
         }
     }
