@@ -40,7 +40,8 @@
 //!
 //! - **Deterministic.** Element `i` folds over ranks in an order fixed by `(i, length, world)`,
 //!   on both paths: results are bitwise identical on every rank and every run.
-//! - **No deadlock.** Each step sends and receives at once over non-blocking sockets.
+//! - **No deadlock.** A call sends and receives at once over non-blocking sockets, and a frame
+//!   waits only on earlier frames, whatever the socket buffers hold.
 //! - **Timeouts bound inactivity.** A collective fails when the peer it waits on moves no byte
 //!   and says nothing for the timeout; a rank that is itself waiting says so (a waiting notice
 //!   naming the rank it waits on), so only a stalled rank's neighbour times out, and every

@@ -2,8 +2,8 @@
 //! streams, queueing waiting notices, whom a wait blames, and what a failed write means.
 //!
 //! Invariants: control frames are read in order and every one looked at (a notice or a data
-//! frame never hides an abort: a data frame stops the reading, to be read whole by its step,
-//! then what follows it); a failure heard while the call needs nothing more of that neighbour
+//! frame never hides an abort: a data frame stops the reading, to be read whole when its turn
+//! comes, then what follows it); a failure heard while the call needs nothing more of that neighbour
 //! is kept for the next call, not returned early; a notice is queued whole, only between data
 //! frames on its stream, and dropped (never retried in a busy loop) if its stream fails; a
 //! notice names this rank's stalled neighbour or the rank a fresh notice of that neighbour
@@ -104,7 +104,7 @@ impl TcpRing {
     /// from it (all of them, in a call that reads no frame from the right): notices are noted,
     /// an abort of this call (or any failure while the call still writes to the right) fails
     /// the call.
-    /// Returns whether to keep watching: not once a data frame (a later step's) shows up.
+    /// Returns whether to keep watching: not once a data frame (one waiting for its turn) shows up.
     pub(super) fn read_reverse(
         &mut self,
         seq: u64,
