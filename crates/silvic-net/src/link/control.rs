@@ -3,11 +3,11 @@
 //!
 //! Invariants: control frames are read in order and every one looked at (a notice or a data
 //! frame never hides an abort: a data frame stops the reading, to be read whole when its turn
-//! comes, then what follows it); a failure heard while the call needs nothing more of that neighbour
-//! is kept for the next call, not returned early; a notice is queued whole, only between data
-//! frames on its stream, and dropped (never retried in a busy loop) if its stream fails; a
-//! notice names this rank's stalled neighbour or the rank a fresh notice of that neighbour
-//! names, never this rank.
+//! comes, then what follows it); a failure heard while the call needs nothing more of that
+//! neighbour is kept for the next call, not returned early; a notice is queued whole, only
+//! between data frames on its stream, and dropped (never retried in a busy loop) if its stream
+//! fails; a notice names this rank's stalled neighbour or the rank a fresh notice of that
+//! neighbour names, never this rank.
 
 use std::io::{self, Write};
 use std::net::TcpStream;
