@@ -30,9 +30,10 @@
 //!
 //! Rank `r` connects to `r + 1` and accepts `r - 1` (mod world size). A handshake checks magic,
 //! version, world size and rank, and proves the job token with an HMAC over both sides' nonces
-//! (`src/handshake`). An allreduce is a reduce-scatter then an allgather; below 4 KiB, and above
-//! it where a cost model of hops against bytes says so, it is one allgather of whole buffers,
-//! run both ways round the ring at once (`floor(n/2)` hops). Every frame carries the op, the
+//! (`src/handshake`). An allreduce is a reduce-scatter round the ring, then an allgather of the
+//! reduced segments both ways round it at once (`n - 1 + floor(n/2)` hops); below 4 KiB, and
+//! above it where a cost model of hops against bytes says so, it is one allgather of whole
+//! buffers, both ways at once (`floor(n/2)` hops). Every frame carries the op, the
 //! call's sequence number, the lengths, its direction and whose block it carries
 //! (`src/frame/`), checked before a payload byte is used.
 //!

@@ -2,9 +2,9 @@
 //! by poll(2).
 //!
 //! Each rank holds two streams. A plan ([`Plan`]) has a rightward way (frames written to the
-//! right neighbour, as many read from the left) and, in a two-way gather, a leftward way
-//! (written to the left, read from the right), so data frames may travel both directions of
-//! both streams. Every frame moves the moment the plan lets it: a frame goes out once the
+//! right neighbour, as many read from the left) and a leftward way (written to the left, read
+//! from the right; empty in a world of two), so data frames may travel both directions of both
+//! streams. Every frame moves the moment the plan lets it: a frame goes out once the
 //! frames it forwards are in, and comes in once what it overwrites is out, so a rank forwards a
 //! block while the next one arrives, with no lock-step between them. Control frames (aborts
 //! and waiting notices) travel both directions too, and both directions are watched for the
@@ -198,14 +198,15 @@ impl TcpRing {
     }
 
     /// Writes what the stream on `side` takes: queued notices first, then the frames of `way`
-    /// (only the one partly written unless `more`), header and payload in one vectored write.
+    /// (only the one partly written unless `more`; `other` is the other way), header and payload
+    /// in one vectored write.
     /// Returns whether a byte of a frame moved. `between` says whether the frame read from that
     /// stream is at a boundary (see [`TcpRing::gone`]).
     fn write_some(
         &mut self,
         side: Side,
         plan: &dyn Plan,
-        way: &mut Way,
+        (way, other): (&mut Way, &Way),
         between: bool,
         more: bool,
     ) -> Result<bool, CollectiveError> {
@@ -230,17 +231,17 @@ impl TcpRing {
         if !queued.is_empty() {
             return Ok(false);
         }
-        way.write_to(plan, stream, &mut self.stats.bytes_sent, more)
+        way.write_to(plan, other, stream, &mut self.stats.bytes_sent, more)
             .map_err(|e| self.gone(side, &e, between))
     }
 
-    /// Reads the frames of `way` that may come in from `side`; returns whether data moved. A
-    /// notice of this call read on the way is noted.
+    /// Reads the frames of `way` that may come in from `side` (`other` is the other way);
+    /// returns whether data moved. A notice of this call read on the way is noted.
     fn read_way(
         &mut self,
         side: Side,
         plan: &mut dyn Plan,
-        way: &mut Way,
+        (way, other): (&mut Way, &Way),
     ) -> Result<bool, CollectiveError> {
         let (stream, ahead, peer) = match side {
             Side::Left => (&self.left, &mut self.ahead_left, self.left_rank),
@@ -248,7 +249,7 @@ impl TcpRing {
         };
         let mut src = Counted { stream, bytes: &mut self.stats.bytes_received };
         let mut heard = None;
-        let moved = way.read_from(plan, &mut src, ahead, (peer, self.world), &mut heard)?;
+        let moved = way.read_from(plan, other, &mut src, ahead, (peer, self.world), &mut heard)?;
         if let Some(notice) = heard {
             let heard = Some(Heard { notice, at: Instant::now() });
             match side {
@@ -269,12 +270,14 @@ impl TcpRing {
         active: &mut Active,
     ) -> Result<(), (Side, CollectiveError)> {
         let between = left.incoming.at_boundary();
-        if self.write_some(Side::Right, plan, right, between, true).map_err(|e| (Side::Right, e))? {
+        let wrote = self.write_some(Side::Right, plan, (right, left), between, true);
+        if wrote.map_err(|e| (Side::Right, e))? {
             active.right = Instant::now();
             self.liveness.restore(&self.right);
         }
         let between = right.incoming.at_boundary();
-        if self.write_some(Side::Left, plan, left, between, true).map_err(|e| (Side::Left, e))? {
+        let wrote = self.write_some(Side::Left, plan, (left, right), between, true);
+        if wrote.map_err(|e| (Side::Left, e))? {
             active.left = Instant::now();
         }
         Ok(())
@@ -298,17 +301,17 @@ impl TcpRing {
         let every = notice_every(self.timeout);
         loop {
             self.write_both(plan, right, left, &mut active)?;
-            let came_before = (right.received(), left.received());
-            if right.wants_read(plan) {
-                if self.read_way(Side::Left, plan, right).map_err(|e| (Side::Left, e))? {
+            let came_before = right.received() + left.received();
+            if right.wants_read(plan, left) {
+                if self.read_way(Side::Left, plan, (right, left)).map_err(|e| (Side::Left, e))? {
                     active.left = Instant::now();
                     watch_left = true;
                 }
             } else if watch_left {
                 watch_left = self.read_left_controls(seq).map_err(|e| (Side::Left, e))?;
             }
-            if left.wants_read(plan) {
-                if self.read_way(Side::Right, plan, left).map_err(|e| (Side::Right, e))? {
+            if left.wants_read(plan, right) {
+                if self.read_way(Side::Right, plan, (left, right)).map_err(|e| (Side::Right, e))? {
                     active.right = Instant::now();
                     watch_right = true;
                 }
@@ -316,12 +319,13 @@ impl TcpRing {
                 watch_right =
                     self.read_reverse(seq, !right.out_done()).map_err(|e| (Side::Right, e))?;
             }
-            // A small frame that a frame just in lets go goes out before the core is yielded; the
-            // streams were just read, so the loop does not read them again first.
-            let forward = |way: &Way, before: usize| {
-                way.received() > before && way.next_out_at_most(plan, FORWARD_AT_ONCE)
-            };
-            if forward(right, came_before.0) || forward(left, came_before.1) {
+            // A small frame that a frame just in lets go (either way) goes out before the core is
+            // yielded; the streams were just read, so the loop does not read them again first.
+            let came_in = right.received() + left.received() > came_before;
+            if came_in
+                && (right.next_out_at_most(plan, left, FORWARD_AT_ONCE)
+                    || left.next_out_at_most(plan, right, FORWARD_AT_ONCE))
+            {
                 self.write_both(plan, right, left, &mut active)?;
             }
             let need_left = !right.in_done() || !left.out_done();
@@ -391,17 +395,17 @@ impl TcpRing {
                 .chain(last_progress.checked_add(warn_at))
                 .min();
             let mut right_events = PollFlags::empty();
-            if right.wants_write(plan) || !self.to_right.is_empty() {
+            if right.wants_write(plan, left) || !self.to_right.is_empty() {
                 right_events |= PollFlags::OUT;
             }
-            if !self.right_ended && (left.wants_read(plan) || watch_right) {
+            if !self.right_ended && (left.wants_read(plan, right) || watch_right) {
                 right_events |= PollFlags::IN;
             }
             let mut left_events = PollFlags::empty();
-            if right.wants_read(plan) || watch_left {
+            if right.wants_read(plan, left) || watch_left {
                 left_events |= PollFlags::IN;
             }
-            if left.wants_write(plan) || !self.to_left.is_empty() {
+            if left.wants_write(plan, right) || !self.to_left.is_empty() {
                 left_events |= PollFlags::OUT;
             }
             let mut fds =
@@ -426,10 +430,10 @@ impl TcpRing {
 
     /// After a failure on the other side, keeps writing the frame partly written to `side` for
     /// a short while, so that the neighbour there gets a whole frame and then the abort.
-    fn finish_frame(&mut self, side: Side, plan: &dyn Plan, way: &mut Way) {
+    fn finish_frame(&mut self, side: Side, plan: &dyn Plan, (way, other): (&mut Way, &Way)) {
         let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
         while !way.at_boundary() && Instant::now() < deadline {
-            if self.write_some(side, plan, way, false, false).is_err() {
+            if self.write_some(side, plan, (&mut *way, other), false, false).is_err() {
                 break;
             }
             let mut fds = [PollFd::new(self.stream(side), PollFlags::OUT)];
@@ -479,8 +483,8 @@ impl Link for TcpRing {
             Err(failure) => failure,
         };
         match failed {
-            Side::Left => self.finish_frame(Side::Right, plan, &mut right),
-            Side::Right => self.finish_frame(Side::Left, plan, &mut left),
+            Side::Left => self.finish_frame(Side::Right, plan, (&mut right, &left)),
+            Side::Right => self.finish_frame(Side::Left, plan, (&mut left, &right)),
         }
         (self.left_boundary, self.right_boundary) = (left.at_boundary(), right.at_boundary());
         Err(error)
@@ -496,6 +500,7 @@ mod tests {
     use super::*;
     use crate::frame::{Dir, Header};
     use crate::ring::Sink;
+    use crate::ring::run::Moved;
     use std::io::Read;
 
     /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
@@ -556,10 +561,10 @@ mod tests {
             let from = if dir == Dir::Right { 0 } else { 2 };
             self.header.carrying(dir, from)
         }
-        fn ready(&self, _: Dir, _: usize, _: usize) -> bool {
+        fn ready(&self, _: Dir, _: Moved) -> bool {
             true
         }
-        fn may_receive(&self, _: Dir, _: usize, _: usize) -> bool {
+        fn may_receive(&self, _: Dir, _: Moved) -> bool {
             true
         }
         fn payload(&self, _: Dir, _: usize) -> &[u8] {

@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use silvic_core::CollectiveError;
 
 use crate::frame::{Dir, HEADER_LEN, Waiting};
+use crate::ring::run::{Moved, way};
 use crate::ring::{Plan, Receiving};
 use crate::wait::nonblocking;
 
@@ -52,10 +53,19 @@ impl Way {
         self.received
     }
 
+    /// How far the plan has moved, this way and `other`, the other way.
+    fn moved(&self, other: &Way) -> Moved {
+        let mut moved = Moved::default();
+        for w in [self, other] {
+            (moved.sent[way(w.dir)], moved.received[way(w.dir)]) = (w.sent, w.received);
+        }
+        moved
+    }
+
     /// Whether the next outgoing frame may start now and carries at most `bytes` of payload.
-    pub(super) fn next_out_at_most(&self, plan: &dyn Plan, bytes: usize) -> bool {
+    pub(super) fn next_out_at_most(&self, plan: &dyn Plan, other: &Way, bytes: usize) -> bool {
         self.written == 0
-            && self.wants_write(plan)
+            && self.wants_write(plan, other)
             && plan.payload(self.dir, self.sent).len() <= bytes
     }
 
@@ -64,22 +74,23 @@ impl Way {
         self.written == 0
     }
 
-    /// Whether a frame is partly written or may start now.
-    pub(super) fn wants_write(&self, plan: &dyn Plan) -> bool {
-        self.written > 0 || (!self.out_done() && plan.ready(self.dir, self.sent, self.received))
+    /// Whether a frame is partly written or may start now (`other` is the other way).
+    pub(super) fn wants_write(&self, plan: &dyn Plan, other: &Way) -> bool {
+        self.written > 0 || (!self.out_done() && plan.ready(self.dir, self.moved(other)))
     }
 
-    /// Whether the next incoming frame may be read now.
-    pub(super) fn wants_read(&self, plan: &dyn Plan) -> bool {
-        !self.in_done() && plan.may_receive(self.dir, self.received, self.sent)
+    /// Whether the next incoming frame may be read now (`other` is the other way).
+    pub(super) fn wants_read(&self, plan: &dyn Plan, other: &Way) -> bool {
+        !self.in_done() && plan.may_receive(self.dir, self.moved(other))
     }
 
     /// Writes what `stream` takes, counting the bytes in `sent_bytes`: the frame partly
-    /// written, then, if `more`, every frame the plan lets go, each header and payload in one
-    /// vectored write. Returns whether a byte moved.
+    /// written, then, if `more`, every frame the plan lets go (`other` is the other way), each
+    /// header and payload in one vectored write. Returns whether a byte moved.
     pub(super) fn write_to(
         &mut self,
         plan: &dyn Plan,
+        other: &Way,
         mut stream: &TcpStream,
         sent_bytes: &mut u64,
         more: bool,
@@ -87,7 +98,7 @@ impl Way {
         let mut moved = false;
         loop {
             if self.written == 0 {
-                if !more || !self.wants_write(plan) {
+                if !more || !self.wants_write(plan, other) {
                     return Ok(moved);
                 }
                 self.head = plan.header(self.dir, self.sent).encode();
@@ -111,19 +122,20 @@ impl Way {
         }
     }
 
-    /// Reads what `src` has, through `ahead`, into the frames the plan lets in, from `peer` of
-    /// a world of `world`. Returns whether data moved; a waiting notice read on the way is put
-    /// in `heard` (see [`Incoming::read_from`]).
+    /// Reads what `src` has, through `ahead`, into the frames the plan lets in (`other` is the
+    /// other way), from `peer` of a world of `world`. Returns whether data moved; a waiting
+    /// notice read on the way is put in `heard` (see [`Incoming::read_from`]).
     pub(super) fn read_from<R: Read>(
         &mut self,
         plan: &mut dyn Plan,
+        other: &Way,
         src: &mut R,
         ahead: &mut ReadAhead,
         (peer, world): (usize, usize),
         heard: &mut Option<Waiting>,
     ) -> Result<bool, CollectiveError> {
         let mut moved = false;
-        while self.wants_read(plan) {
+        while self.wants_read(plan, other) {
             let expect = plan.expect(self.dir, self.received);
             let mut sink = Receiving { plan: &mut *plan, dir: self.dir, frame: self.received };
             moved |=

@@ -17,13 +17,14 @@
 //!   the world size alone (so every rank picks the same): the gather below 4 KiB, and above it
 //!   while a model of hops against bytes says it is cheaper and the gathered buffers fit in
 //!   [`schedule::GATHER_MAX_BYTES`].
-//! - **Traffic and memory.** The ring path is a reduce-scatter then an allgather: `2(n-1)/n` of
-//!   the buffer leaves each rank, and the only extra memory is a fixed-size fold scratch. Each
-//!   segment is cut into [`schedule::slices`] of the same count, and a rank forwards a slice as
-//!   soon as it has folded it, while the next slice sets off behind it. The gather path is one
-//!   two-way allgather of whole buffers ([`twoway`], `floor(n/2)` hops, each block forwarded as
-//!   soon as it is in); it holds `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4 KiB)`, kept in
-//!   [`run::Scratch`] so that a steady state allocates nothing per call.
+//! - **Traffic and memory.** The ring path is a reduce-scatter round the ring, then the reduced
+//!   segments gathered both ways round it at once ([`twoway`]): `n - 1 + floor(n/2)` hops,
+//!   `2(n-1)/n` of the buffer leaving each rank, and the only extra memory a fixed-size fold
+//!   scratch. Each segment is cut into [`schedule::slices`] of the same count, and a rank
+//!   forwards a slice as soon as it has folded it, while the next slice sets off behind it. The
+//!   gather path is one two-way allgather of whole buffers (`floor(n/2)` hops, each block
+//!   forwarded as soon as it is in); it holds `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4
+//!   KiB)`, kept in [`run::Scratch`] so that a steady state allocates nothing per call.
 //!
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
 //! over poll(2), and the tests plug in an in-memory ring.

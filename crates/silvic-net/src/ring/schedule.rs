@@ -13,13 +13,15 @@ pub(crate) const SMALL_BYTES: usize = 4096;
 // The cost model that picks the path from 4 KiB up. A call costs its hops times the cost of a
 // hop plus the bytes one rank sends over the link rate:
 //
-//   gather: floor(n/2) hops, (n - 1) × S bytes     ring: 2(n - 1) hops, 2(n - 1)/n × S bytes
+//   gather: floor(n/2) hops, (n - 1) × S bytes
+//   ring:   n - 1 + floor(n/2) hops, 2(n - 1)/n × S bytes
 //
-// (the gather runs both ways round the ring at once, super::twoway), so the gather wins while
-// (n - 1) × S × (1 - 2/n) / rate < (2(n - 1) - floor(n/2)) hops: at worlds 1 and 2 always, and
-// at larger worlds below a cut that falls towards 1.5 × hop × rate as n grows (separately for
-// odd and even n). The constants are this project's loopback figures (../shared/notes); on
-// another network, measure a hop and the per-rank rate with silvic-bench and change them here.
+// (the gather, and the ring's allgather of reduced segments, run both ways round the ring at
+// once, super::twoway), so the gather wins while (n - 1) × S × (1 - 2/n) / rate < (n - 1) hops,
+// that is while S × (n - 2)/n < hop × rate: at worlds 1 and 2 always, and at larger worlds below
+// a cut that falls towards hop × rate as n grows. The constants are this project's loopback
+// figures (../shared/notes); on another network, measure a hop and the per-rank rate with
+// silvic-bench and change them here.
 
 /// What one hop costs, in nanoseconds: a wake-up and a small frame's way to the neighbour (a
 /// loopback figure, the one that puts the cut where the two paths measured the same; README's
@@ -52,12 +54,9 @@ pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
         return true;
     }
     // Compared in integers, scaled by n × RATE (bytes per us) × 1000 (ns per us):
-    // gather < ring  <=>  (n - 1)(n - 2) × S × 1000 < n × (2(n - 1) - floor(n/2)) × HOP_NS × RATE.
+    // gather < ring  <=>  (n - 2) × S × 1000 < n × HOP_NS × RATE.
     let (n, s) = (world as u128, bytes as u128);
-    let data = (n - 1) * (n - 2) * s * 1000;
-    let hops_saved = 2 * (n - 1) - n / 2;
-    let hop = n * hops_saved * u128::from(HOP_NS) * u128::from(RATE_BYTES_PER_US);
-    data < hop
+    (n - 2) * s * 1000 < n * u128::from(HOP_NS) * u128::from(RATE_BYTES_PER_US)
 }
 
 /// The largest buffer, in bytes, that takes the gather path in a world of `world`: every
@@ -255,19 +254,17 @@ mod tests {
         assert!(!uses_gather(GATHER_MAX_BYTES / 2 + 8, 2));
         // A world of one and of two have no reason to take the ring below the bound.
         assert_eq!(gather_limit(1), GATHER_MAX_BYTES);
-        // From world 3 the cut falls towards 1.5 × hop × rate (22 500 bytes here) as n grows,
-        // odd and even worlds each (up to world 40, below where the memory bound cuts first).
+        // From world 3 the cut falls towards hop × rate (15 000 bytes here) as n grows (up to
+        // world 60, below where the memory bound cuts first).
         let hop_bytes = (HOP_NS * RATE_BYTES_PER_US / 1000) as usize;
-        for parity in [0, 1] {
-            let cuts: Vec<usize> = (3..=40).filter(|n| n % 2 == parity).map(gather_limit).collect();
-            assert!(cuts.windows(2).all(|w| w[0] >= w[1]), "{cuts:?}");
-            assert!(cuts.iter().all(|&c| c >= 3 * hop_bytes / 2 - 1), "{cuts:?}");
-        }
-        // World 4: the gather saves 6 - 2 = 4 hops and sends (n - 1)(n - 2)/n = 3/2 × S more:
-        // S < 8/3 × hop × rate.
-        assert_eq!(gather_limit(4), 8 * hop_bytes / 3 - 1);
+        let cuts: Vec<usize> = (3..=60).map(gather_limit).collect();
+        assert!(cuts.windows(2).all(|w| w[0] >= w[1]), "{cuts:?}");
+        assert!(cuts.iter().all(|&c| c >= hop_bytes), "{cuts:?}");
+        // World 4: the ring's 3 + 2 hops against the gather's 2, and the gather sends
+        // (n - 1)(n - 2)/n = 3/2 × S more: S < 2 × hop × rate.
+        assert_eq!(gather_limit(4), 2 * hop_bytes - 1);
         // Large worlds hit the memory bound before the model's cut, but never go under 4 KiB.
-        assert_eq!(gather_limit(64), GATHER_MAX_BYTES / 64);
+        assert_eq!(gather_limit(100), GATHER_MAX_BYTES / 100);
         assert_eq!(gather_limit(1000), SMALL_BYTES - 1);
     }
 
