@@ -15,6 +15,9 @@ use crate::workload::Kind;
 /// The most hosts `--netns-hosts` builds (their addresses are 10.231.0.1 to .99).
 const MAX_NETNS_HOSTS: usize = 64;
 
+/// The longest `--link-delay-us`: a second each way.
+const MAX_LINK_DELAY_US: u64 = 1_000_000;
+
 /// The sizes measured by default: 8 B to 64 MiB, a factor of 8 apart (as the peers' scripts).
 pub(crate) const DEFAULT_MIN: usize = 8;
 pub(crate) const DEFAULT_MAX: usize = 64 << 20;
@@ -82,6 +85,12 @@ pub(crate) struct Args {
     /// Run the ranks as threads of this process instead of one process each.
     #[arg(long, conflicts_with_all = ["rank", "rendezvous"])]
     threads: bool,
+
+    /// With --threads: reach every rank through a relay of the test bed that holds each chunk
+    /// this many microseconds each way, so that a hop costs a network's latency, as across
+    /// hosts (the ranks listen on 127.0.0.1 and are reached on 127.0.0.2).
+    #[arg(long, requires = "threads", conflicts_with_all = ["host", "listen"])]
+    link_delay_us: Option<u64>,
 
     /// Run only this rank (multi-host mode; needs --rendezvous and --world).
     #[arg(long, requires = "rendezvous")]
@@ -216,6 +225,8 @@ pub(crate) struct Config {
     pub(crate) format: Format,
     /// The link rate, in Mbit/s, if known.
     pub(crate) link_mbit: Option<u64>,
+    /// What a relay holds each chunk between ranks, each way (threads only).
+    pub(crate) link_delay: Option<Duration>,
     /// Measure the links' limit instead of the collectives.
     pub(crate) link_limit: bool,
     pub(crate) check: bool,
@@ -276,6 +287,9 @@ impl Args {
         }
         if self.link_mbit == Some(0) {
             return Err(fail("--link-mbit must be at least 1".into()));
+        }
+        if self.link_delay_us.is_some_and(|d| !(1..=MAX_LINK_DELAY_US).contains(&d)) {
+            return Err(fail(format!("--link-delay-us must be from 1 to {MAX_LINK_DELAY_US}")));
         }
         let sizes = match self.sizes {
             Some(sizes) => sizes,
@@ -341,6 +355,7 @@ impl Args {
             timeout: Duration::from_secs_f64(self.timeout),
             format,
             link_mbit: self.link_mbit,
+            link_delay: self.link_delay_us.map(Duration::from_micros),
             link_limit: self.link_limit,
             check: !self.no_check,
             progress: !self.quiet,

@@ -11,7 +11,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::net::{IpAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -21,6 +21,7 @@ use silvic_net::launch::folder;
 use silvic_net::{RingListener, TcpCollective};
 
 use silvic_testbed::net::{Net, host_ip};
+use silvic_testbed::relay::{Link, Relay};
 
 use crate::cli::{Config, Format, Mode};
 use crate::failure::Failure;
@@ -80,13 +81,28 @@ fn bind(config: &Config, host: &str) -> Result<RingListener, Failure> {
     })
 }
 
-/// Ranks as threads of this process, on `--host` (127.0.0.1 by default).
+/// Ranks as threads of this process, on `--host` (127.0.0.1 by default), or behind delaying
+/// relays with `--link-delay-us`.
 fn threads(config: &Config) -> Result<u64, Failure> {
-    let host = config.host.clone().unwrap_or_else(|| "127.0.0.1".into());
-    let listeners =
-        (0..config.world).map(|_| bind(config, &host)).collect::<Result<Vec<_>, _>>()?;
+    let (listeners, _relays, how, host) = match config.link_delay {
+        Some(delay) => {
+            let (listeners, relays) = behind_relays(config.world, delay)?;
+            let how = format!(
+                "ranks as threads of one process, each reached through a relay that holds every \
+                 chunk {} us each way",
+                delay.as_micros()
+            );
+            (listeners, relays, how, RELAYED.to_string())
+        }
+        None => {
+            let host = config.host.clone().unwrap_or_else(|| "127.0.0.1".into());
+            let listeners =
+                (0..config.world).map(|_| bind(config, &host)).collect::<Result<Vec<_>, _>>()?;
+            (listeners, Vec::new(), "ranks as threads of one process".to_string(), host)
+        }
+    };
     let addresses: Vec<String> = listeners.iter().map(RingListener::address).collect();
-    let preamble = describe(config, "ranks as threads of one process", &host);
+    let preamble = describe(config, &how, &host);
     let token = random_token();
     let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = listeners
@@ -113,6 +129,36 @@ fn threads(config: &Config) -> Result<u64, Failure> {
         wrong = wrong.max(result?);
     }
     Ok(wrong)
+}
+
+/// Where `--link-delay-us` reaches the ranks: their relays listen here, the ranks on 127.0.0.1.
+const RELAYED: &str = "127.0.0.2";
+
+/// `world` listeners on 127.0.0.1, each advertised on [`RELAYED`] at the same port, where a relay
+/// that holds every chunk `delay` each way forwards to it; and the relays, which must outlive the
+/// run.
+fn behind_relays(
+    world: usize,
+    delay: Duration,
+) -> Result<(Vec<RingListener>, Vec<Relay>), Failure> {
+    let link = Link { delay, ..Link::default() };
+    let (mut listeners, mut relays) = (Vec::new(), Vec::new());
+    // A port free on 127.0.0.1 may be taken on 127.0.0.2: try another, a bounded number of times.
+    let mut tries = 0;
+    while listeners.len() < world {
+        let listener = TcpCollective::bind_advertised("127.0.0.1", RELAYED)?;
+        let address: SocketAddr = listener.address().parse().map_err(|e| format!("{e}"))?;
+        let target = SocketAddr::from(([127, 0, 0, 1], address.port()));
+        match Relay::start(address, target, link) {
+            Ok(relay) => {
+                listeners.push(listener);
+                relays.push(relay);
+            }
+            Err(_) if tries < 50 => tries += 1,
+            Err(e) => return Err(format!("cannot start a relay on {address}: {e}").into()),
+        }
+    }
+    Ok((listeners, relays))
 }
 
 /// This host's address for multi-host mode: the first non-loopback address of its name.

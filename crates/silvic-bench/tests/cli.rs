@@ -183,12 +183,36 @@ fn ranks_started_separately_meet_in_a_folder() {
 }
 
 #[test]
+fn relays_hold_every_hop_for_the_link_delay() {
+    // World 3: 8 B is gathered in one hop, 64 KiB takes the ring's 2 + 1 hops, one after the
+    // other. Every hop crosses a relay that holds it 3 ms, so no call can take less.
+    let delay_us = 3000.0;
+    let args = ["--world", "3", "--threads", "--link-delay-us", "3000", "--sizes", "8,64K"];
+    let quick = ["--seconds-per-size", "0.01", "--warmup", "1", "--csv", "-q"];
+    let out = run(&[&args[..], &quick[..]].concat());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let rows: Vec<Vec<f64>> = stdout
+        .lines()
+        .skip(1)
+        .map(|row| row.split(',').take(8).map(|f| f.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for (row, hops) in rows.iter().zip([1.0, 3.0]) {
+        // Columns: world, bytes, iters, reps, median_us, min_us, ...
+        assert!(row[5] >= hops * delay_us, "{hops} hops of {delay_us} us: {stdout}");
+    }
+}
+
+#[test]
 fn bad_flags_exit_with_code_2_and_say_why() {
     for (args, says) in [
         (&["--world", "0"][..], "--world"),
         (&["--sizes", "12"], "12"),
         (&["--op", "nope"], "nope"),
         (&["--rank", "0"], "--rendezvous"),
+        (&["--link-delay-us", "100"], "--threads"),
+        (&["--threads", "--link-delay-us", "0"], "--link-delay-us"),
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
