@@ -172,5 +172,48 @@ fn main() {
     let input = [&[0u8, 4, 0][..], &notice, &frame[..n]].concat();
     write(&ring, "notice-then-abort", &input);
 
+    // A world of three (selector bit 2): `[selector, len, split as u16 LE, left, right]`. Rank
+    // 0's left neighbour is rank 2, whose frames travel rightward, and its right neighbour rank
+    // 1, whose frames travel leftward. Bit 3 forces the ring path: segments 2 then 1 come in to
+    // be folded, then segment 0 rightward and segment 2 leftward, gathered.
+    let world3 = |selector: u8, len: u16, left: Vec<u8>, right: Vec<u8>| {
+        let split = left.len() as u16;
+        let head = vec![selector, len as u8, (len >> 8) as u8, split as u8, (split >> 8) as u8];
+        [head, left, right].concat()
+    };
+    let frame = |op, total: u64, dir, block, payload: Vec<u8>| {
+        let head = Header::data(op, 0, total, payload.len() as u64).carrying(dir, block);
+        [head.encode().to_vec(), payload].concat()
+    };
+    let bytes = |n: usize, salt: u8| -> Vec<u8> {
+        (0..n).map(|i| (i as u8).wrapping_mul(31) ^ salt).collect()
+    };
+    for (selector, op) in
+        [(0u8, Op::AllreduceSumF64), (1, Op::AllreduceSumI64), (2, Op::AllreduceMaxF64)]
+    {
+        for len in [1u16, 5, 100] {
+            let total = u64::from(len) * 8;
+            let left = frame(op, total, Dir::Right, 2, bytes(total as usize, 1));
+            let right = frame(op, total, Dir::Left, 1, bytes(total as usize, 2));
+            write(&ring, &format!("world3-{op:?}-{len}"), &world3(selector | 4, len, left, right));
+            let seg = |j: usize| (usize::from(len) / 3 + usize::from(j < usize::from(len) % 3)) * 8;
+            let left = [
+                frame(op, total, Dir::Right, 2, bytes(seg(2), 3)),
+                frame(op, total, Dir::Right, 1, bytes(seg(1), 4)),
+                frame(op, total, Dir::Right, 0, bytes(seg(0), 5)),
+            ]
+            .concat();
+            let right = frame(op, total, Dir::Left, 2, bytes(seg(2), 6));
+            let input = world3(selector | 12, len, left, right);
+            write(&ring, &format!("world3-ring-{op:?}-{len}"), &input);
+        }
+    }
+    for len in [0u16, 3, 600] {
+        let n = usize::from(len);
+        let left = frame(Op::AllgatherBytes, len.into(), Dir::Right, 2, bytes(n, 7));
+        let right = frame(Op::AllgatherBytes, len.into(), Dir::Left, 1, bytes(n, 8));
+        write(&ring, &format!("world3-gather-{len}"), &world3(3 | 4, len, left, right));
+    }
+
     println!("seeds written under {}", root.display());
 }

@@ -19,8 +19,9 @@
 //!   on the MAC a token holder computes for this very exchange, and do succeed when every
 //!   message is honest.
 //! - [`ring_frames`]: one collective through the real ring algorithms and the ring link's frame
-//!   reader, in memory, whose neighbour's stream is the fuzzer's bytes, returns with a typed
-//!   error or with what the frames said (see `ring.rs`).
+//!   reader, in memory, in a world of two or three (either path, leftward frames included),
+//!   whose neighbours' streams are the fuzzer's bytes, returns with a typed error or with what
+//!   the frames said (see `ring.rs`).
 
 mod ring;
 

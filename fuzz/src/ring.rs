@@ -1,16 +1,20 @@
-//! The ring_frames oracle: one collective of rank 0 in a world of two, through the real ring
-//! algorithms and the ring link's frame reader, in memory (`silvic_net::fuzzing::replay`): rank
-//! 1's stream is the fuzzer's bytes, then its close.
+//! The ring_frames oracle: one collective of rank 0 in a world of two or three, through the
+//! real ring algorithms and the ring link's frame reader, in memory
+//! (`silvic_net::fuzzing::replay`): each neighbour's stream is some of the fuzzer's bytes, then
+//! its close. An allreduce takes the path the cost model picks (the gather, at these sizes) or,
+//! when the input asks, the ring path: its reduce-scatter and its segments gathered both ways,
+//! leftward frames included.
 //!
 //! Checked: the collective returns (no panic; a slice cannot hang), with an error naming a rank
-//! of the world (rank 1 unless rank 1's abort names another) or with a result that is what the
-//! frames said: for the small path, every element is the fold of this rank's value and the one
-//! rank 1 sent; for an allgather, rank 1's block is its payload.
+//! of the world (a neighbour, unless a neighbour's abort names another) or with a result that
+//! is what the frames said: on the gather path, every element is the fold, in its segment's
+//! fold order, of this rank's value and the ones its neighbours sent; for an allgather, each
+//! neighbour's block is its payload.
 
 use silvic_core::fold;
 use silvic_net::CollectiveError;
 use silvic_net::frame::{HEADER_LEN, WAITING, WAITING_LEN};
-use silvic_net::fuzzing::{Buffer, replay};
+use silvic_net::fuzzing::{Buffer, Path, gather_limit, replay};
 
 /// What rank 0 is asked to do, and with what.
 #[derive(Debug, Clone, Copy)]
@@ -28,26 +32,38 @@ enum Outcome {
     Gathered(Vec<Vec<u8>>),
 }
 
-fn run(call: Call, len: usize, stream: &[u8]) -> Result<Outcome, CollectiveError> {
+/// What rank 0 of a replay runs: the call, its length, the world, the path and the two streams.
+#[derive(Debug, Clone, Copy)]
+struct Case<'a> {
+    call: Call,
+    len: usize,
+    world: usize,
+    path: Path,
+    left: &'a [u8],
+    right: &'a [u8],
+}
+
+fn run(c: &Case<'_>) -> Result<Outcome, CollectiveError> {
     let bits = |v: Vec<f64>| Outcome::Reduced(v.into_iter().map(f64::to_bits).collect());
-    match call {
+    let replay = |buf| replay(c.world, c.path, buf, c.left, c.right);
+    match c.call {
         Call::SumF64 | Call::MaxF64 => {
-            let mut buf = local_f64(len);
-            let b = if matches!(call, Call::SumF64) {
+            let mut buf = local_f64(c.len);
+            let b = if matches!(c.call, Call::SumF64) {
                 Buffer::SumF64(&mut buf)
             } else {
                 Buffer::MaxF64(&mut buf)
             };
-            replay(b, stream)?;
+            replay(b)?;
             Ok(bits(buf))
         }
         Call::SumI64 => {
-            let mut buf: Vec<i64> = (0..len as i64).map(|i| i * 3 - 7).collect();
-            replay(Buffer::SumI64(&mut buf), stream)?;
+            let mut buf = local_i64(c.len);
+            replay(Buffer::SumI64(&mut buf))?;
             Ok(Outcome::Reduced(buf.into_iter().map(|x| x as u64).collect()))
         }
         Call::Gather => {
-            let blocks = replay(Buffer::Gather(&local_bytes(len)), stream)?;
+            let blocks = replay(Buffer::Gather(&local_bytes(c.len)))?;
             Ok(Outcome::Gathered(blocks.expect("a gather returns blocks")))
         }
     }
@@ -57,64 +73,113 @@ fn local_f64(len: usize) -> Vec<f64> {
     (0..len).map(|i| i as f64 * 0.5 - 3.0).collect()
 }
 
+fn local_i64(len: usize) -> Vec<i64> {
+    (0..len as i64).map(|i| i * 3 - 7).collect()
+}
+
 fn local_bytes(len: usize) -> Vec<u8> {
     (0..len).map(|i| i as u8).collect()
 }
 
-/// Checks a successful small-path result against the first frame rank 1 sent.
-fn check_result(call: Call, len: usize, sent: &[u8], outcome: &Outcome) {
-    // Waiting notices before the data frame are control frames, not data.
-    let mut sent = sent;
-    while sent.len() >= HEADER_LEN && sent[2] == WAITING {
-        sent = &sent[(HEADER_LEN + WAITING_LEN).min(sent.len())..];
+/// The payload of the first data frame of `stream`, past any waiting notices (as much of it as
+/// there is).
+fn first_payload(mut stream: &[u8]) -> &[u8] {
+    while stream.len() >= HEADER_LEN && stream[2] == WAITING {
+        stream = &stream[(HEADER_LEN + WAITING_LEN).min(stream.len())..];
     }
-    let payload = &sent[HEADER_LEN.min(sent.len())..];
-    let word = |i: usize| u64::from_le_bytes(payload[8 * i..8 * i + 8].try_into().unwrap());
-    match (call, outcome) {
+    &stream[HEADER_LEN.min(stream.len())..]
+}
+
+/// The segment of element `i` of `len` cut into `world` segments (the first `len % world` one
+/// longer).
+fn segment_of(i: usize, len: usize, world: usize) -> usize {
+    let (base, extra) = (len / world, len % world);
+    let long = extra * (base + 1);
+    if i < long { i / (base + 1) } else { extra + (i - long) / base }
+}
+
+/// Checks a successful gather-path result against the first frame each neighbour sent: rank
+/// 1's block comes from the right neighbour, rank `world - 1`'s from the left (in a world of
+/// two, both are rank 1 and its block comes rightward, from the left).
+fn check_result(c: &Case<'_>, outcome: &Outcome) {
+    let mut theirs = vec![&[][..]; c.world];
+    theirs[c.world - 1] = first_payload(c.left);
+    if c.world > 2 {
+        theirs[1] = first_payload(c.right);
+    }
+    let word =
+        |r: usize, i: usize| u64::from_le_bytes(theirs[r][8 * i..8 * i + 8].try_into().unwrap());
+    let len = c.len;
+    let gathered = c.path == Path::Chosen && len * 8 < gather_limit(c.world);
+    match (c.call, outcome) {
         (Call::Gather, Outcome::Gathered(blocks)) => {
-            assert_eq!(blocks.len(), 2);
+            assert_eq!(blocks.len(), c.world);
             assert_eq!(blocks[0], local_bytes(len), "this rank's own block changed");
-            assert_eq!(blocks[1], payload[..len], "rank 1's block is not what it sent");
+            for r in 1..c.world {
+                assert_eq!(blocks[r], theirs[r][..len], "rank {r}'s block is not what it sent");
+            }
         }
-        (Call::SumF64 | Call::MaxF64, Outcome::Reduced(got)) if len * 8 < 4096 => {
-            let f = if matches!(call, Call::SumF64) { fold::sum_f64 } else { fold::max_f64 };
-            for (i, (&g, mine)) in got.iter().zip(local_f64(len)).enumerate() {
-                let theirs = f64::from_bits(word(i));
-                let either = [f(mine, theirs).to_bits(), f(theirs, mine).to_bits()];
-                assert!(
-                    either.contains(&g),
-                    "element {i}: {mine} and {theirs} gave {}",
+        (Call::SumF64 | Call::MaxF64, Outcome::Reduced(got)) if gathered => {
+            let f = if matches!(c.call, Call::SumF64) { fold::sum_f64 } else { fold::max_f64 };
+            let mine = local_f64(len);
+            for (i, &g) in got.iter().enumerate() {
+                let value = |r: usize| if r == 0 { mine[i] } else { f64::from_bits(word(r, i)) };
+                let j = segment_of(i, len, c.world);
+                let order = (0..c.world).map(|k| (j + k) % c.world);
+                let want = order.skip(1).fold(value(j), |acc, r| f(acc, value(r)));
+                assert_eq!(
+                    g,
+                    want.to_bits(),
+                    "element {i}: got {}, folded {want}",
                     f64::from_bits(g)
                 );
             }
         }
-        (Call::SumI64, Outcome::Reduced(got)) if len * 8 < 4096 => {
+        (Call::SumI64, Outcome::Reduced(got)) if gathered => {
+            let mine = local_i64(len);
             for (i, &g) in got.iter().enumerate() {
-                let mine = i as i64 * 3 - 7;
-                assert_eq!(g as i64, mine.wrapping_add(word(i) as i64), "element {i}");
+                let want = (1..c.world).fold(mine[i], |acc, r| acc.wrapping_add(word(r, i) as i64));
+                assert_eq!(g as i64, want, "element {i}");
             }
         }
         _ => {}
     }
 }
 
-/// One input: `[call, len_lo, len_hi, stream...]`.
+/// One input: `[selector, len_lo, len_hi, rest...]`. The selector's low two bits pick the call;
+/// bit 2 a world of three (else two); bit 3 the ring path for an allreduce. In a world of two
+/// `rest` is the left neighbour's stream and the right one sends nothing; in a world of three
+/// `rest` is `[split_lo, split_hi, streams...]`, the left stream the first `split` bytes (modulo
+/// what there is) and the right stream the rest.
 pub fn ring_frames(data: &[u8]) {
-    let [selector, lo, hi, stream @ ..] = data else { return };
+    let [selector, lo, hi, rest @ ..] = data else { return };
     let call = [Call::SumF64, Call::SumI64, Call::MaxF64, Call::Gather][*selector as usize % 4];
-    // Up to 700 elements: both sides of the 4 KiB small-path cut.
+    // Up to 700 elements: both sides of the 4 KiB cut below which the gather is always taken.
     let len = u16::from_le_bytes([*lo, *hi]) as usize % 701;
-    match run(call, len, stream) {
-        Ok(outcome) => check_result(call, len, stream, &outcome),
+    let world = if selector & 4 == 0 { 2 } else { 3 };
+    let path = if selector & 8 == 0 { Path::Chosen } else { Path::Ring };
+    let (left, right) = match (world, rest) {
+        (2, _) => (rest, &[][..]),
+        (_, [a, b, streams @ ..]) => {
+            streams.split_at(u16::from_le_bytes([*a, *b]) as usize % (streams.len() + 1))
+        }
+        _ => return,
+    };
+    let case = Case { call, len, world, path, left, right };
+    match run(&case) {
+        Ok(outcome) => check_result(&case, &outcome),
         Err(e) => {
-            // An abort from rank 1 names ranks it says, checked against the world of two;
-            // anything else names rank 1.
+            // A neighbour's abort names ranks it says, checked against the world; anything else
+            // names a neighbour.
             match &e {
                 CollectiveError::Aborted { origin, .. } => {
-                    assert!(*origin < 2, "an abort from outside the world: {e}");
-                    assert!(e.peer().is_some_and(|p| p < 2), "{e}");
+                    assert!(*origin < world, "an abort from outside the world: {e}");
+                    assert!(e.peer().is_some_and(|p| p < world), "{e}");
                 }
-                _ => assert_eq!(e.peer(), Some(1), "the error names rank 1: {e}"),
+                _ => {
+                    let neighbours = [1, world - 1];
+                    assert!(e.peer().is_some_and(|p| neighbours.contains(&p)), "{e}");
+                }
             }
             assert!(!e.to_string().chars().any(char::is_control), "{e:?}");
         }

@@ -1,14 +1,15 @@
 //! Hooks for `fuzz/` only, behind the `fuzzing` feature: not part of the API, no semver promise.
 //!
-//! [`replay`] runs one collective of rank 0 in a world of two through the real ring algorithms
-//! and the ring link's frame reader, in memory: the left neighbour's stream is a byte slice
-//! (its end is a close), and what rank 0 sends is dropped. No socket, no clock.
+//! [`replay`] runs one collective of rank 0 through the real ring algorithms and the ring link's
+//! frame reader, in memory: each neighbour's stream is a byte slice (its end is a close), and
+//! what rank 0 sends is dropped. No socket, no clock.
 //! [`gather_limit`] tells the tests where the cost model cuts between the two paths.
 
 use silvic_core::{CollectiveError, Op, fold};
 
 use crate::link::replay::SliceLink;
-use crate::ring::run::{self, Call, Scratch};
+use crate::ring::Link;
+use crate::ring::run::{self, Call, Element, Scratch};
 
 /// The buffer of one collective, which also says which one.
 #[derive(Debug)]
@@ -23,31 +24,68 @@ pub enum Buffer<'a> {
     Gather(&'a [u8]),
 }
 
-/// Runs one collective (sequence number 0) as rank 0 of two, rank 1's frames read from `left`.
-/// Returns the gathered blocks for a gather, `None` for a reduction (done in place).
-pub fn replay(buf: Buffer<'_>, left: &[u8]) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
-    let mut link = SliceLink::new(left, 0, 2);
-    let call = |op| Call { rank: 0, world: 2, op, seq: 0 };
+/// Which path an allreduce of a replay takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// The one the cost model picks for the size and the world: the gather, at the sizes a
+    /// fuzzer can fill.
+    Chosen,
+    /// The ring path whatever the size: the reduce-scatter, then the reduced segments gathered
+    /// both ways.
+    Ring,
+}
+
+/// Runs one collective (sequence number 0) as rank 0 of `world` (at least 2), an allreduce on
+/// `path`, the left neighbour's frames (rank `world - 1`, the rightward way) read from `left`
+/// and the right neighbour's (rank 1, the leftward way) from `right`. Returns the gathered
+/// blocks for a gather, `None` for a reduction (done in place).
+///
+/// # Panics
+///
+/// If `world` is below 2.
+pub fn replay(
+    world: usize,
+    path: Path,
+    buf: Buffer<'_>,
+    left: &[u8],
+    right: &[u8],
+) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
+    assert!(world >= 2, "a replay needs two neighbours' streams, so a world of at least 2");
+    let mut link = SliceLink::new(left, right, 0, world);
+    let call = |op| Call { rank: 0, world, op, seq: 0 };
     let mut scratch = Scratch::default();
     match buf {
         Buffer::SumF64(b) => {
-            run::allreduce(&mut link, call(Op::AllreduceSumF64), b, fold::sum_f64, &mut scratch)
-                .map(|()| None)
+            reduce(&mut link, call(Op::AllreduceSumF64), path, b, fold::sum_f64, &mut scratch)
         }
         Buffer::SumI64(b) => {
-            run::allreduce(&mut link, call(Op::AllreduceSumI64), b, fold::sum_i64, &mut scratch)
-                .map(|()| None)
+            reduce(&mut link, call(Op::AllreduceSumI64), path, b, fold::sum_i64, &mut scratch)
         }
         Buffer::MaxF64(b) => {
-            run::allreduce(&mut link, call(Op::AllreduceMaxF64), b, fold::max_f64, &mut scratch)
-                .map(|()| None)
+            reduce(&mut link, call(Op::AllreduceMaxF64), path, b, fold::max_f64, &mut scratch)
         }
         Buffer::Gather(local) => {
-            let mut blocks = vec![local.to_vec(), Vec::new()];
+            let mut blocks = vec![Vec::new(); world];
+            blocks[0] = local.to_vec();
             run::allgather(&mut link, call(Op::AllgatherBytes), local.len() as u64, &mut blocks)
                 .map(|()| Some(blocks))
         }
     }
+}
+
+fn reduce<T: Element, C: Fn(T, T) -> T + Copy>(
+    link: &mut dyn Link,
+    call: Call,
+    path: Path,
+    buf: &mut [T],
+    combine: C,
+    scratch: &mut Scratch,
+) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
+    match path {
+        Path::Chosen => run::allreduce(link, call, buf, combine, scratch),
+        Path::Ring => run::ring_allreduce(link, call, buf, combine, scratch),
+    }
+    .map(|()| None)
 }
 
 /// The largest buffer, in bytes, that an allreduce in a world of `world` sends by the gather

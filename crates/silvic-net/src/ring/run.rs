@@ -516,7 +516,7 @@ impl<T: Element, C: Fn(T, T) -> T> Plan for RingPlan<'_, T, C> {
 }
 
 /// The ring path: [`RingPlan`] over the link.
-fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
+pub(crate) fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     link: &mut dyn Link,
     call: Call,
     buf: &mut [T],
