@@ -5,7 +5,9 @@
 //! - **Plans of frames.** A collective is a fixed [`Plan`]: per way round the ring, the frames
 //!   a rank sends to one neighbour and receives from the other, in order, with gates that say
 //!   when each may move: a frame out once the frames it forwards are in, a frame in once the
-//!   frames that sent what it overwrites are out. No gate waits on a later frame, so a link
+//!   frames that sent what it overwrites are out. A gate may look at the other way (the ring
+//!   path's leftward frames wait on its rightward reduce-scatter), but never at its own frame or
+//!   a later one of its way, and the rightward way never waits on the leftward one, so a link
 //!   that moves whatever its gates let through never deadlocks. Every frame names the op, the
 //!   sequence number, the buffer length, its direction and its block, and is checked before
 //!   its payload is used.
