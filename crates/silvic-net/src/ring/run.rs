@@ -366,7 +366,7 @@ impl Filling {
 
 /// What one frame of the ring path moves: the slice, the segments sent and received, and
 /// whether what comes in is folded (the reduce-scatter) rather than copied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 struct RingFrame {
     slice: usize,
     send: usize,
