@@ -54,6 +54,12 @@ pub(crate) struct Args {
     #[arg(long, conflicts_with_all = ["op", "sizes", "min_bytes", "max_bytes", "factor", "no_check", "cpu"])]
     link_limit: bool,
 
+    /// With --link-limit: stream out of and into buffers of this many bytes (K, M, G as in
+    /// --sizes), 128 KiB at a time, as a call of that size touches its memory [default: 128K,
+    /// one chunk, as iperf3 does].
+    #[arg(long, requires = "link_limit", value_parser = parse_size)]
+    stream_bytes: Option<usize>,
+
     /// The collective to measure.
     #[arg(long, value_enum, default_value_t = OpArg::SumF64)]
     op: OpArg,
@@ -229,6 +235,8 @@ pub(crate) struct Config {
     pub(crate) link_delay: Option<Duration>,
     /// Measure the links' limit instead of the collectives.
     pub(crate) link_limit: bool,
+    /// The buffers the link limit streams through, if not one chunk.
+    pub(crate) stream_bytes: Option<usize>,
     pub(crate) check: bool,
     pub(crate) progress: bool,
     pub(crate) cpu: bool,
@@ -287,6 +295,9 @@ impl Args {
         }
         if self.link_mbit == Some(0) {
             return Err(fail("--link-mbit must be at least 1".into()));
+        }
+        if self.stream_bytes == Some(0) {
+            return Err(fail("--stream-bytes must be at least 1".into()));
         }
         if self.link_delay_us.is_some_and(|d| !(1..=MAX_LINK_DELAY_US).contains(&d)) {
             return Err(fail(format!("--link-delay-us must be from 1 to {MAX_LINK_DELAY_US}")));
@@ -357,6 +368,7 @@ impl Args {
             link_mbit: self.link_mbit,
             link_delay: self.link_delay_us.map(Duration::from_micros),
             link_limit: self.link_limit,
+            stream_bytes: self.stream_bytes,
             check: !self.no_check,
             progress: !self.quiet,
             cpu: self.cpu,
@@ -388,6 +400,9 @@ impl Config {
         }
         if let Some(mbit) = self.link_mbit {
             args.extend(["--link-mbit".into(), mbit.to_string()]);
+        }
+        if let Some(bytes) = self.stream_bytes {
+            args.extend(["--stream-bytes".into(), bytes.to_string()]);
         }
         for (flag, value) in [("--host", &self.host), ("--listen", &self.listen)] {
             if let Some(value) = value {

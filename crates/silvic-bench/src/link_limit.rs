@@ -6,6 +6,10 @@
 //! bytes it received after a warm-up (a fifth of the time, past TCP's slow start) over the time
 //! they took. The ring's busbw at large sizes is compared with these per-host rates.
 //!
+//! By default each flow writes and reads one 128 KiB chunk over and over, which stays in cache,
+//! as iperf3 does. `--stream-bytes N` runs the flows through buffers of N bytes instead, so that
+//! they touch as much memory as a call of that size does (all but the fold).
+//!
 //! The ranks trade the flows' addresses and their rates over the ring itself, which is idle
 //! while the flows run.
 
@@ -73,14 +77,14 @@ pub(crate) fn measure(
     let seconds = config.seconds_per_size;
     let flow = std::thread::scope(|s| -> Result<Flow, Failure> {
         let (go, started) = channel();
-        let sender = s.spawn(move || send(right, started, seconds, config.timeout));
+        let sender = s.spawn(move || send(right, started, seconds, config));
         let (left, _) = listener.accept()?;
         drop(listener);
         // Every rank has accepted its left flow once this returns: start them together.
         // (On an error `go` is dropped, which stops the sender.)
         ring.allreduce_sum_f64(&mut [0.0])?;
         let _ = go.send(());
-        let flow = receive(left, seconds, config.timeout);
+        let flow = receive(left, seconds, config);
         sender.join().map_err(|_| "the sending thread panicked")??;
         flow
     })?;
@@ -96,37 +100,60 @@ pub(crate) fn measure(
     Ok(0)
 }
 
+/// The buffer a flow streams through ([`Config::stream_bytes`]), and where its next chunk
+/// starts: chunks go round it in order, the last one cut short at its end.
+struct Ring {
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl Ring {
+    fn new(config: &Config) -> Ring {
+        Ring { buf: vec![0x5a; config.stream_bytes.unwrap_or(CHUNK)], at: 0 }
+    }
+
+    /// The next chunk's place in the buffer.
+    fn next(&self) -> std::ops::Range<usize> {
+        self.at..(self.at + CHUNK).min(self.buf.len())
+    }
+
+    /// `n` bytes of the next chunk moved.
+    fn advance(&mut self, n: usize) {
+        self.at = (self.at + n) % self.buf.len();
+    }
+}
+
 /// Connects to `right`, waits for `go`, then streams into it for `seconds` and closes the
 /// stream's sending side.
-fn send(
-    right: SocketAddr,
-    go: Receiver<()>,
-    seconds: f64,
-    timeout: Duration,
-) -> Result<(), Failure> {
-    let mut stream = TcpStream::connect_timeout(&right, timeout)?;
-    stream.set_write_timeout(Some(timeout))?;
-    let chunk = vec![0x5a_u8; CHUNK];
+fn send(right: SocketAddr, go: Receiver<()>, seconds: f64, config: &Config) -> Result<(), Failure> {
+    let mut stream = TcpStream::connect_timeout(&right, config.timeout)?;
+    stream.set_write_timeout(Some(config.timeout))?;
+    let mut out = Ring::new(config);
     go.recv().map_err(|_| "the flows never started")?;
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < end {
-        stream.write_all(&chunk)?;
+        let chunk = out.next();
+        let n = chunk.len();
+        stream.write_all(&out.buf[chunk])?;
+        out.advance(n);
     }
     stream.shutdown(Shutdown::Write)?;
     Ok(())
 }
 
 /// Drains `left` to its end; counts what arrives after the first fifth of `seconds`.
-fn receive(mut left: TcpStream, seconds: f64, timeout: Duration) -> Result<Flow, Failure> {
-    left.set_read_timeout(Some(timeout))?;
-    let mut chunk = vec![0u8; CHUNK];
+fn receive(mut left: TcpStream, seconds: f64, config: &Config) -> Result<Flow, Failure> {
+    left.set_read_timeout(Some(config.timeout))?;
+    let mut into = Ring::new(config);
     let warm = Instant::now() + Duration::from_secs_f64(seconds / 5.0);
     let mut counted: Option<(Instant, u64)> = None;
     loop {
-        let n = left.read(&mut chunk)?;
+        let chunk = into.next();
+        let n = left.read(&mut into.buf[chunk])?;
         if n == 0 {
             break;
         }
+        into.advance(n);
         match &mut counted {
             Some((_, bytes)) => *bytes += n as u64,
             None if Instant::now() >= warm => counted = Some((Instant::now(), 0)),
@@ -147,8 +174,10 @@ fn print(config: &Config, preamble: &str, flows: &[Flow]) {
             let _ = writeln!(
                 out,
                 "{preamble}#\n# link limit: every host streams to the next (host i to i + 1), \
-                 all at once, for {} s\n#{:>5} {:>12} {:>9} {:>8}{}\n#{:>5} {:>12} {:>9} {:>8}{}",
+                 all at once, for {} s, through buffers of {} bytes\n\
+                 #{:>5} {:>12} {:>9} {:>8}{}\n#{:>5} {:>12} {:>9} {:>8}{}",
                 config.seconds_per_size,
+                config.stream_bytes.unwrap_or(CHUNK),
                 "host",
                 "bytes",
                 "seconds",
@@ -203,6 +232,7 @@ fn print(config: &Config, preamble: &str, flows: &[Flow]) {
                     "GBs": f.rate(),
                     "link": link.map(|l| f.rate() / l),
                     "link_GBs": link,
+                    "stream_bytes": config.stream_bytes.unwrap_or(CHUNK),
                 });
                 let _ = writeln!(out, "{row}");
             }

@@ -99,9 +99,11 @@ fn json_prints_one_object_per_row() {
 
 #[test]
 fn the_link_limit_reports_every_ranks_flow() {
-    let out = run(&["--world", "3", "--threads", "--link-limit", "--seconds-per-size", "0.1"]);
+    let args = ["--world", "3", "--threads", "--link-limit", "--seconds-per-size", "0.1"];
+    let out = run(&[&args[..], &["--stream-bytes", "300K"]].concat());
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("through buffers of 307200 bytes"), "{stdout}");
     let rows: Vec<Vec<&str>> = stdout
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -213,6 +215,8 @@ fn bad_flags_exit_with_code_2_and_say_why() {
         (&["--rank", "0"], "--rendezvous"),
         (&["--link-delay-us", "100"], "--threads"),
         (&["--threads", "--link-delay-us", "0"], "--link-delay-us"),
+        (&["--stream-bytes", "1M"], "--link-limit"),
+        (&["--link-limit", "--stream-bytes", "0"], "--stream-bytes"),
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
