@@ -102,14 +102,14 @@ pub(crate) fn measure(
 
 /// The buffer a flow streams through ([`Config::stream_bytes`]), and where its next chunk
 /// starts: chunks go round it in order, the last one cut short at its end.
-struct Ring {
+struct StreamBuf {
     buf: Vec<u8>,
     at: usize,
 }
 
-impl Ring {
-    fn new(config: &Config) -> Ring {
-        Ring { buf: vec![0x5a; config.stream_bytes.unwrap_or(CHUNK)], at: 0 }
+impl StreamBuf {
+    fn new(config: &Config) -> StreamBuf {
+        StreamBuf { buf: vec![0x5a; config.stream_bytes.unwrap_or(CHUNK)], at: 0 }
     }
 
     /// The next chunk's place in the buffer.
@@ -128,7 +128,7 @@ impl Ring {
 fn send(right: SocketAddr, go: Receiver<()>, seconds: f64, config: &Config) -> Result<(), Failure> {
     let mut stream = TcpStream::connect_timeout(&right, config.timeout)?;
     stream.set_write_timeout(Some(config.timeout))?;
-    let mut out = Ring::new(config);
+    let mut out = StreamBuf::new(config);
     go.recv().map_err(|_| "the flows never started")?;
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < end {
@@ -144,7 +144,7 @@ fn send(right: SocketAddr, go: Receiver<()>, seconds: f64, config: &Config) -> R
 /// Drains `left` to its end; counts what arrives after the first fifth of `seconds`.
 fn receive(mut left: TcpStream, seconds: f64, config: &Config) -> Result<Flow, Failure> {
     left.set_read_timeout(Some(config.timeout))?;
-    let mut into = Ring::new(config);
+    let mut into = StreamBuf::new(config);
     let warm = Instant::now() + Duration::from_secs_f64(seconds / 5.0);
     let mut counted: Option<(Instant, u64)> = None;
     loop {
