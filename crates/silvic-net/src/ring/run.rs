@@ -493,6 +493,7 @@ impl<T: Element, C: Fn(T, T) -> T> Plan for RingPlan<'_, T, C> {
     }
     fn commit(&mut self, dir: Dir, j: usize, n: usize) {
         let f = self.frame(dir, j);
+        let dst = self.slice(f.recv, f.slice);
         let filling = &mut self.filling[way(dir)];
         if !f.folds {
             filling.bytes += n;
@@ -505,7 +506,6 @@ impl<T: Element, C: Fn(T, T) -> T> Plan for RingPlan<'_, T, C> {
         let whole = filling.pending / 8;
         let pending = filling.pending;
         filling.pending -= whole * 8;
-        let dst = schedule::slice(self.buf.len(), self.call.world, f.recv, self.count, f.slice);
         let dst = &mut self.buf[dst][done..done + whole];
         for (d, chunk) in dst.iter_mut().zip(self.scratch[..whole * 8].chunks_exact(8)) {
             let acc = T::from_le(chunk.try_into().expect("chunks of 8"));
