@@ -120,6 +120,10 @@ pub use error::{ConnectError, RejectReason};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+/// The examples of docs/cluster.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/cluster.md")]
+pub struct ClusterDocDoctests;
 pub use liveness::LIVENESS;
 pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
 pub use stats::RingStats;
