@@ -30,7 +30,7 @@ const DEFAULT_FACTOR: usize = 8;
 /// the ranks), f64 sum from 8 B to 64 MiB. On a cluster, start one rank per host with
 /// `--rank R --world N --rendezvous DIR`, DIR being a folder every host sees (NFS or similar).
 /// As root, `--netns-hosts N --link-mbit R` runs one rank on each of N network-namespace hosts
-/// of this machine, joined by a bridge, each host's egress shaped to R Mbit/s.
+/// of the machine it runs on, joined by a bridge, each host's egress shaped to R Mbit/s.
 #[derive(Debug, Parser)]
 #[command(name = "silvic-bench", version)]
 pub(crate) struct Args {

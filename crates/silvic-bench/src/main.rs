@@ -3,7 +3,7 @@
 //! `cargo run --release -p silvic-bench` runs a 4-rank ring on loopback, one process per rank,
 //! and prints time, algbw, busbw, peak RSS and wrong elements for f64 sums from 8 B to 64 MiB.
 //! `--help` lists the flags; `--csv` prints one CSV that starts with the peers' columns
-//! (`../shared/peers`), so the figures go into one table with OpenMPI's, XGBoost's and Gloo's;
+//! (docs/performance.md), so the figures go into one table with OpenMPI's, XGBoost's and Gloo's;
 //! `--json` prints JSON Lines. As root, `--netns-hosts N --link-mbit R` runs the ranks on N
 //! network-namespace hosts with R Mbit/s links, and `--link-limit` measures what those links
 //! carry in the ring's pattern.

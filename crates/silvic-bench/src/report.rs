@@ -1,6 +1,6 @@
 //! Output: the nccl-tests style table, one CSV, JSON Lines, the progress line, and peak RSS.
 //!
-//! The CSV starts with `../shared/peers/README.md`'s columns
+//! The CSV starts with the peer benchmarks' columns (docs/performance.md)
 //! `world,bytes,iters,reps,median_us,min_us,algbw_GBs,busbw_GBs`, so silvic's rows and the
 //! peers' go in one table, then adds `op` (and `link` when the link rate is known): one header
 //! line for the whole run, whatever `--op`. GB is 10^9 bytes; busbw = algbw × the kind's bus

@@ -1,4 +1,4 @@
-//! The timing protocol of `../shared/peers/README.md`, so that figures compare with the peers':
+//! The peer benchmarks' timing protocol (docs/performance.md), so that figures compare with theirs:
 //! warm-up, a calibration that picks `reps × iters`, then `reps` repetitions of
 //! {barrier, `iters` back-to-back calls}; a repetition's time is the maximum over ranks, and a
 //! size reports the median (and minimum) over repetitions.

@@ -1,8 +1,9 @@
 //! The one error every collective returns.
 //!
 //! Invariants: a [`CollectiveError`] is cheap to clone (it holds an [`io::ErrorKind`] and text,
-//! never an `io::Error`), so a failed ring hands the same value to every later call; its message
-//! is lower-case, names the peer rank and says what was expected; it never carries a job token.
+//! never an `io::Error`), so a failed collective hands the same value to every later call; its
+//! message is lower-case, names the peer rank and says what was expected; it never carries a job
+//! token.
 
 use std::{fmt, io, time::Duration};
 

@@ -2,7 +2,7 @@
 //!
 //! A reduction folds the values of one element across ranks left to right:
 //! `acc = combine(acc, next)`, starting from the first rank of the fold order. The order itself is
-//! the backend's (silvic-net's ring states it); these functions fix what one step does, including
+//! the backend's (silvic-net states its own); these functions fix what one combine does, including
 //! which operand wins where IEEE 754 leaves a choice (NaN payloads, signed zeros), so that two
 //! backends with the same order give the same bits.
 

@@ -10,8 +10,9 @@
 //! - **Integer sums wrap.** [`Collective::allreduce_sum_i64`] adds in two's complement: exact, and
 //!   the same in any order. f64 sums of integer-valued data below 2^53 are exact as well.
 //! - **max propagates NaN.** If any rank holds a NaN at an index, the maximum there is NaN.
-//! - **Errors are sticky.** Once a collective fails, the ring is gone: that call and every later
-//!   one return the same [`CollectiveError`], naming the peer rank involved where there is one.
+//! - **Errors are sticky.** Once a collective fails, the group is broken: that call and every
+//!   later one return the same [`CollectiveError`], naming the peer rank involved where there is
+//!   one.
 //!   Nothing panics or exits the process on a failure; the caller decides what happens next.
 //!
 //! The trait is object safe: trainers hold a `Box<dyn Collective>` and do not care whether it is

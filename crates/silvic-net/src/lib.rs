@@ -12,7 +12,8 @@
 //!
 //! let listener = TcpCollective::bind_advertised("0.0.0.0", node_ip)?;
 //! let addresses = gather(listener.address()); // every rank's, in rank order
-//! let job_token = "5f0c3a9e1d7b42c8a6e09b3f7d214c6e"; // fresh and random per job, from the launcher
+//! // Fresh and random per job, from the launcher.
+//! let job_token = "5f0c3a9e1d7b42c8a6e09b3f7d214c6e";
 //! let mut ring =
 //!     TcpCollective::connect(listener, rank, &addresses, job_token, Duration::from_secs(1800))?;
 //! ring.set_timeout(Duration::from_secs(60));
@@ -66,7 +67,7 @@
 //! **not** protect the data: after the handshake the streams are plain TCP, neither encrypted
 //! nor authenticated, so whoever is on the path can read or alter what the ranks exchange. Run
 //! on a trusted network, or under WireGuard or IPsec. Strangers at a listener cost bounded
-//! descriptors, never the ring (see the rendezvous section of README.md).
+//! descriptors, never the ring (docs/protocol.md has the whole threat model).
 //!
 //! # Threads
 //!

@@ -2,23 +2,25 @@
 //!
 //! Linux applies TCP_USER_TIMEOUT to zero-window probing too: once the receiver has advertised
 //! a zero window for longer than the timeout, the sender's connection is aborted with
-//! `ETIMEDOUT`, although the receiver's kernel answers every probe (README gives the kernels
-//! and a measurement). A rank that is paused or busy for
-//! longer than [`LIVENESS`] while its left neighbour has bytes queued to it would so fail the
-//! ring, where SPEC.md wants it waited for up to the collective timeout.
+//! `ETIMEDOUT`, although the receiver's kernel answers every probe (docs/failures.md gives the
+//! kernels and a measurement). A rank that is paused or busy for longer than [`LIVENESS`] while
+//! a neighbour has bytes queued to it would so fail the ring, where it should be waited for up
+//! to the collective timeout.
 //!
 //! So when a collective has waited [`CHECK_EVERY`] without a byte moving, the right stream's own
-//! `TCP_INFO` is read ([`crate::sys`]). A closed send window with an acknowledgement from the
-//! neighbour within the last [`LIVENESS`] plus one probe interval means the neighbour's kernel is
-//! alive and its window closed: then the stream's TCP_USER_TIMEOUT is raised to the collective
-//! timeout (clamped to what the kernel accepts, [`MAX_USER_TIMEOUT`]). One lost probe does not
-//! undo that: a probe interval grows to 120 s after a long pause, so only silence for longer than
-//! the liveness bound past the interval counts as a host gone. The timeout is put back to
-//! [`LIVENESS`] as soon as the neighbour is seen otherwise: a byte written (the window opened),
-//! or a later check that finds the window open or the neighbour silent that long (the kernel then
-//! fails the stream at its next probe). Data in flight, and keepalive on idle streams, keep the
-//! one-minute bound throughout; a vanished host behind a closed window after a long pause is
-//! found within the liveness bound plus two probe intervals (at most about five minutes).
+//! `TCP_INFO` is read ([`crate::sys`]): the stream to the right neighbour, which carries the
+//! rightward way (every reduce-scatter frame, and every frame of a one-way gather). A closed send
+//! window with an acknowledgement from the neighbour within the last [`LIVENESS`] plus one probe
+//! interval means the neighbour's kernel is alive and its window closed: then the stream's
+//! TCP_USER_TIMEOUT is raised to the collective timeout (clamped to what the kernel accepts,
+//! [`MAX_USER_TIMEOUT`]). One lost probe does not undo that: a probe interval grows to 120 s
+//! after a long pause, so only silence for longer than the liveness bound past the interval
+//! counts as a host gone. The timeout is put back to [`LIVENESS`] as soon as the neighbour is
+//! seen otherwise: a byte written (the window opened), or a later check that finds the window
+//! open or the neighbour silent that long (the kernel then fails the stream at its next probe).
+//! Data in flight, and keepalive on idle streams, keep the one-minute bound throughout; a
+//! vanished host behind a closed window after a long pause is found within the liveness bound
+//! plus two probe intervals (at most about five minutes).
 //!
 //! Without `TCP_INFO` (not Linux, or a kernel before 5.4) nothing is raised: a neighbour that
 //! stops reading for longer than [`LIVENESS`] then fails the collective, as it would without this
@@ -26,6 +28,9 @@
 //!
 //! Not covered: a rank outside any collective (between calls) does not check, so a neighbour
 //! that stops reading bytes it has queued for longer than [`LIVENESS`] still fails its stream.
+//! Nor is the left stream checked: the leftward way (the two-way gathers' frames, a block or a
+//! one-slice segment each) writes to the left neighbour too, and a left neighbour that stops
+//! reading while those bytes fill its window for longer than [`LIVENESS`] fails that stream.
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

@@ -44,7 +44,8 @@ impl RingListener {
 /// // A world of one: no sockets are opened and every collective returns its input.
 /// let listener = TcpCollective::bind("127.0.0.1")?;
 /// let addresses = vec![listener.address()];
-/// let mut ring = TcpCollective::connect(listener, 0, &addresses, "job-1", Duration::from_secs(5))?;
+/// let timeout = Duration::from_secs(5);
+/// let mut ring = TcpCollective::connect(listener, 0, &addresses, "job-1", timeout)?;
 /// let mut histogram = vec![1.0, 2.0];
 /// ring.allreduce_sum_f64(&mut histogram)?;
 /// assert_eq!(histogram, [1.0, 2.0]);
@@ -267,7 +268,8 @@ impl TcpCollective {
     ///
     /// let listener = TcpCollective::bind("127.0.0.1")?;
     /// let addresses = vec![listener.address()];
-    /// let mut ring = TcpCollective::connect(listener, 0, &addresses, "job-1", Duration::from_secs(5))?;
+    /// let timeout = Duration::from_secs(5);
+    /// let mut ring = TcpCollective::connect(listener, 0, &addresses, "job-1", timeout)?;
     /// ring.allgather_bytes(b"x")?;
     /// assert_eq!(ring.stats().collectives, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -2,7 +2,7 @@
 //!
 //! Each test that needs known port numbers binds on its own loopback address, 127.x.y.1 with
 //! x.y from the process id and a per-test byte, so parallel test processes (and other jobs on
-//! this machine that bind 127.0.0.1) never hold the ports it counts on.
+//! the same host that bind 127.0.0.1) never hold the ports it counts on.
 
 use std::sync::mpsc;
 use std::thread;

@@ -20,7 +20,8 @@ use std::time::Duration;
 /// How late past its own bound an event may come on a loaded machine before a test calls the
 /// behaviour broken. Far above any lateness a busy machine causes, so an upper bound of "the
 /// behaviour's bound + `MARGIN`" fails only when the behaviour is broken (it hung, or waited
-/// out another timeout), never because the machine was busy. Upper bounds in tests are written this way; the measured figures go in README.
+/// out another timeout), never because the machine was busy. Upper bounds in tests are written
+/// this way; the measured figures go in docs/ (docs/failures.md, docs/performance.md).
 pub const MARGIN: Duration = Duration::from_secs(20);
 
 pub mod child;

@@ -7,7 +7,8 @@
 //! ADDR <ip:port>                          after bind; then it reads "ADDRS <a0> <a1> ..." on stdin
 //! READY <stats>                           after connect
 //! OK <index> <ms>                         a call returned a verified result (every `report`-th)
-//! STATS <label> <stats>                   after warm-up and at the end: "rss_kb=.. hwm_kb=.. fds=.."
+//! STATS <label> <stats>                   after warm-up and at the end:
+//!                                         "rss_kb=.. hwm_kb=.. fds=.."
 //! ERR <index> <ms> peer=<p> kind=<k> <message>   a call failed (k is CollectiveError::kind); the
 //! STICKY <same|differs: ...>              rank checks that the next call returns the same error,
 //!                                         and exits 0

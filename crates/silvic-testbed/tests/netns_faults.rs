@@ -11,7 +11,7 @@
 //!
 //! Upper bounds are the behaviour's own plus [`MARGIN`]: a close is heard at once, a reset at
 //! the first keepalive probe (after 5 s idle), a vanished host within [`LIVENESS`]. The
-//! measured times are printed as FAULT rows and kept in README.
+//! measured times are printed as FAULT rows and kept in docs/failures.md.
 
 use std::path::Path;
 use std::thread;
@@ -25,7 +25,7 @@ use silvic_testbed::ring::{End, Layout, World};
 
 const WORLD: usize = 4;
 const VICTIM: usize = 2;
-/// The silence after which a rank's first keepalive probe goes out (README, Failure behaviour).
+/// The silence after which a rank's first keepalive probe goes out (docs/failures.md).
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
 
 fn exe() -> &'static Path {

@@ -1,5 +1,6 @@
-//! Data frames: the fixed header in front of every payload a ring step moves; the abort frame and
-//! the waiting notice, the two control frames (their payloads in `control`).
+//! Frames: the fixed header in front of every payload a collective's plan moves, either way
+//! round the ring; the abort frame and the waiting notice, the two control frames (their
+//! payloads in `control`).
 //!
 //! ```text
 //!  0      2      3      4             8                16               24               32
@@ -11,8 +12,8 @@
 //!
 //! - `kind` is the collective ([`Op`]), [`ABORT`] or [`WAITING`].
 //! - `dir` is the way a data frame travels round the ring ([`Dir`]: 0 rightward, 1 leftward),
-//!   and `block` whose data it carries (the rank of a gathered block, the segment of a ring
-//!   step). Both are zero in a control frame.
+//!   and `block` whose data it carries (the rank of a gathered block, or the segment a frame of
+//!   the ring path carries). Both are zero in a control frame.
 //! - `seq` is the collective's index since connect: the same on every rank for the same call.
 //! - `total` is the caller's buffer length in bytes, so ranks that passed different lengths fail
 //!   at the first frame even when a segment happens to be the same size as a whole buffer.
@@ -20,8 +21,8 @@
 //!   size an allocation.
 //!
 //! Invariants: [`Header::decode`] takes exactly [`HEADER_LEN`] bytes (a short header cannot
-//! exist), rejects an unknown kind, an unknown direction, a control frame with a direction or block and any length above [`MAX_LEN`], and
-//! `decode(encode(h)) == h`. Nothing here does I/O.
+//! exist), rejects an unknown kind, an unknown direction, a control frame with a direction or
+//! block and any length above [`MAX_LEN`], and `decode(encode(h)) == h`. Nothing here does I/O.
 //!
 //! Payload numbers are little-endian: the ring sends a buffer's memory as it is, so the crate
 //! refuses to build for big-endian targets rather than mix byte orders on the wire.

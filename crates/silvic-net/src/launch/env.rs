@@ -6,13 +6,13 @@
 //!
 //! Which variables, first match wins:
 //!
-//! | what | variables |
-//! |---|---|
-//! | rank, world | `SILVIC_RANK`/`SILVIC_WORLD_SIZE`, torchrun's `RANK`/`WORLD_SIZE`, Slurm's `SLURM_PROCID`/`SLURM_NTASKS`, OpenMPI's `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE` |
-//! | where to meet | `SILVIC_RENDEZVOUS` (`tcp://HOST:PORT` or `file:///PATH`), else `MASTER_ADDR` + `MASTER_PORT` |
-//! | job token | `SILVIC_JOB_TOKEN` (required) |
-//! | interface | `SILVIC_SOCKET_IFNAME` (optional) |
-//! | ring ports | `SILVIC_PORTS` (optional: `29500` or `29500-29599`) |
+//! - rank, world: `SILVIC_RANK`/`SILVIC_WORLD_SIZE`, torchrun's `RANK`/`WORLD_SIZE`, Slurm's
+//!   `SLURM_PROCID`/`SLURM_NTASKS`, OpenMPI's `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`;
+//! - where to meet: `SILVIC_RENDEZVOUS` (`tcp://HOST:PORT` or `file:///PATH`), else
+//!   `MASTER_ADDR` + `MASTER_PORT`;
+//! - job token: `SILVIC_JOB_TOKEN` (required);
+//! - interface: `SILVIC_SOCKET_IFNAME` (optional);
+//! - ring ports: `SILVIC_PORTS` (optional: `29500` or `29500-29599`).
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;

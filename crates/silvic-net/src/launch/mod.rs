@@ -1,6 +1,6 @@
-//! Launching from environment variables: [`TcpCollective::from_env`](crate::TcpCollective::from_env)
-//! for Slurm, torchrun, Kubernetes, mpirun or a shell script, which set variables but cannot
-//! gather addresses.
+//! Launching from environment variables:
+//! [`TcpCollective::from_env`](crate::TcpCollective::from_env) for Slurm, torchrun, Kubernetes,
+//! mpirun or a shell script, which set variables but cannot gather addresses.
 //!
 //! The steps, all within the caller's timeout: read the variables (`env`), bind where they say
 //! (an interface, else the address this host uses to reach the rendezvous host), learn every

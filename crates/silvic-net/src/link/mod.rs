@@ -75,16 +75,16 @@ use way::{Counted, Way};
 const FINISH_FRAME_BOUND: Duration = Duration::from_millis(250);
 
 /// How long a call keeps trying, yielding the core between tries, after its last progress
-/// before it blocks in poll(2): a short wait is cheaper spun than woken from (README,
-/// Performance); past it the rank sleeps, so a slow peer costs no CPU. Yielding (never a bare
-/// spin) lets ranks that share a core with this one run.
+/// before it blocks in poll(2): a short wait is cheaper spun than woken from (measured in
+/// docs/performance.md); past it the rank sleeps, so a slow peer costs no CPU. Yielding (never a
+/// bare spin) lets ranks that share a core with this one run.
 const SPIN: Duration = Duration::from_micros(200);
 
 /// The largest payload a rank forwards before it yields its core once the frame that lets it go
 /// is in. A small frame's hop is latency: yielding first hands the core to ranks that have
 /// nothing to do while the neighbour waits. A large one is not forwarded at once: on a shared
 /// core, a rank that keeps it through large writes holds up the ranks that fold and forward
-/// behind it (README, Performance).
+/// behind it (docs/performance.md).
 const FORWARD_AT_ONCE: usize = 64 * 1024;
 
 /// Bytes of a stream one read takes ahead: a header and a small payload arrive in one call.

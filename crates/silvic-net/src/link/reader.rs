@@ -246,7 +246,8 @@ impl Incoming {
     }
 }
 
-/// Bytes read from the left stream beyond the frame being parsed: the start of the next one.
+/// Bytes read from one stream beyond the frame being parsed: the start of the next one (each
+/// stream has its own, since frames come in on both).
 ///
 /// A header is 32 bytes and a small payload a few more; reading them one by one costs a system
 /// call each. Reads smaller than the buffer go through it, so one call brings a header and a

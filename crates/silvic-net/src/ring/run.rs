@@ -324,10 +324,10 @@ fn small_allreduce<T: Element, C: Fn(T, T) -> T>(
 /// Each segment is cut into `count` slices ([`schedule::slices`]). Slice `k` makes its
 /// reduce-scatter steps and rightward gather steps as consecutive rightward frames, and its
 /// leftward hops (if any) as consecutive leftward frames, so slice `k + 1` sets off while slice
-/// `k` is still on its way round. A frame forwards what the way's frame before it brought (folded, in the
-/// reduce-scatter); the first of a slice sends this rank's own values, and the first leftward
-/// one this rank's owned segment once the reduce-scatter has folded it. Each element still meets
-/// the ranks in its segment's fold order.
+/// `k` is still on its way round. A frame forwards what the way's frame before it brought
+/// (folded, in the reduce-scatter); the first of a slice sends this rank's own values, and the
+/// first leftward one this rank's owned segment once the reduce-scatter has folded it. Each
+/// element still meets the ranks in its segment's fold order.
 ///
 /// Nothing is overwritten before it is sent:
 /// - Rightward, a rank takes in at most one frame more than it has sent: frame `j` comes in once
@@ -335,7 +335,7 @@ fn small_allreduce<T: Element, C: Fn(T, T) -> T>(
 ///   segment `rank - s - 1`, and hop `h` of the rightward gather overwrites segment `rank - h`,
 ///   which the reduce-scatter sent at step `h`, long before. The credit also keeps the ring in
 ///   step without a barrier (the socket buffers hold what a neighbour sends beyond it; reading
-///   further ahead made the ring slower on this machine, README's Performance section).
+///   further ahead made the ring slower, docs/performance.md).
 /// - Leftward hop `h` overwrites segment `rank + h + 2`, which the reduce-scatter sent at step
 ///   `world - h - 2`: it comes in once that rightward frame is out. An honest right neighbour
 ///   cannot send it earlier (the segment was folded on its way through this rank), so the gate
@@ -380,7 +380,7 @@ impl<T: Element, C: Fn(T, T) -> T> RingPlan<'_, T, C> {
     /// Whether the reduced segments are gathered both ways: when each segment is one slice.
     /// Sliced segments are gathered rightward only, step by step behind the reduce-scatter: their
     /// time is the bytes, not the hops, and gathering them both ways made world 4 slower at 2 and
-    /// 16 MiB on this machine (README, Performance).
+    /// 16 MiB on loopback (docs/performance.md, "Fewer hops").
     fn two_way(&self) -> bool {
         self.count == 1
     }

@@ -19,17 +19,17 @@ pub(crate) const SMALL_BYTES: usize = 4096;
 // (the gather, and the ring's allgather of reduced segments, run both ways round the ring at
 // once, super::twoway), so the gather wins while (n - 1) × S × (1 - 2/n) / rate < (n - 1) hops,
 // that is while S × (n - 2)/n < hop × rate: at worlds 1 and 2 always, and at larger worlds below
-// a cut that falls towards hop × rate as n grows. The constants are this project's loopback
-// figures (../shared/notes); on another network, measure a hop and the per-rank rate with
-// silvic-bench and change them here.
+// a cut that falls towards hop × rate as n grows. The constants are loopback figures of a shared
+// 2-core VM (docs/performance.md, "The cut between the two paths"); on another network, measure a
+// hop and the per-rank rate with silvic-bench and change them here.
 
 /// What one hop costs, in nanoseconds: a wake-up and a small frame's way to the neighbour (a
-/// loopback figure, the one that puts the cut where the two paths measured the same; README's
-/// "The cut between the two paths" gives the measurements).
+/// loopback figure, the one that puts the cut where the two paths measured the same;
+/// docs/performance.md, "The cut between the two paths", gives the measurements).
 pub(crate) const HOP_NS: u64 = 10_000;
 
 /// The rate at which one rank's bytes leave it, in bytes per microsecond (1500 is 1.5 GB/s, a
-/// loopback figure; README gives the measurements).
+/// loopback figure; docs/performance.md gives the measurements).
 pub(crate) const RATE_BYTES_PER_US: u64 = 1_500;
 
 /// The most memory the gather path may hold for the gathered buffers (`world × bytes`) above
@@ -76,8 +76,8 @@ pub(crate) fn gather_limit(world: usize) -> usize {
 
 /// Bytes of a ring slice: each segment is cut into slices of about this size, a rank forwards
 /// a slice as soon as it has folded it (while it is still in cache), and the next slice sets off
-/// round the ring behind it. README's Performance section has the comparison that chose this
-/// size.
+/// round the ring behind it. docs/performance.md ("How the ring path was chosen") has the
+/// comparison that chose this size.
 pub(crate) const SLICE_BYTES: usize = 256 * 1024;
 
 /// How many slices each segment of a `len`-element buffer (`elem` bytes each) is cut into in a
