@@ -189,8 +189,8 @@ impl ConnectError {
     /// `"ports_taken"`, except that [`ConnectError::RendezvousTimeout`] is a `"timeout"` too.
     /// A name, once given, is never changed or reused.
     ///
-    /// Like [`CollectiveError::kind`](crate::CollectiveError::kind), a `&'static str` rather than a second enum:
-    /// a Rust caller who wants exhaustiveness matches the error itself.
+    /// Like [`CollectiveError::kind`](crate::CollectiveError::kind), a `&'static str` rather
+    /// than a second enum: a Rust caller who wants exhaustiveness matches the error itself.
     pub fn kind(&self) -> &'static str {
         match self {
             ConnectError::InvalidArgument(_) => "invalid_argument",
@@ -319,7 +319,8 @@ mod tests {
         assert_eq!((timed_out.peer(), timed_out.address()), (Some(3), None));
         assert_eq!(
             timed_out.to_string(),
-            "timed out after 1s at the rendezvous /tmp/meet: ranks [3, 5] never gave their addresses"
+            "timed out after 1s at the rendezvous /tmp/meet: ranks [3, 5] never gave their \
+             addresses"
         );
     }
 
