@@ -25,14 +25,20 @@ mod sweep;
 mod timing;
 mod workload;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // silvic-net's tracing events (warnings by default; RUST_LOG=silvic_net=debug for more) go to
-    // stderr, apart from the table on stdout.
+    // stderr, apart from the table on stdout, with colour codes only where a terminal reads them
+    // (not in a log file).
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     let config = match cli::parse(std::env::args_os()) {
         Ok(config) => config,
         Err(e) => e.exit(),
