@@ -5,6 +5,8 @@
 
 use std::{fmt, io, time::Duration};
 
+use silvic_core::RoundedDuration;
+
 pub use crate::handshake::message::RejectReason;
 
 /// Why [`crate::TcpCollective::bind`], [`crate::TcpCollective::bind_advertised`],
@@ -104,7 +106,10 @@ pub enum ConnectError {
     },
 
     /// The ring did not form within the timeout.
-    #[error("timed out after {waited:?} waiting for rank {peer} at {address} {waiting_for}")]
+    #[error(
+        "timed out after {} waiting for rank {peer} at {address} {waiting_for}",
+        RoundedDuration(*waited)
+    )]
     Timeout {
         /// The neighbour this rank was still waiting for.
         peer: usize,
@@ -119,8 +124,9 @@ pub enum ConnectError {
     /// The launcher's rendezvous (a folder, or rank 0's address exchange) did not hear from
     /// every rank within the timeout. Those ranks gave no address, so none is named.
     #[error(
-        "timed out after {waited:?} at the rendezvous {rendezvous}: ranks {missing:?} never \
-         gave their addresses"
+        "timed out after {} at the rendezvous {rendezvous}: ranks {missing:?} never gave \
+         their addresses",
+        RoundedDuration(*waited)
     )]
     RendezvousTimeout {
         /// Where ranks meet: the folder, or the address rank 0 serves the exchange on.
@@ -319,7 +325,7 @@ mod tests {
         assert_eq!((timed_out.peer(), timed_out.address()), (Some(3), None));
         assert_eq!(
             timed_out.to_string(),
-            "timed out after 1s at the rendezvous /tmp/meet: ranks [3, 5] never gave their \
+            "timed out after 1.0s at the rendezvous /tmp/meet: ranks [3, 5] never gave their \
              addresses"
         );
     }

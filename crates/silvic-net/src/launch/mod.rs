@@ -51,7 +51,19 @@ impl TcpCollective {
     /// processes claiming one rank are both refused ([`ConnectError::DuplicateRank`]), while a
     /// rank that restarts before every rank has joined takes its place again.
     pub fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
-        let launch = Launch::parse(|name| std::env::var(name).ok())?;
+        TcpCollective::from_vars(|name| std::env::var(name).ok(), timeout)
+    }
+
+    /// [`TcpCollective::from_env`] with the variables looked up in `vars` (a name in, its
+    /// value or `None` out) instead of the process environment: for a launcher of its own
+    /// that has the rank, world and rendezvous in hand (silvic-bench's `--rendezvous
+    /// tcp://HOST:PORT`), since setting the process environment is unsafe in a threaded
+    /// program. `vars` is asked only for the names `from_env` reads; errors name them too.
+    pub fn from_vars(
+        vars: impl Fn(&str) -> Option<String>,
+        timeout: Duration,
+    ) -> Result<TcpCollective, ConnectError> {
+        let launch = Launch::parse(vars)?;
         launch_ring(&launch, timeout)
     }
 }
