@@ -8,10 +8,11 @@
 //! network-namespace hosts with R Mbit/s links, and `--link-limit` measures what those links
 //! carry in the ring's pattern.
 //!
-//! Modules: [`cli`] (flags), [`launch`] (processes, threads, namespace hosts, or one rank of a
-//! multi-host run), [`sweep`] and [`timing`] (the protocol), [`workload`] (inputs and checks),
-//! [`report`] (table, CSV, JSON, progress, peak RSS), [`link_limit`] (the flows without the
-//! ring), [`failure`] (what ends a run early).
+//! Modules: [`cli`] (flags), [`rendezvous`] (where multi-host ranks meet), [`launch`]
+//! (processes, threads, namespace hosts, or one rank of a multi-host run), [`sweep`] and
+//! [`timing`] (the protocol), [`workload`] (inputs and checks), [`report`] (table, CSV, JSON,
+//! progress, peak RSS), [`link_limit`] (the flows without the ring), [`failure`] (what ends a
+//! run early).
 //!
 //! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
 #![forbid(unsafe_code)]
@@ -20,6 +21,7 @@ mod cli;
 mod failure;
 mod launch;
 mod link_limit;
+mod rendezvous;
 mod report;
 mod sweep;
 mod timing;
