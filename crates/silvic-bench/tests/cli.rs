@@ -191,10 +191,19 @@ fn ranks_started_separately_meet_in_a_folder_they_create() {
     std::fs::remove_dir_all(&base).unwrap();
 }
 
+/// A port free now on every address, below the ephemeral range (32768 and up on Linux): rank 1
+/// dials it until rank 0 serves it, and an ephemeral port could meanwhile be handed to another
+/// test's listener, which rank 1 would then dial.
+fn exchange_port() -> u16 {
+    let start = 21_000 + (std::process::id() % 4_000) as u16;
+    (start..start + 4_000)
+        .find(|&port| std::net::TcpListener::bind(("0.0.0.0", port)).is_ok())
+        .expect("a free port below the ephemeral range")
+}
+
 #[test]
 fn ranks_started_separately_meet_at_rank_0s_address_exchange() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let outputs = two_ranks(&format!("tcp://127.0.0.1:{port}"), &[]);
+    let outputs = two_ranks(&format!("tcp://127.0.0.1:{}", exchange_port()), &[]);
     assert_rank_0_printed(&outputs);
 }
 
