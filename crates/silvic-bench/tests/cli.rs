@@ -147,6 +147,10 @@ fn netns_hosts_run_a_checked_ring_and_leave_nothing_behind() {
 /// Starts ranks 1 then 0 of a world of 2 as separate processes meeting at `rendezvous`, with
 /// `token` in SILVIC_BENCH_TOKEN; returns their outputs, rank 0's first.
 fn two_ranks(rendezvous: &str, extra: &[&str]) -> Vec<Output> {
+    two_ranks_with_token(rendezvous, extra, "cli-test-token-0123456789")
+}
+
+fn two_ranks_with_token(rendezvous: &str, extra: &[&str], token: &str) -> Vec<Output> {
     let mut children: Vec<Child> = (0..2)
         .rev()
         .map(|rank| {
@@ -157,7 +161,8 @@ fn two_ranks(rendezvous: &str, extra: &[&str]) -> Vec<Output> {
             args.extend(QUICK);
             bench()
                 .args(&args)
-                .env("SILVIC_BENCH_TOKEN", "cli-test-token-0123456789")
+                .env("SILVIC_BENCH_TOKEN", token)
+                .env_remove("RUST_LOG")
                 .env_remove("SILVIC_SOCKET_IFNAME")
                 .env_remove("SILVIC_PORTS")
                 .spawn()
@@ -205,6 +210,21 @@ fn exchange_port() -> u16 {
 fn ranks_started_separately_meet_at_rank_0s_address_exchange() {
     let outputs = two_ranks(&format!("tcp://127.0.0.1:{}", exchange_port()), &[]);
     assert_rank_0_printed(&outputs);
+}
+
+#[test]
+fn the_librarys_warnings_reach_stderr_without_colour_codes() {
+    let dir = std::env::temp_dir().join(format!("silvic-bench-cli-warn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let outputs =
+        two_ranks_with_token(&dir.display().to_string(), &["--host", "127.0.0.1"], "short");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_rank_0_printed(&outputs);
+    for out in &outputs {
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("WARN") && stderr.contains("job token is shorter"), "{stderr}");
+        assert!(!stderr.contains('\x1b'), "colour codes into a pipe: {stderr:?}");
+    }
 }
 
 #[test]
