@@ -259,3 +259,29 @@ fn leave_folder(
         ConnectError::io(peer, addresses.get(peer).cloned().unwrap_or_default(), &failed)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_vars_reads_its_function_not_the_environment() {
+        // The test process sets none of these: from_env would fail where from_vars forms a ring.
+        let vars = |name: &str| match name {
+            "SILVIC_RANK" => Some("0".to_string()),
+            "SILVIC_WORLD_SIZE" => Some("1".into()),
+            "SILVIC_RENDEZVOUS" => Some("tcp://127.0.0.1:9".into()),
+            "SILVIC_JOB_TOKEN" => Some("from-vars-test-token-0123".into()),
+            _ => None,
+        };
+        let mut ring = TcpCollective::from_vars(vars, Duration::from_secs(5)).unwrap();
+        assert_eq!((ring.rank(), ring.world_size()), (0, 1));
+        assert_eq!(ring.allgather_bytes(b"x").unwrap(), [b"x".to_vec()]);
+        let no_token = |name: &str| if name == "SILVIC_JOB_TOKEN" { None } else { vars(name) };
+        let e = TcpCollective::from_vars(no_token, Duration::from_secs(5)).unwrap_err();
+        assert!(
+            matches!(&e, ConnectError::Environment { variable, .. } if variable == "SILVIC_JOB_TOKEN"),
+            "{e}"
+        );
+    }
+}
