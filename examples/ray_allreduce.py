@@ -4,7 +4,11 @@ This is the step distributed gradient boosting repeats for every tree node: each
 shard's gradients and hessians per (feature, bin), one allreduce sums the histograms, and every
 rank then holds the histogram of all the data. A small allgather shares a fixed-size record.
 
-    pip install silvic-net ray numpy   # or, in this repository: maturin develop in crates/silvic-net-py
+    # silvic-net is not on PyPI: build its wheel from a clone of this repository (needs a Rust
+    # toolchain), then install it with Ray into a venv
+    python3 -m venv .venv && . .venv/bin/activate && pip install maturin
+    (cd crates/silvic-net-py && maturin build --release -o ../../target/wheels)
+    pip install target/wheels/silvic_net-*.whl ray
     python examples/ray_allreduce.py
 
 It starts a local Ray cluster and prints what each actor got.

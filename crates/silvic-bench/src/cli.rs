@@ -4,12 +4,13 @@
 //! range, a size that is not a whole number of elements, `--rank` without `--rendezvous`) is a
 //! usage error, which clap prints with the usage line and exit code 2.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, ValueEnum};
 
+use crate::rendezvous::parse_rendezvous;
+pub(crate) use crate::rendezvous::{Rendezvous, TOKEN_VAR, Token};
 use crate::workload::Kind;
 
 /// The most hosts `--netns-hosts` builds (their addresses are 10.231.0.1 to .99).
@@ -28,9 +29,16 @@ const DEFAULT_FACTOR: usize = 8;
 ///
 /// With no flags: a 4-rank ring on loopback, one process per rank (this program starts itself as
 /// the ranks), f64 sum from 8 B to 64 MiB. On a cluster, start one rank per host with
-/// `--rank R --world N --rendezvous DIR`, DIR being a folder every host sees (NFS or similar).
-/// As root, `--netns-hosts N --link-mbit R` runs one rank on each of N network-namespace hosts
-/// of the machine it runs on, joined by a bridge, each host's egress shaped to R Mbit/s.
+/// `--rank R --world N --rendezvous DIR` (DIR a folder every host sees, NFS or similar) or
+/// `--rendezvous tcp://HOST:PORT` (rank 0 on HOST serves the address exchange on PORT), each
+/// with the same secret in SILVIC_BENCH_TOKEN (such as `export SILVIC_BENCH_TOKEN=$(openssl
+/// rand -hex 16)`). As root, `--netns-hosts N --link-mbit R` runs one rank on each of N
+/// network-namespace hosts of one machine, joined by a bridge, each host's egress shaped to
+/// R Mbit/s.
+///
+/// Environment: SILVIC_BENCH_TOKEN, the job token of a multi-host run (required with --rank;
+/// the launcher modes make a random one); RUST_LOG, which of silvic-net's events reach stderr
+/// (default `warn`; `silvic_net=debug` for every step).
 #[derive(Debug, Parser)]
 #[command(name = "silvic-bench", version)]
 pub(crate) struct Args {
@@ -98,17 +106,20 @@ pub(crate) struct Args {
     #[arg(long, requires = "threads", conflicts_with_all = ["host", "listen"])]
     link_delay_us: Option<u64>,
 
-    /// Run only this rank (multi-host mode; needs --rendezvous and --world).
+    /// Run only this rank (multi-host mode; needs --rendezvous, --world and the same
+    /// SILVIC_BENCH_TOKEN on every rank).
     #[arg(long, requires = "rendezvous")]
     rank: Option<usize>,
 
-    /// Folder where the ranks of a multi-host run leave their addresses; every rank must see it.
-    /// Use an empty folder for each run.
-    #[arg(long, requires = "rank")]
-    rendezvous: Option<PathBuf>,
+    /// Where the ranks of a multi-host run meet: a folder every rank sees (DIR or file:///DIR,
+    /// created if missing; use an empty one for each run), or tcp://HOST:PORT, where rank 0 (on
+    /// HOST) serves an address exchange on PORT, as silvic-net's from_env does.
+    #[arg(long, requires = "rank", value_parser = parse_rendezvous)]
+    rendezvous: Option<Rendezvous>,
 
     /// Address this rank advertises to the others [default: 127.0.0.1 on one host; the address
-    /// of the host's name in multi-host mode].
+    /// of the host's name with a folder; not with tcp://, where the ring listens on the
+    /// interface that reaches HOST, or on SILVIC_SOCKET_IFNAME].
     #[arg(long)]
     host: Option<String>,
 
@@ -193,12 +204,14 @@ pub(crate) enum Mode {
     Launch,
     /// Run the ranks as threads of this process.
     Threads,
-    /// Be one rank of a run whose ranks meet in a shared folder.
+    /// Be one rank of a multi-host run.
     Rank {
         /// This rank.
         rank: usize,
-        /// The shared folder.
-        dir: PathBuf,
+        /// Where the ranks meet.
+        rendezvous: Rendezvous,
+        /// The run's job token, from [`TOKEN_VAR`].
+        token: Token,
     },
     /// Build `world` namespace hosts and start one rank on each.
     Netns,
@@ -278,8 +291,9 @@ fn ladder(min: usize, max: usize, factor: usize) -> Vec<usize> {
 }
 
 impl Args {
-    /// Checks the flags together; the error is a clap usage error (exit code 2).
-    pub(crate) fn into_config(self) -> Result<Config, clap::Error> {
+    /// Checks the flags together, with `token` the value of [`TOKEN_VAR`] if set; the error is
+    /// a clap usage error (exit code 2).
+    pub(crate) fn into_config(self, token: Option<String>) -> Result<Config, clap::Error> {
         let fail = |message: String| Args::command().error(ErrorKind::ValueValidation, message);
         let world = match (self.world, self.netns_hosts) {
             (Some(w), Some(h)) if w != h => {
@@ -338,11 +352,32 @@ impl Args {
             return Err(fail("--timeout must be a positive number of seconds".into()));
         }
         let mode = match (self.rank, self.rendezvous, self.threads) {
-            (Some(rank), Some(dir), _) => {
+            (Some(rank), Some(rendezvous), _) => {
                 if rank >= world {
                     return Err(fail(format!("--rank {rank} is out of range for --world {world}")));
                 }
-                Mode::Rank { rank, dir }
+                let Some(token) = token.filter(|t| !t.is_empty()) else {
+                    return Err(fail(format!(
+                        "--rank needs {TOKEN_VAR}: every rank of a multi-host run needs the same \
+                         secret job token, such as `export {TOKEN_VAR}=$(openssl rand -hex 16)`"
+                    )));
+                };
+                if matches!(rendezvous, Rendezvous::Tcp(_)) {
+                    if self.host.is_some() || self.listen.is_some() {
+                        return Err(fail(format!(
+                            "--host and --listen do not apply to --rendezvous {rendezvous}: the \
+                             ring listens on the interface that reaches its host, or on \
+                             SILVIC_SOCKET_IFNAME"
+                        )));
+                    }
+                    if self.link_limit {
+                        return Err(fail(
+                            "--link-limit needs a folder --rendezvous (and --host), not tcp://"
+                                .into(),
+                        ));
+                    }
+                }
+                Mode::Rank { rank, rendezvous, token: Token(token) }
             }
             _ if self.netns_hosts.is_some() => Mode::Netns,
             (_, _, true) => Mode::Threads,
@@ -378,7 +413,7 @@ impl Args {
 
 impl Config {
     /// The flags that make a started copy of this program run `rank` of this configuration,
-    /// meeting the others in `dir`.
+    /// meeting the others in `dir` (its job token goes in [`TOKEN_VAR`]).
     pub(crate) fn rank_args(&self, rank: usize, dir: &std::path::Path) -> Vec<String> {
         let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
         let mut args = vec!["--world".to_string(), self.world.to_string()];
@@ -425,13 +460,13 @@ impl Config {
     }
 }
 
-/// Parses and checks `argv` (program name first).
+/// Parses and checks `argv` (program name first), with the job token from [`TOKEN_VAR`].
 pub(crate) fn parse<I, T>(argv: I) -> Result<Config, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    Args::try_parse_from(argv)?.into_config()
+    Args::try_parse_from(argv)?.into_config(std::env::var(TOKEN_VAR).ok())
 }
 
 #[cfg(test)]
@@ -439,7 +474,17 @@ mod tests {
     use super::*;
 
     fn config(args: &[&str]) -> Result<Config, clap::Error> {
-        parse(std::iter::once("silvic-bench").chain(args.iter().copied()))
+        config_with_token(args, Some("bench-test-token"))
+    }
+
+    fn config_with_token(args: &[&str], token: Option<&str>) -> Result<Config, clap::Error> {
+        let argv = std::iter::once("silvic-bench").chain(args.iter().copied());
+        Args::try_parse_from(argv)?.into_config(token.map(str::to_string))
+    }
+
+    fn child(argv: Vec<String>) -> Config {
+        let argv = std::iter::once("silvic-bench".to_string()).chain(argv);
+        Args::try_parse_from(argv).unwrap().into_config(Some("bench-test-token".into())).unwrap()
     }
 
     #[test]
@@ -522,9 +567,7 @@ mod tests {
     fn link_limit_ranks_get_the_same_run() {
         let c = config(&["--world", "2", "--link-limit", "--link-mbit", "10000", "--csv"]).unwrap();
         let dir = std::path::Path::new("/tmp/meet");
-        let mut argv = vec!["silvic-bench".to_string()];
-        argv.extend(c.rank_args(1, dir));
-        let child = parse(argv).unwrap();
+        let child = child(c.rank_args(1, dir));
         assert_eq!(Config { mode: Mode::Launch, ..child }, c);
     }
 
@@ -556,10 +599,40 @@ mod tests {
         ])
         .unwrap();
         let dir = std::path::Path::new("/tmp/meet here");
-        let mut argv = vec!["silvic-bench".to_string()];
-        argv.extend(c.rank_args(2, dir));
-        let child = parse(argv).unwrap();
-        assert_eq!(child.mode, Mode::Rank { rank: 2, dir: dir.to_path_buf() });
+        let child = child(c.rank_args(2, dir));
+        let token = Token("bench-test-token".into());
+        let rendezvous = Rendezvous::Folder(dir.to_path_buf());
+        assert_eq!(child.mode, Mode::Rank { rank: 2, rendezvous, token });
         assert_eq!(Config { mode: Mode::Launch, ..child }, c);
+    }
+
+    #[test]
+    fn a_rank_needs_the_token_and_takes_a_folder_or_tcp() {
+        let rank = ["--world", "2", "--rank", "1", "--rendezvous"];
+        for token in [None, Some("")] {
+            let e = config_with_token(&[&rank[..], &["/tmp/x"]].concat(), token).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            assert!(e.to_string().contains("--rank needs SILVIC_BENCH_TOKEN"), "{e}");
+        }
+        let at = |where_: &str| match config(&[&rank[..], &[where_]].concat()).unwrap().mode {
+            Mode::Rank { rendezvous, .. } => rendezvous,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(at("rel/dir"), Rendezvous::Folder("rel/dir".into()));
+        assert_eq!(at("file:///srv/meet"), Rendezvous::Folder("/srv/meet".into()));
+        assert_eq!(at("tcp://node-0:29400"), Rendezvous::Tcp("tcp://node-0:29400".into()));
+        assert_eq!(at("tcp://[::1]:29400"), Rendezvous::Tcp("tcp://[::1]:29400".into()));
+        for bad in
+            ["tcp://node-0", "tcp://:29400", "tcp://node-0:0", "tcp://h:99999", "http://h:1", ""]
+        {
+            let e = config(&[&rank[..], &[bad]].concat()).expect_err(bad);
+            assert_eq!(e.exit_code(), 2, "{bad}: {e}");
+        }
+        for bad in [&["--host", "10.0.0.1"][..], &["--listen", "0.0.0.0"], &["--link-limit"]] {
+            let e = config(&[&rank[..], &["tcp://h:1"], bad].concat()).expect_err("tcp");
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+        }
+        let debug = format!("{:?}", config(&[&rank[..], &["/tmp/x"]].concat()).unwrap());
+        assert!(!debug.contains("bench-test-token"), "{debug}");
     }
 }

@@ -1,7 +1,8 @@
 //! Starting the ranks: as processes of this program (the default), as threads, as one rank of
-//! a multi-host run that meets in a shared folder (silvic-net's [`folder`] rendezvous, as
-//! `TcpCollective::from_env` uses with `SILVIC_RENDEZVOUS=file:///PATH`), or one per host of a
-//! network of namespaces.
+//! a multi-host run, or one per host of a network of namespaces. A multi-host run meets in a
+//! shared folder (silvic-net's [`folder`] rendezvous, as `TcpCollective::from_env` uses with
+//! `SILVIC_RENDEZVOUS=file:///PATH`) or at rank 0's address exchange (`tcp://HOST:PORT`,
+//! through `TcpCollective::from_vars`: the exchange is silvic-net's, not written again here).
 //!
 //! The default mode is a launcher like any other: it makes a fresh rendezvous folder, starts
 //! `world` copies of this program as `--rank R --rendezvous DIR`, and waits for them. So the
@@ -23,15 +24,11 @@ use silvic_net::{RingListener, TcpCollective};
 use silvic_testbed::net::{Net, host_ip};
 use silvic_testbed::relay::{Link, Relay};
 
-use crate::cli::{Config, Format, Mode};
+use crate::cli::{Config, Format, Mode, Rendezvous, TOKEN_VAR};
 use crate::failure::Failure;
 use crate::link_limit;
 use crate::sweep::sweep;
 
-/// The job token of a run, read by each rank from the environment. The launcher sets a fresh
-/// random one for its ranks; a multi-host run sets its own (or gets the fixed default).
-pub(crate) const TOKEN_VAR: &str = "SILVIC_BENCH_TOKEN";
-const DEFAULT_TOKEN: &str = "silvic-bench";
 /// How long the launcher lets the other ranks end by themselves after one failed.
 const GRACE: Duration = Duration::from_secs(5);
 
@@ -40,7 +37,12 @@ pub(crate) fn run(config: &Config) -> Result<u64, Failure> {
     match &config.mode {
         Mode::Launch => launch(config),
         Mode::Threads => threads(config),
-        Mode::Rank { rank, dir } => one_rank(config, *rank, dir),
+        Mode::Rank { rank, rendezvous: Rendezvous::Folder(dir), token } => {
+            one_rank(config, *rank, dir, &token.0)
+        }
+        Mode::Rank { rank, rendezvous: Rendezvous::Tcp(url), token } => {
+            one_rank_by_exchange(config, *rank, url, &token.0)
+        }
         Mode::Netns => netns(config),
     }
 }
@@ -173,22 +175,49 @@ fn host_address() -> Result<String, Failure> {
     })
 }
 
-/// One rank of a run whose ranks meet in `dir`.
-fn one_rank(config: &Config, rank: usize, dir: &Path) -> Result<u64, Failure> {
+/// One rank of a run whose ranks meet in `dir`, made if missing (as `from_env` does).
+fn one_rank(config: &Config, rank: usize, dir: &Path, token: &str) -> Result<u64, Failure> {
     let host = match &config.host {
         Some(host) => host.clone(),
         None => host_address()?,
     };
     let listener = bind(config, &host)?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("rendezvous folder {}: cannot create it: {e}", dir.display()))?;
     folder::publish(dir, rank, config.world, &listener.address())?;
     let addresses = folder::gather(dir, config.world, config.timeout)?;
-    let token = std::env::var(TOKEN_VAR).unwrap_or_else(|_| DEFAULT_TOKEN.into());
-    let mut ring = TcpCollective::connect(listener, rank, &addresses, &token, config.timeout)
+    let mut ring = TcpCollective::connect(listener, rank, &addresses, token, config.timeout)
         .map_err(|e| format!("rank {rank}: {e}"))?;
     // Every rank has read every file once all have joined the ring; only then may they go.
     ring.allreduce_sum_f64(&mut [0.0]).map_err(|e| format!("rank {rank}: {e}"))?;
     folder::withdraw(dir, rank);
     let preamble = describe(config, "one process per rank", &host);
+    body(&mut ring, config, &host, &preamble, "(MiB/rank)")
+        .map_err(|e| format!("rank {rank}: {e}").into())
+}
+
+/// One rank of a run whose ranks meet at rank 0's address exchange on `url` (tcp://HOST:PORT):
+/// `from_env`'s start, with the rank, world and token from the flags. SILVIC_SOCKET_IFNAME and
+/// SILVIC_PORTS, if set, choose the ring's interface and ports as for `from_env`.
+fn one_rank_by_exchange(
+    config: &Config,
+    rank: usize,
+    url: &str,
+    token: &str,
+) -> Result<u64, Failure> {
+    let vars = |name: &str| match name {
+        "SILVIC_RANK" => Some(rank.to_string()),
+        "SILVIC_WORLD_SIZE" => Some(config.world.to_string()),
+        "SILVIC_RENDEZVOUS" => Some(url.to_string()),
+        "SILVIC_JOB_TOKEN" => Some(token.to_string()),
+        "SILVIC_SOCKET_IFNAME" | "SILVIC_PORTS" => std::env::var(name).ok(),
+        _ => None,
+    };
+    let mut ring =
+        TcpCollective::from_vars(vars, config.timeout).map_err(|e| format!("rank {rank}: {e}"))?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "this host".to_string(), |name| name.trim().to_string());
+    let preamble = describe(config, &format!("one process per rank, meeting at {url}"), &host);
     body(&mut ring, config, &host, &preamble, "(MiB/rank)")
         .map_err(|e| format!("rank {rank}: {e}").into())
 }

@@ -8,10 +8,11 @@
 //! network-namespace hosts with R Mbit/s links, and `--link-limit` measures what those links
 //! carry in the ring's pattern.
 //!
-//! Modules: [`cli`] (flags), [`launch`] (processes, threads, namespace hosts, or one rank of a
-//! multi-host run), [`sweep`] and [`timing`] (the protocol), [`workload`] (inputs and checks),
-//! [`report`] (table, CSV, JSON, progress, peak RSS), [`link_limit`] (the flows without the
-//! ring), [`failure`] (what ends a run early).
+//! Modules: [`cli`] (flags), [`rendezvous`] (where multi-host ranks meet), [`launch`]
+//! (processes, threads, namespace hosts, or one rank of a multi-host run), [`sweep`] and
+//! [`timing`] (the protocol), [`workload`] (inputs and checks), [`report`] (table, CSV, JSON,
+//! progress, peak RSS), [`link_limit`] (the flows without the ring), [`failure`] (what ends a
+//! run early).
 //!
 //! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
 #![forbid(unsafe_code)]
@@ -20,19 +21,26 @@ mod cli;
 mod failure;
 mod launch;
 mod link_limit;
+mod rendezvous;
 mod report;
 mod sweep;
 mod timing;
 mod workload;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // silvic-net's tracing events (warnings by default; RUST_LOG=silvic_net=debug for more) go to
-    // stderr, apart from the table on stdout.
+    // stderr, apart from the table on stdout, with colour codes only where a terminal reads them
+    // (not in a log file).
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     let config = match cli::parse(std::env::args_os()) {
         Ok(config) => config,
         Err(e) => e.exit(),

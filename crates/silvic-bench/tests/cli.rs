@@ -144,44 +144,111 @@ fn netns_hosts_run_a_checked_ring_and_leave_nothing_behind() {
     assert!(!left.contains(&format!("svt-{pid}-")), "namespaces left behind: {left}");
 }
 
-#[test]
-fn ranks_started_separately_meet_in_a_folder() {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("silvic-bench-cli-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir_arg = dir.display().to_string();
-    let children: Vec<Child> = (0..2)
+/// Starts ranks 1 then 0 of a world of 2 as separate processes meeting at `rendezvous`, with
+/// `token` in SILVIC_BENCH_TOKEN; returns their outputs, rank 0's first.
+fn two_ranks(rendezvous: &str, extra: &[&str]) -> Vec<Output> {
+    two_ranks_with_token(rendezvous, extra, "cli-test-token-0123456789")
+}
+
+fn two_ranks_with_token(rendezvous: &str, extra: &[&str], token: &str) -> Vec<Output> {
+    let mut children: Vec<Child> = (0..2)
         .rev()
         .map(|rank| {
             let rank = rank.to_string();
-            let mut args = vec![
-                "--world",
-                "2",
-                "--rank",
-                &rank,
-                "--rendezvous",
-                &dir_arg,
-                "--host",
-                "127.0.0.1",
-                "--csv",
-                "-q",
-                "--timeout",
-                "30",
-            ];
+            let mut args = vec!["--world", "2", "--rank", &rank, "--rendezvous", rendezvous];
+            args.extend(extra);
+            args.extend(["--csv", "-q", "--timeout", "30"]);
             args.extend(QUICK);
-            bench().args(&args).env("SILVIC_BENCH_TOKEN", "cli-test").spawn().unwrap()
+            bench()
+                .args(&args)
+                .env("SILVIC_BENCH_TOKEN", token)
+                .env_remove("RUST_LOG")
+                .env_remove("SILVIC_SOCKET_IFNAME")
+                .env_remove("SILVIC_PORTS")
+                .spawn()
+                .unwrap()
         })
         .collect();
-    let outputs: Vec<Output> = children.into_iter().map(finish).collect();
-    for out in &outputs {
+    children.reverse();
+    children.into_iter().map(finish).collect()
+}
+
+/// Rank 0 printed the CSV's three rows, rank 1 nothing; both succeeded.
+fn assert_rank_0_printed(outputs: &[Output]) {
+    for out in outputs {
         assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
     }
-    // Rank 0 (started second) prints; rank 1 prints nothing. Both withdrew their files.
-    assert_eq!(text(&outputs[1].stdout).lines().filter(|l| l.starts_with("2,")).count(), 3);
-    assert_eq!(outputs[0].stdout, b"");
+    assert_eq!(text(&outputs[0].stdout).lines().filter(|l| l.starts_with("2,")).count(), 3);
+    assert_eq!(outputs[1].stdout, b"");
+}
+
+#[test]
+fn ranks_started_separately_meet_in_a_folder_they_create() {
+    let base: PathBuf =
+        std::env::temp_dir().join(format!("silvic-bench-cli-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    // Neither the folder nor its parent exists: the ranks make them, as from_env does.
+    let dir = base.join("meet");
+    let outputs = two_ranks(&dir.display().to_string(), &["--host", "127.0.0.1"]);
+    assert_rank_0_printed(&outputs);
+    // Both withdrew their files.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A port free now on every address, below the ephemeral range (32768 and up on Linux): rank 1
+/// dials it until rank 0 serves it, and an ephemeral port could meanwhile be handed to another
+/// test's listener, which rank 1 would then dial.
+fn exchange_port() -> u16 {
+    let start = 21_000 + (std::process::id() % 4_000) as u16;
+    (start..start + 4_000)
+        .find(|&port| std::net::TcpListener::bind(("0.0.0.0", port)).is_ok())
+        .expect("a free port below the ephemeral range")
+}
+
+#[test]
+fn ranks_started_separately_meet_at_rank_0s_address_exchange() {
+    let outputs = two_ranks(&format!("tcp://127.0.0.1:{}", exchange_port()), &[]);
+    assert_rank_0_printed(&outputs);
+}
+
+#[test]
+fn the_librarys_warnings_reach_stderr_without_colour_codes() {
+    let dir = std::env::temp_dir().join(format!("silvic-bench-cli-warn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let outputs =
+        two_ranks_with_token(&dir.display().to_string(), &["--host", "127.0.0.1"], "short");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_rank_0_printed(&outputs);
+    for out in &outputs {
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("WARN") && stderr.contains("job token is shorter"), "{stderr}");
+        assert!(!stderr.contains('\x1b'), "colour codes into a pipe: {stderr:?}");
+    }
+}
+
+#[test]
+fn a_multi_host_rank_without_a_token_is_a_usage_error_naming_the_variable() {
+    let out = finish(
+        bench()
+            .args(["--world", "2", "--rank", "0", "--rendezvous", "tcp://127.0.0.1:9"])
+            .env_remove("SILVIC_BENCH_TOKEN")
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("error:") && stderr.contains("SILVIC_BENCH_TOKEN"), "{stderr}");
+}
+
+#[test]
+fn help_names_the_token_variable_and_both_rendezvous() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for says in ["SILVIC_BENCH_TOKEN", "tcp://HOST:PORT", "RUST_LOG"] {
+        assert!(help.contains(says), "--help does not mention {says}: {help}");
+    }
 }
 
 #[test]

@@ -64,7 +64,7 @@ pub enum CollectiveError {
     },
 
     /// `peer` made no progress (no byte sent or received) for `waited`.
-    #[error("no progress from rank {peer} for {waited:?}")]
+    #[error("no progress from rank {peer} for {}", RoundedDuration(*waited))]
     Timeout {
         /// The rank this one waited on.
         peer: usize,
@@ -119,6 +119,29 @@ pub enum CollectiveError {
         /// The error `origin` saw.
         cause: Box<CollectiveError>,
     },
+}
+
+/// A duration as the errors of silvic print it: three significant digits or so, such as
+/// `60.0s`, `1.50ms` or `250µs`, not `Duration`'s `59.999794848s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundedDuration(pub Duration);
+
+impl fmt::Display for RoundedDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let seconds = self.0.as_secs_f64();
+        let ms = seconds * 1e3;
+        if seconds >= 1.0 {
+            write!(f, "{seconds:.1}s")
+        } else if ms >= 100.0 {
+            write!(f, "{ms:.0}ms")
+        } else if ms >= 10.0 {
+            write!(f, "{ms:.1}ms")
+        } else if ms >= 1.0 {
+            write!(f, "{ms:.2}ms")
+        } else {
+            write!(f, "{:.0}µs", seconds * 1e6)
+        }
+    }
 }
 
 impl CollectiveError {
@@ -198,9 +221,9 @@ mod tests {
             "rank 3 is out of step: expected allreduce_sum_f64 #7, got allgather_bytes #7"
         );
         let t = CollectiveError::Timeout { peer: 1, waited: Duration::from_secs(60) };
-        assert_eq!(t.to_string(), "no progress from rank 1 for 60s");
+        assert_eq!(t.to_string(), "no progress from rank 1 for 60.0s");
         let a = CollectiveError::Aborted { origin: 0, cause: Box::new(t) };
-        assert_eq!(a.to_string(), "rank 0 failed: no progress from rank 1 for 60s");
+        assert_eq!(a.to_string(), "rank 0 failed: no progress from rank 1 for 60.0s");
         assert_eq!(a.peer(), Some(1));
     }
 
@@ -247,5 +270,19 @@ mod tests {
     fn error_is_send_sync_static_and_clone() {
         fn check<T: std::error::Error + Send + Sync + Clone + 'static>() {}
         check::<CollectiveError>();
+    }
+
+    #[test]
+    fn durations_print_rounded() {
+        let shown = |d: Duration| RoundedDuration(d).to_string();
+        assert_eq!(shown(Duration::from_nanos(59_999_794_848)), "60.0s");
+        assert_eq!(shown(Duration::from_secs(1800)), "1800.0s");
+        assert_eq!(shown(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(shown(Duration::from_micros(999_999)), "1000ms");
+        assert_eq!(shown(Duration::from_micros(250_400)), "250ms");
+        assert_eq!(shown(Duration::from_micros(25_340)), "25.3ms");
+        assert_eq!(shown(Duration::from_micros(1_500)), "1.50ms");
+        assert_eq!(shown(Duration::from_nanos(250_400)), "250µs");
+        assert_eq!(shown(Duration::ZERO), "0µs");
     }
 }

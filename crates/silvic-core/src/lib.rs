@@ -35,7 +35,7 @@
 mod error;
 pub mod fold;
 
-pub use error::{CollectiveError, Op};
+pub use error::{CollectiveError, Op, RoundedDuration};
 
 /// A group of ranks that reduce and gather buffers together.
 ///

@@ -1,9 +1,13 @@
-//! The two Python exceptions, and the one place where Rust errors become them.
+//! The Python exceptions (`SilvicError`, and under it `CollectiveError` and `ConnectError`), and
+//! the one place where Rust errors become them.
 //!
 //! Each exception carries the Rust error's `Display` text as its message and its fields as
 //! attributes (`kind`, `peer`, ...), so a Python caller can branch on the kind without parsing
-//! text. The attributes live in the instance `__dict__` (never on the class), which pickles:
-//! a Ray actor's error reaches the driver with them intact, and the `RayTaskError(...)` that
+//! text. Kinds and reasons are the Rust crate's own names (`kind()`, `RejectReason::name`):
+//! this module keeps no table of them.
+//!
+//! The attributes live in the instance `__dict__` (never on the class), which pickles: a Ray
+//! actor's error reaches the driver with them intact, and the `RayTaskError(...)` that
 //! `ray.get` raises finds them through its `cause` (it looks up on the cause what it lacks
 //! itself). For that reason the Rust `Aborted { cause }` is `origin_error` here: Ray's wrapper
 //! has a `cause` of its own.
@@ -15,8 +19,16 @@ use silvic_net::{CollectiveError as RustCollectiveError, ConnectError as RustCon
 
 create_exception!(
     silvic_net,
-    CollectiveError,
+    SilvicError,
     PyException,
+    "The base of every error silvic-net raises (CollectiveError and ConnectError), for a caller \
+     that handles them alike. Bad arguments raise TypeError or ValueError instead."
+);
+
+create_exception!(
+    silvic_net,
+    CollectiveError,
+    SilvicError,
     "A collective failed: a peer closed, timed out, fell out of step, or another rank failed \
      first.\n\nAttributes: `kind` (str), `peer` (int or None: the rank involved), `origin` \
      (int or None: where an `aborted` failure began) and `origin_error` (CollectiveError or \
@@ -27,10 +39,11 @@ create_exception!(
 create_exception!(
     silvic_net,
     ConnectError,
-    PyException,
+    SilvicError,
     "Binding or joining a ring failed.\n\nAttributes: `kind` (str), `peer` (int or None: the \
-     neighbour involved), `address` (str or None: its address) and `reason` (str or None: why \
-     a handshake was rejected, such as \"token_mismatch\")."
+     rank involved), `address` (str or None: that rank's network address, when known), `path` \
+     (str or None: the rendezvous file or folder at fault) and `reason` (str or None: why a \
+     handshake was rejected, such as \"token_mismatch\")."
 );
 
 fn collective_exception(py: Python<'_>, error: &RustCollectiveError) -> PyResult<PyErr> {
@@ -54,40 +67,19 @@ pub(crate) fn collective(py: Python<'_>, error: &RustCollectiveError) -> PyErr {
 }
 
 fn connect_exception(py: Python<'_>, error: &RustConnectError) -> PyResult<PyErr> {
-    let (kind, address, reason) = match error {
-        RustConnectError::InvalidArgument(_) => ("invalid_argument", None, None),
-        RustConnectError::Bind { .. } => ("bind", None, None),
-        RustConnectError::Rejected { address, reason, .. } => {
-            ("rejected", Some(address.as_str()), Some(reject_reason(reason)))
-        }
-        RustConnectError::Handshake { address, .. } => ("handshake", Some(address.as_str()), None),
-        RustConnectError::Timeout { address, .. } => ("timeout", Some(address.as_str()), None),
-        RustConnectError::Io { address, .. } => ("io", Some(address.as_str()), None),
-        RustConnectError::PortsTaken { .. } => ("ports_taken", None, None),
-        RustConnectError::NoInterface { .. } => ("no_interface", None, None),
-        RustConnectError::Environment { .. } => ("environment", None, None),
-        RustConnectError::Folder { path, .. } => ("folder", Some(path.as_str()), None),
-        RustConnectError::DuplicateRank { .. } => ("duplicate_rank", None, None),
-        _ => ("other", None, None),
+    let (path, reason) = match error {
+        RustConnectError::Folder { path, .. } => (Some(path.as_str()), None),
+        RustConnectError::Rejected { reason, .. } => (None, Some(reason.name())),
+        _ => (None, None),
     };
     let exception = ConnectError::new_err(error.to_string());
     let value = exception.value(py);
-    value.setattr("kind", kind)?;
+    value.setattr("kind", error.kind())?;
     value.setattr("peer", error.peer())?;
-    value.setattr("address", address)?;
+    value.setattr("address", error.address())?;
+    value.setattr("path", path)?;
     value.setattr("reason", reason)?;
     Ok(exception)
-}
-
-fn reject_reason(reason: &silvic_net::RejectReason) -> &'static str {
-    match reason {
-        silvic_net::RejectReason::TokenMismatch => "token_mismatch",
-        silvic_net::RejectReason::VersionMismatch => "version_mismatch",
-        silvic_net::RejectReason::WorldMismatch => "world_mismatch",
-        silvic_net::RejectReason::WrongRank => "wrong_rank",
-        silvic_net::RejectReason::AddressMismatch => "address_mismatch",
-        _ => "other",
-    }
 }
 
 /// The Python [`ConnectError`] for `error`.

@@ -3,9 +3,9 @@
 //!
 //! A thin mirror of the Rust API: `TcpCollective.bind`, `bind_advertised`,
 //! `RingListener.address`, `TcpCollective.connect`, `set_timeout` and the four collectives, with
-//! `CollectiveError` and `ConnectError` as Python exceptions. It adds no behaviour of its own:
-//! every check, timeout and failure path is the Rust crate's. What it adds is only what Python
-//! needs:
+//! `CollectiveError` and `ConnectError` (both `SilvicError`s) as Python exceptions. It adds no
+//! behaviour of its own: every check, timeout and failure path is the Rust crate's. What it adds
+//! is only what Python needs:
 //!
 //! - **Buffers.** Allreduces take a 1-D, C-contiguous, writeable numpy array of the exact dtype
 //!   (float64 or int64) and reduce it in place. Anything else raises `TypeError` (not an array,
@@ -404,6 +404,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<TcpCollective>()?;
     m.add_class::<RingListener>()?;
+    m.add("SilvicError", py.get_type::<errors::SilvicError>())?;
     m.add("CollectiveError", py.get_type::<errors::CollectiveError>())?;
     m.add("ConnectError", py.get_type::<errors::ConnectError>())?;
     m.add("LIVENESS", silvic_net::LIVENESS.as_secs_f64())?;

@@ -1,5 +1,12 @@
 """A real local Ray cluster for the tests that need one, started once per session.
 
+Run the tests on the installed wheel, from the repository root (crates/silvic-net-py/README.md):
+
+    pip install -r crates/silvic-net-py/requirements-ci.txt
+    (cd crates/silvic-net-py && maturin build --release -o ../../target/wheels)
+    pip install --force-reinstall --no-deps target/wheels/silvic_net-*.whl
+    (cd crates/silvic-net-py && python -m pytest tests)
+
 Ray reads these variables when it starts; they are set before ``ray`` is imported anywhere.
 """
 

@@ -16,7 +16,7 @@ from typing import Callable, TypeVar
 import numpy as np
 import pytest
 
-from silvic_net import CollectiveError, ConnectError, RingListener, TcpCollective
+from silvic_net import CollectiveError, ConnectError, RingListener, RingStats, TcpCollective
 
 T = TypeVar("T")
 TIMEOUT = 10.0  # seconds; every ring below forms or fails well within it
@@ -145,7 +145,7 @@ def test_advertised_and_ipv6_listeners_form_rings(
 def test_stats_count_collectives_bytes_and_waits() -> None:
     rings = ring_of(2)
 
-    def work(rank: int) -> dict[str, float]:
+    def work(rank: int) -> RingStats:
         a = np.ones(1000)
         rings[rank].allreduce_sum_f64(a)
         rings[rank].allgather_bytes(b"xy")

@@ -11,13 +11,25 @@
 //! Each rank joins the ring, sums `rank + 1` across ranks, gathers every rank's host name, and
 //! prints one line such as `rank 2 of 4: sum 10 (expected 10), hosts node-0,node-1,...`. It exits
 //! 0 when the sum is right and 1 (printing the error) otherwise.
+//!
+//! The library's warnings (a short job token, a refused connection, a long wait) go to stderr
+//! through a tracing subscriber filtered by `RUST_LOG`: warnings by default,
+//! `RUST_LOG=silvic_net=debug` for every step. They are coloured only when stderr is a terminal.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use silvic_net::{Collective, TcpCollective};
 
 fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     match run() {
         Ok(line) => {
             println!("{line}");

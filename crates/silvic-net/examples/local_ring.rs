@@ -8,9 +8,10 @@
 //! (`local_ring --rank R --world N`), reads the address each rank binds, hands every rank the
 //! list in rank order, and prints what the ranks report. Each rank joins the ring, runs every
 //! collective once and checks the results. Each rank logs to stderr through a tracing subscriber
-//! filtered by `RUST_LOG` (warnings by default; `RUST_LOG=silvic_net=debug` for every step).
+//! filtered by `RUST_LOG` (warnings by default; `RUST_LOG=silvic_net=debug` for every step),
+//! coloured only when stderr is a terminal.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,11 @@ const WORLD: usize = 4;
 fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     let args: Vec<String> = std::env::args().collect();
     match args.iter().position(|a| a == "--rank") {
         Some(i) => match rank_main(args[i + 1].parse().expect("--rank takes a number")) {

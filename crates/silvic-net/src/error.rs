@@ -5,6 +5,8 @@
 
 use std::{fmt, io, time::Duration};
 
+use silvic_core::RoundedDuration;
+
 pub use crate::handshake::message::RejectReason;
 
 /// Why [`crate::TcpCollective::bind`], [`crate::TcpCollective::bind_advertised`],
@@ -104,7 +106,10 @@ pub enum ConnectError {
     },
 
     /// The ring did not form within the timeout.
-    #[error("timed out after {waited:?} waiting for rank {peer} at {address} {waiting_for}")]
+    #[error(
+        "timed out after {} waiting for rank {peer} at {address} {waiting_for}",
+        RoundedDuration(*waited)
+    )]
     Timeout {
         /// The neighbour this rank was still waiting for.
         peer: usize,
@@ -114,6 +119,22 @@ pub enum ConnectError {
         waited: Duration,
         /// What was missing, such as "to accept (last error: connection refused)".
         waiting_for: String,
+    },
+
+    /// The launcher's rendezvous (a folder, or rank 0's address exchange) did not hear from
+    /// every rank within the timeout. Those ranks gave no address, so none is named.
+    #[error(
+        "timed out after {} at the rendezvous {rendezvous}: ranks {missing:?} never gave \
+         their addresses",
+        RoundedDuration(*waited)
+    )]
+    RendezvousTimeout {
+        /// Where ranks meet: the folder, or the address rank 0 serves the exchange on.
+        rendezvous: String,
+        /// The ranks not heard from, in rank order; never empty.
+        missing: Vec<usize>,
+        /// The rendezvous timeout.
+        waited: Duration,
     },
 
     /// A socket operation failed.
@@ -128,6 +149,21 @@ pub enum ConnectError {
         /// The operating system's message.
         message: String,
     },
+}
+
+impl RejectReason {
+    /// A stable name for the reason, for programs (and the Python binding's `reason`):
+    /// `"token_mismatch"`, `"version_mismatch"`, `"world_mismatch"`, `"wrong_rank"` or
+    /// `"address_mismatch"`. [`Display`](fmt::Display) is the sentence for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            RejectReason::TokenMismatch => "token_mismatch",
+            RejectReason::VersionMismatch => "version_mismatch",
+            RejectReason::WorldMismatch => "world_mismatch",
+            RejectReason::WrongRank => "wrong_rank",
+            RejectReason::AddressMismatch => "address_mismatch",
+        }
+    }
 }
 
 impl fmt::Display for RejectReason {
@@ -154,7 +190,50 @@ impl ConnectError {
         ConnectError::Io { peer, address: address.into(), kind: e.kind(), message: e.to_string() }
     }
 
-    /// The peer rank this error is about, if any.
+    /// A stable name for the variant, for programs that branch on it without matching (the
+    /// Python binding's `kind`): the variant's name in snake case, such as `"rejected"` or
+    /// `"ports_taken"`, except that [`ConnectError::RendezvousTimeout`] is a `"timeout"` too.
+    /// A name, once given, is never changed or reused.
+    ///
+    /// Like [`CollectiveError::kind`](crate::CollectiveError::kind), a `&'static str` rather
+    /// than a second enum: a Rust caller who wants exhaustiveness matches the error itself.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConnectError::InvalidArgument(_) => "invalid_argument",
+            ConnectError::Bind { .. } => "bind",
+            ConnectError::PortsTaken { .. } => "ports_taken",
+            ConnectError::NoInterface { .. } => "no_interface",
+            ConnectError::Environment { .. } => "environment",
+            ConnectError::Folder { .. } => "folder",
+            ConnectError::DuplicateRank { .. } => "duplicate_rank",
+            ConnectError::Rejected { .. } => "rejected",
+            ConnectError::Handshake { .. } => "handshake",
+            ConnectError::Timeout { .. } | ConnectError::RendezvousTimeout { .. } => "timeout",
+            ConnectError::Io { .. } => "io",
+        }
+    }
+
+    /// The network address (`"ip:port"` or `"host:port"`) of the peer this error is about, if
+    /// it has one: never a path or a sentence.
+    pub fn address(&self) -> Option<&str> {
+        match self {
+            ConnectError::Rejected { address, .. }
+            | ConnectError::Handshake { address, .. }
+            | ConnectError::Timeout { address, .. }
+            | ConnectError::Io { address, .. } => Some(address),
+            ConnectError::InvalidArgument(_)
+            | ConnectError::Bind { .. }
+            | ConnectError::PortsTaken { .. }
+            | ConnectError::NoInterface { .. }
+            | ConnectError::Environment { .. }
+            | ConnectError::Folder { .. }
+            | ConnectError::DuplicateRank { .. }
+            | ConnectError::RendezvousTimeout { .. } => None,
+        }
+    }
+
+    /// The peer rank this error is about, if any: for [`ConnectError::RendezvousTimeout`], the
+    /// first rank missing.
     pub fn peer(&self) -> Option<usize> {
         match self {
             ConnectError::Rejected { peer, .. }
@@ -162,6 +241,7 @@ impl ConnectError {
             | ConnectError::Timeout { peer, .. }
             | ConnectError::Io { peer, .. } => Some(*peer),
             ConnectError::DuplicateRank { rank, .. } => Some(*rank),
+            ConnectError::RendezvousTimeout { missing, .. } => missing.first().copied(),
             ConnectError::InvalidArgument(_)
             | ConnectError::Bind { .. }
             | ConnectError::PortsTaken { .. }
@@ -169,5 +249,106 @@ impl ConnectError {
             | ConnectError::Environment { .. }
             | ConnectError::Folder { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_of_each() -> Vec<ConnectError> {
+        let addressed = "10.0.0.7:41231".to_string();
+        vec![
+            ConnectError::InvalidArgument("x".into()),
+            ConnectError::bind("0.0.0.0", &io::Error::from(io::ErrorKind::AddrInUse)),
+            ConnectError::PortsTaken { host: "h".into(), first: 1, last: 2 },
+            ConnectError::NoInterface { name: "eth9".into(), available: vec!["lo".into()] },
+            ConnectError::Environment { variable: "SILVIC_RANK".into(), message: "m".into() },
+            ConnectError::Folder { path: "/tmp/meet".into(), message: "m".into() },
+            ConnectError::DuplicateRank { rank: 1, first: "a:1".into(), second: "b:2".into() },
+            ConnectError::Rejected {
+                peer: 2,
+                address: addressed.clone(),
+                reason: RejectReason::TokenMismatch,
+                detail: String::new(),
+            },
+            ConnectError::Handshake { peer: 2, address: addressed.clone(), reason: "r".into() },
+            ConnectError::Timeout {
+                peer: 2,
+                address: addressed.clone(),
+                waited: Duration::from_secs(1),
+                waiting_for: "to accept".into(),
+            },
+            ConnectError::RendezvousTimeout {
+                rendezvous: "/tmp/meet".into(),
+                missing: vec![3, 5],
+                waited: Duration::from_secs(1),
+            },
+            ConnectError::io(2, addressed, &io::Error::from(io::ErrorKind::ConnectionReset)),
+        ]
+    }
+
+    #[test]
+    fn kinds_are_snake_case_names_and_only_timeouts_share_one() {
+        let kinds: Vec<&str> = one_of_each().iter().map(ConnectError::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "invalid_argument",
+                "bind",
+                "ports_taken",
+                "no_interface",
+                "environment",
+                "folder",
+                "duplicate_rank",
+                "rejected",
+                "handshake",
+                "timeout",
+                "timeout",
+                "io"
+            ]
+        );
+    }
+
+    #[test]
+    fn address_is_a_peer_address_or_nothing() {
+        for e in one_of_each() {
+            match e.address() {
+                Some(address) => {
+                    assert_eq!(address, "10.0.0.7:41231", "{e:?}");
+                    assert_eq!(e.peer(), Some(2), "{e:?}");
+                }
+                None => assert!(!e.to_string().contains("10.0.0.7"), "{e:?}"),
+            }
+        }
+        let timed_out = &one_of_each()[10];
+        assert_eq!((timed_out.peer(), timed_out.address()), (Some(3), None));
+        assert_eq!(
+            timed_out.to_string(),
+            "timed out after 1.0s at the rendezvous /tmp/meet: ranks [3, 5] never gave their \
+             addresses"
+        );
+    }
+
+    #[test]
+    fn reject_reasons_have_distinct_snake_case_names() {
+        let reasons = [
+            RejectReason::TokenMismatch,
+            RejectReason::VersionMismatch,
+            RejectReason::WorldMismatch,
+            RejectReason::WrongRank,
+            RejectReason::AddressMismatch,
+        ];
+        let names: Vec<&str> = reasons.iter().map(|r| r.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "token_mismatch",
+                "version_mismatch",
+                "world_mismatch",
+                "wrong_rank",
+                "address_mismatch"
+            ]
+        );
     }
 }

@@ -58,21 +58,26 @@ fn spawn(net: Option<&Net>, ns: Option<&str>, vars: &[(&str, String)]) -> Child 
 
 /// Waits for every child, killing all of them past `limit`; returns (success, stdout+stderr).
 fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
+    finish_apart(children, limit).into_iter().map(|(ok, out, err)| (ok, out + &err)).collect()
+}
+
+/// [`finish`], with each child's stdout and stderr apart: (success, stdout, stderr).
+fn finish_apart(children: Vec<Child>, limit: Duration) -> Vec<(bool, String, String)> {
     let (done, results) = mpsc::channel();
     let mut pids = Vec::new();
     for (i, mut child) in children.into_iter().enumerate() {
         pids.push(child.id());
         let done = done.clone();
         thread::spawn(move || {
-            let mut out = String::new();
+            let (mut out, mut err) = (String::new(), String::new());
             if let Some(mut o) = child.stdout.take() {
                 let _ = o.read_to_string(&mut out);
             }
             if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut out);
+                let _ = e.read_to_string(&mut err);
             }
             let ok = child.wait().map(|s| s.success()).unwrap_or(false);
-            let _ = done.send((i, ok, out));
+            let _ = done.send((i, ok, out, err));
         });
     }
     drop(done);
@@ -80,7 +85,7 @@ fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
     let mut out = vec![None; pids.len()];
     for _ in 0..pids.len() {
         match results.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok((i, ok, text)) => out[i] = Some((ok, text)),
+            Ok((i, ok, text, err)) => out[i] = Some((ok, text, err)),
             Err(_) => {
                 for pid in &pids {
                     if let Some(pid) = rustix::process::Pid::from_raw(*pid as i32) {
@@ -274,6 +279,33 @@ fn from_env_without_a_token_says_so() {
         ends[0].1.trim(),
         "error: SILVIC_JOB_TOKEN: missing: every rank of a job needs the same secret job token"
     );
+}
+
+#[test]
+fn from_env_with_a_short_token_warns_on_stderr_without_colour_codes() {
+    // Two ranks on loopback meeting in a folder: no network namespaces needed.
+    let dir =
+        std::env::temp_dir().join(format!("silvic-testbed-short-token-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let rank = |r: usize| {
+        vars(&[
+            ("SILVIC_RANK", r.to_string()),
+            ("SILVIC_WORLD_SIZE", "2".into()),
+            ("SILVIC_RENDEZVOUS", format!("file://{}", dir.display())),
+            ("SILVIC_JOB_TOKEN", "secret".into()),
+            ("SILVIC_SOCKET_IFNAME", "lo".into()),
+        ])
+    };
+    let ends = finish_apart(vec![spawn(None, None, &rank(0)), spawn(None, None, &rank(1))], LIMIT);
+    let _ = std::fs::remove_dir_all(&dir);
+    for (r, (ok, out, err)) in ends.iter().enumerate() {
+        assert!(ok, "rank {r} failed: {out}{err}");
+        assert!(out.starts_with(&format!("rank {r} of 2: sum 3 (expected 3)")), "rank {r}: {out}");
+        assert!(err.contains("WARN"), "rank {r}: no warning on stderr: {err:?}");
+        assert!(err.contains("the job token is shorter than 16 bytes"), "rank {r}: {err:?}");
+        assert!(!err.contains('\x1b'), "rank {r}: colour codes into a pipe: {err:?}");
+        assert!(!out.contains("job token") && !err.contains("secret"), "rank {r}: {out}{err}");
+    }
 }
 
 #[test]

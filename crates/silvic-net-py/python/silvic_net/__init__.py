@@ -17,6 +17,8 @@ While a collective runs on an array, the array is read-only to Python (another t
 it gets a ``ValueError``); it is writeable again when the call returns or raises. The library's
 events (refused connections, a short job token, a long wait) reach :mod:`logging` under the
 logger ``"silvic_net"``; levels set there take effect from the next ``connect`` or ``from_env``.
+Every error the library raises is a :class:`SilvicError`: a :class:`ConnectError` (binding or
+joining) or a :class:`CollectiveError` (a collective), with a ``kind`` to branch on.
 """
 
 from silvic_net._native import (
@@ -24,15 +26,22 @@ from silvic_net._native import (
     CollectiveError,
     ConnectError,
     RingListener,
+    SilvicError,
     TcpCollective,
     __version__,
 )
+from silvic_net._types import CollectiveErrorKind, ConnectErrorKind, RejectReasonName, RingStats
 
 __all__ = [
     "LIVENESS",
     "CollectiveError",
+    "CollectiveErrorKind",
     "ConnectError",
+    "ConnectErrorKind",
+    "RejectReasonName",
     "RingListener",
+    "RingStats",
+    "SilvicError",
     "TcpCollective",
     "__version__",
 ]

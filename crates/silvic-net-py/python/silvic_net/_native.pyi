@@ -5,29 +5,43 @@ from typing import Final, Optional, Sequence, Tuple, Union, final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["TcpCollective", "RingListener", "CollectiveError", "ConnectError", "LIVENESS", "__version__"]
+from silvic_net._types import CollectiveErrorKind, ConnectErrorKind, RejectReasonName, RingStats
+
+__all__ = [
+    "TcpCollective",
+    "RingListener",
+    "SilvicError",
+    "CollectiveError",
+    "ConnectError",
+    "LIVENESS",
+    "__version__",
+]
 
 __version__: Final[str]
 LIVENESS: Final[float]
 """Seconds within which TCP itself fails a connection to a host that stopped answering."""
 
-class CollectiveError(Exception):
+class SilvicError(Exception):
+    """The base of :class:`CollectiveError` and :class:`ConnectError`: ``except SilvicError``
+    catches every failure of the library (bad arguments raise ``TypeError``/``ValueError``)."""
+
+class CollectiveError(SilvicError):
     """A collective failed; the ring is closed and every later call raises the same error.
 
     ``kind`` is one of ``"io"``, ``"peer_closed"``, ``"timeout"``, ``"out_of_step"``,
-    ``"length_mismatch"``, ``"malformed_frame"``, ``"aborted"`` (another rank failed first and
-    told this one why: ``origin`` is that rank, ``origin_error`` what it saw) or ``"other"``.
+    ``"length_mismatch"``, ``"malformed_frame"`` or ``"aborted"`` (another rank failed first and
+    told this one why: ``origin`` is that rank, ``origin_error`` what it saw).
     ``peer`` is the rank involved (for ``"aborted"``, the rank the origin's error named).
     The attributes are set on every error the binding raises (not on one built by hand), and
     the ``RayTaskError(CollectiveError)`` that ``ray.get`` raises shows them too.
     """
 
-    kind: str
+    kind: CollectiveErrorKind
     peer: Optional[int]
     origin: Optional[int]
     origin_error: Optional[CollectiveError]
 
-class ConnectError(Exception):
+class ConnectError(SilvicError):
     """Binding or joining a ring failed.
 
     ``kind`` is one of ``"invalid_argument"``, ``"bind"``, ``"rejected"`` (``reason`` says why:
@@ -35,15 +49,17 @@ class ConnectError(Exception):
     ``"address_mismatch"``), ``"handshake"``, ``"timeout"``, ``"io"``, ``"ports_taken"`` (every
     port of a range is taken), ``"no_interface"`` (the message names the interfaces that exist),
     ``"environment"`` (``from_env``: the message starts with the variable at fault), ``"folder"``
-    (``address`` is the rendezvous file or folder), ``"duplicate_rank"`` (``peer`` is the rank
-    two processes claim) or ``"other"``. ``peer`` and ``address`` name the neighbour involved,
-    when there is one.
+    (``path`` is the rendezvous file or folder) or ``"duplicate_rank"`` (``peer`` is the rank two
+    processes claim). ``peer`` is the rank involved and ``address`` its network address, when
+    known: a ``"timeout"`` of ``from_env``'s rendezvous names the first rank missing, which gave
+    no address (the message lists every rank missing).
     """
 
-    kind: str
+    kind: ConnectErrorKind
     peer: Optional[int]
     address: Optional[str]
-    reason: Optional[str]
+    path: Optional[str]
+    reason: Optional[RejectReasonName]
 
 @final
 class RingListener:
@@ -112,8 +128,8 @@ class TcpCollective:
     def world_size(self) -> int:
         """The number of ranks in the ring."""
 
-    def stats(self) -> dict[str, float]:
-        """What this ring has done since connect.
+    def stats(self) -> RingStats:
+        """What this ring has done since connect (a new dict at every call).
 
         Keys: ``collectives``, ``bytes_sent``, ``bytes_received`` (ints), ``waited_left`` and
         ``waited_right`` (seconds spent waiting on each neighbour).

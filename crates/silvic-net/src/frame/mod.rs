@@ -33,7 +33,9 @@ use silvic_core::{CollectiveError, Op};
 
 mod control;
 
-pub use control::{Abort, Waiting, escape_controls};
+#[cfg_attr(not(feature = "fuzzing"), expect(unused_imports, reason = "for fuzz/ alone"))]
+pub use control::escape_controls;
+pub use control::{Abort, Waiting};
 
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 32;

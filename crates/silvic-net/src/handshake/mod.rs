@@ -35,8 +35,10 @@ pub(crate) mod message;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+#[cfg_attr(not(feature = "fuzzing"), expect(unused_imports, reason = "for fuzz/ alone"))]
+pub use self::message::MAGIC;
 pub use self::message::{
-    MAC_LEN, MAGIC, MESSAGE_LEN, Message, MessageError, MessageKind, NONCE_LEN, VERSION,
+    MAC_LEN, MESSAGE_LEN, Message, MessageError, MessageKind, NONCE_LEN, VERSION,
 };
 // Public as `silvic_net::RejectReason` only (it is part of `ConnectError`): one path.
 use self::message::RejectReason;

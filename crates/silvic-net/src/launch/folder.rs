@@ -99,15 +99,14 @@ pub fn gather(dir: &Path, world: usize, timeout: Duration) -> Result<Vec<String>
             }
         }
         let missing: Vec<usize> = (0..world).filter(|&r| addresses[r].is_none()).collect();
-        let Some(&first) = missing.first() else {
+        if missing.is_empty() {
             return Ok(addresses.into_iter().flatten().collect());
-        };
+        }
         if Instant::now() >= deadline {
-            return Err(ConnectError::Timeout {
-                peer: first,
-                address: path(dir, first).display().to_string(),
+            return Err(ConnectError::RendezvousTimeout {
+                rendezvous: dir.display().to_string(),
+                missing,
                 waited: timeout,
-                waiting_for: format!("to write its address (ranks {missing:?} are missing)"),
             });
         }
         std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
@@ -155,8 +154,8 @@ mod tests {
         let dir = scratch_dir("missing");
         publish(&dir, 0, 3, "127.0.0.1:1").unwrap();
         let e = gather(&dir, 3, Duration::from_millis(50)).unwrap_err();
-        assert_eq!(e.peer(), Some(1));
-        assert!(e.to_string().contains("ranks [1, 2] are missing"), "{e}");
+        assert_eq!((e.kind(), e.peer(), e.address()), ("timeout", Some(1), None));
+        assert!(e.to_string().contains("ranks [1, 2] never gave their addresses"), "{e}");
         fs::remove_dir_all(&dir).unwrap();
     }
 

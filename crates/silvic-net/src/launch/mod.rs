@@ -51,7 +51,19 @@ impl TcpCollective {
     /// processes claiming one rank are both refused ([`ConnectError::DuplicateRank`]), while a
     /// rank that restarts before every rank has joined takes its place again.
     pub fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
-        let launch = Launch::parse(|name| std::env::var(name).ok())?;
+        TcpCollective::from_vars(|name| std::env::var(name).ok(), timeout)
+    }
+
+    /// [`TcpCollective::from_env`] with the variables looked up in `vars` (a name in, its
+    /// value or `None` out) instead of the process environment: for a launcher of its own
+    /// that has the rank, world and rendezvous in hand (silvic-bench's `--rendezvous
+    /// tcp://HOST:PORT`), since setting the process environment is unsafe in a threaded
+    /// program. `vars` is asked only for the names `from_env` reads; errors name them too.
+    pub fn from_vars(
+        vars: impl Fn(&str) -> Option<String>,
+        timeout: Duration,
+    ) -> Result<TcpCollective, ConnectError> {
+        let launch = Launch::parse(vars)?;
         launch_ring(&launch, timeout)
     }
 }
@@ -246,4 +258,30 @@ fn leave_folder(
             std::io::Error::other(format!("the ring formed but its first collective failed: {e}"));
         ConnectError::io(peer, addresses.get(peer).cloned().unwrap_or_default(), &failed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_vars_reads_its_function_not_the_environment() {
+        // The test process sets none of these: from_env would fail where from_vars forms a ring.
+        let vars = |name: &str| match name {
+            "SILVIC_RANK" => Some("0".to_string()),
+            "SILVIC_WORLD_SIZE" => Some("1".into()),
+            "SILVIC_RENDEZVOUS" => Some("tcp://127.0.0.1:9".into()),
+            "SILVIC_JOB_TOKEN" => Some("from-vars-test-token-0123".into()),
+            _ => None,
+        };
+        let mut ring = TcpCollective::from_vars(vars, Duration::from_secs(5)).unwrap();
+        assert_eq!((ring.rank(), ring.world_size()), (0, 1));
+        assert_eq!(ring.allgather_bytes(b"x").unwrap(), [b"x".to_vec()]);
+        let no_token = |name: &str| if name == "SILVIC_JOB_TOKEN" { None } else { vars(name) };
+        let e = TcpCollective::from_vars(no_token, Duration::from_secs(5)).unwrap_err();
+        assert!(
+            matches!(&e, ConnectError::Environment { variable, .. } if variable == "SILVIC_JOB_TOKEN"),
+            "{e}"
+        );
+    }
 }

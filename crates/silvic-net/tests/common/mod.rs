@@ -4,7 +4,7 @@
 //! way: a rank that panics is reported by rank, and one that hangs fails the test at the
 //! caller's limit instead of stalling the run. Helpers that the test bed's tests need too (rank
 //! processes, the relay) live in `silvic-testbed`, a dev-dependency of this crate.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, reason = "each test binary uses its own part of these helpers")]
 
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -16,19 +16,19 @@ use std::time::{Duration, Instant};
 use silvic_net::{ConnectError, RingListener, TcpCollective};
 use silvic_testbed::relay::{Link, Relay};
 
-pub use silvic_testbed::MARGIN;
+pub(crate) use silvic_testbed::MARGIN;
 
 /// The rendezvous timeout of rings that are meant to form.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a rank's connect returned, and how long it took.
-pub type Joined = (usize, Result<TcpCollective, ConnectError>, Duration);
+pub(crate) type Joined = (usize, Result<TcpCollective, ConnectError>, Duration);
 
 type Outcome<R> = (usize, Result<R, String>);
 
 /// Ranks as threads of this process, each with its own listener, address list, token and
 /// timeout, joined within a limit.
-pub struct Ranks<R> {
+pub(crate) struct Ranks<R> {
     done: Sender<Outcome<R>>,
     results: Receiver<Outcome<R>>,
     started: Vec<usize>,
@@ -36,14 +36,14 @@ pub struct Ranks<R> {
 
 impl<R: Send + 'static> Ranks<R> {
     /// No rank started yet.
-    pub fn new() -> Ranks<R> {
+    pub(crate) fn new() -> Ranks<R> {
         let (done, results) = mpsc::channel();
         Ranks { done, results, started: Vec::new() }
     }
 
     /// Starts `rank` in a thread: it connects with `listener`, `addresses`, `token` and
     /// `timeout`, then runs `body` with what connect returned and how long it took.
-    pub fn start(
+    pub(crate) fn start(
         &mut self,
         rank: usize,
         listener: RingListener,
@@ -66,7 +66,7 @@ impl<R: Send + 'static> Ranks<R> {
 
     /// Every started rank's result, in rank order. Panics if a rank panicked (with its
     /// message) or if any is still running `limit` from now (a hang becomes a failure).
-    pub fn join(self, limit: Duration) -> Vec<R> {
+    pub(crate) fn join(self, limit: Duration) -> Vec<R> {
         let Ranks { done, results, mut started } = self;
         drop(done);
         started.sort_unstable();
@@ -99,7 +99,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// A ring of `world` ranks as threads on 127.0.0.1, each running `body`, all joined within
 /// `limit`.
-pub fn ring_of_threads<R: Send + 'static>(
+pub(crate) fn ring_of_threads<R: Send + 'static>(
     world: usize,
     limit: Duration,
     body: impl Fn(usize, TcpCollective) -> R + Send + Sync + 'static,
@@ -108,7 +108,7 @@ pub fn ring_of_threads<R: Send + 'static>(
 }
 
 /// Like [`ring_of_threads`], on `host`, with `token` and a rendezvous `timeout`.
-pub fn ring_of_threads_with<R: Send + 'static>(
+pub(crate) fn ring_of_threads_with<R: Send + 'static>(
     world: usize,
     host: &str,
     token: &str,
@@ -122,7 +122,7 @@ pub fn ring_of_threads_with<R: Send + 'static>(
 }
 
 /// A ring of threads over `listeners` (rank `r` takes the `r`-th) and `addresses`.
-pub fn ring_of<R: Send + 'static>(
+pub(crate) fn ring_of<R: Send + 'static>(
     listeners: Vec<RingListener>,
     addresses: &[String],
     token: &str,
@@ -142,7 +142,7 @@ pub fn ring_of<R: Send + 'static>(
 }
 
 /// `world` listeners on 127.0.0.1 and their addresses, in rank order.
-pub fn listeners(world: usize) -> (Vec<RingListener>, Vec<String>) {
+pub(crate) fn listeners(world: usize) -> (Vec<RingListener>, Vec<String>) {
     let listeners: Vec<_> = (0..world).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
     let addresses = listeners.iter().map(|l| l.address()).collect();
     (listeners, addresses)
@@ -151,7 +151,7 @@ pub fn listeners(world: usize) -> (Vec<RingListener>, Vec<String>) {
 /// Connects every `(rank, listener)` in its own thread, with the address list, token and
 /// timeout `setup(rank)` gives, and returns what each connect returned. Each connect is bounded
 /// by its own timeout, the whole by the longest timeout plus [`MARGIN`].
-pub fn connect_each(
+pub(crate) fn connect_each(
     ranks: Vec<(usize, RingListener)>,
     setup: impl Fn(usize) -> (Vec<String>, &'static str, Duration),
 ) -> Vec<Joined> {
@@ -171,7 +171,7 @@ pub fn connect_each(
 /// the same address list (the handshake covers the list, so a rank reached at another address
 /// by some ranks would be refused). Rank `behind` listens on 127.0.0.1:P and advertises
 /// 127.0.0.2:P, where the relay listens and forwards to it; the others are plain listeners.
-pub fn listeners_with_relay(
+pub(crate) fn listeners_with_relay(
     world: usize,
     behind: usize,
     link: Link,
@@ -192,13 +192,13 @@ pub fn listeners_with_relay(
 
 /// Where a relay of [`listeners_with_relay`] forwards to: the rank's own listener, for
 /// strangers that go around the relay.
-pub fn behind(relay: &Relay) -> std::net::SocketAddr {
+pub(crate) fn behind(relay: &Relay) -> std::net::SocketAddr {
     ([127, 0, 0, 1], relay.address().port()).into()
 }
 
 /// Log lines of warning level and above, captured in memory for a test to read.
 #[derive(Clone, Default)]
-pub struct Capture(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Capture(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Capture {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -212,17 +212,17 @@ impl Write for Capture {
 
 impl Capture {
     /// Forgets what has been logged so far.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.0.lock().unwrap().clear();
     }
 
     /// What has been logged so far.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
     /// A subscriber that writes warnings and errors, without colours, into this capture.
-    pub fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + use<> {
+    pub(crate) fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + use<> {
         let writer = self.clone();
         tracing_subscriber::fmt()
             .with_writer(move || writer.clone())

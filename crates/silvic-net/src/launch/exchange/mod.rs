@@ -127,6 +127,21 @@ mod tests {
     }
 
     #[test]
+    fn ranks_that_never_join_time_out_named_with_no_address() {
+        let (at, server) = server(4, Duration::from_millis(300));
+        let _rank2 = claim_by_hand(at, 2, 4, addr("10.0.0.3:300"));
+        let e = server.join().unwrap().unwrap_err();
+        assert_eq!((e.kind(), e.peer(), e.address()), ("timeout", Some(1), None), "{e}");
+        let ConnectError::RendezvousTimeout { rendezvous, missing, .. } = &e else {
+            panic!("not a rendezvous timeout: {e:?}");
+        };
+        assert_eq!(
+            (rendezvous.as_str(), missing.as_slice()),
+            (at.to_string().as_str(), &[1, 3][..])
+        );
+    }
+
+    #[test]
     fn a_live_second_claimant_is_refused_with_the_first_and_both_are_told() {
         let (at, server) = server(3, Duration::from_secs(20));
         let mut first = claim_by_hand(at, 2, 3, addr("10.0.0.3:300"));

@@ -166,11 +166,10 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
         let now = Instant::now();
         if now >= plan.deadline {
             let missing: Vec<usize> = (1..world).filter(|&r| members[r].is_none()).collect();
-            return Err(ConnectError::Timeout {
-                peer: missing[0],
-                address: format!("the address exchange on {listen_address}"),
+            return Err(ConnectError::RendezvousTimeout {
+                rendezvous: listen_address,
+                missing,
                 waited: plan.timeout,
-                waiting_for: format!("to send its address (ranks {missing:?} are missing)"),
             });
         }
         pending.retain(|p| {

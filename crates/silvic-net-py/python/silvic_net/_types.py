@@ -1,0 +1,44 @@
+"""The names the binding's errors and ``stats()`` use, as types a checker can hold them to.
+
+``CollectiveErrorKind``, ``ConnectErrorKind`` and ``RejectReasonName`` list every value the
+Rust crate gives (``CollectiveError::kind``, ``ConnectError::kind``, ``RejectReason::name``);
+a kind, once given, is never renamed. :class:`RingStats` is the dict ``TcpCollective.stats()``
+returns.
+"""
+
+from typing import Literal, TypedDict
+
+__all__ = ["CollectiveErrorKind", "ConnectErrorKind", "RejectReasonName", "RingStats"]
+
+CollectiveErrorKind = Literal[
+    "io", "peer_closed", "timeout", "out_of_step", "length_mismatch", "malformed_frame", "aborted"
+]
+ConnectErrorKind = Literal[
+    "invalid_argument",
+    "bind",
+    "ports_taken",
+    "no_interface",
+    "environment",
+    "folder",
+    "duplicate_rank",
+    "rejected",
+    "handshake",
+    "timeout",
+    "io",
+]
+RejectReasonName = Literal[
+    "token_mismatch", "version_mismatch", "world_mismatch", "wrong_rank", "address_mismatch"
+]
+
+
+class RingStats(TypedDict):
+    """What a ring has done since ``connect``."""
+
+    collectives: int
+    """Collectives that returned."""
+    bytes_sent: int
+    bytes_received: int
+    waited_left: float
+    """Seconds spent waiting on the left neighbour (rank - 1)."""
+    waited_right: float
+    """Seconds spent waiting on the right neighbour (rank + 1)."""
