@@ -166,3 +166,36 @@ def test_a_worker_that_stops_calling_is_named_by_the_hang_report(
     assert "failing the attempt: it waited past fail_after=6 s" in error.report
     (stopped,) = events(tmp_path, victim, "stopped")
     print(f"\nfailed {failed - stopped['at']:.1f} s after rank {victim} stopped calling:\n{error.report}")
+
+
+def progress(entered: int, index: Optional[int] = None, in_call: float = 0.0) -> dict[str, Any]:
+    """A RingWatch.progress() answer, as a worker gives it to the hang report."""
+    return {
+        "entered": entered,
+        "completed": entered - (index is not None),
+        "index": index,
+        "op": "allreduce_sum_f64" if index is not None else None,
+        "in_call": in_call if index is not None else None,
+        "since_return": 1.0,
+        "failed": False,
+    }
+
+
+def test_diagnose_names_who_is_behind_or_silent_and_no_one_when_all_wait_alike() -> None:
+    from silvic_net.ray.hang import diagnose
+
+    # Short waits are no hang.
+    assert diagnose({0: progress(8, 7, 2.0), 1: progress(7)}, 3.0, 10.0) is None
+    # Rank 1 is two calls behind, rank 3 does not answer: both are named.
+    hang = diagnose(
+        {0: progress(8, 7, 5.0), 1: progress(6), 2: progress(8, 7, 4.0), 3: None}, 3.0, 10.0
+    )
+    assert hang is not None
+    assert (hang.index, hang.op, hang.waited) == (7, "allreduce_sum_f64", 5.0)
+    assert (hang.waiting, hang.waited_on) == ([0, 2], [1, 3])
+    assert "on ranks 1, 3, which have not reached it" in hang.text.splitlines()[0]
+    assert "  rank 3: did not answer the poll within 10 s" in hang.text.splitlines()
+    # Every rank in the same call: the ring is stalled between ranks, and no rank is blamed.
+    hang = diagnose({r: progress(8, 7, 5.0) for r in range(3)}, 3.0, 10.0)
+    assert hang is not None and hang.waited_on == [] and hang.waiting == [0, 1, 2]
+    assert "none is behind" in hang.text
