@@ -72,14 +72,18 @@ def test_four_workers_form_one_ring_in_world_rank_order(ray_cluster: Any, tmp_pa
         backend=SilvicConfig(timeout=60.0, collective_timeout=45.0, listen_host="0.0.0.0"),
     )
     assert result.error is None
-    digests = set()
+    digests, node_ips = set(), set()
     for rank in range(WORLD):
         where, done = events(tmp_path, rank)
         assert where["world_rank"] == rank and where["world"] == where["world_size"] == WORLD
         assert where["timeout"] == 45.0
         assert done["rank"] == rank and done["checked"] >= 120, done
         digests.add(done["digest"])
+        node_ips.add(where["node_ip"])
     assert len(digests) == 1, "inexact sums differ between ranks"
+    # One node here; on test_ray_train_hosts.py's cluster, workers on every node.
+    nodes = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+    assert node_ips == nodes, (node_ips, nodes)
 
 
 @pytest.mark.timeout(240)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import ray
 import ray.train
 from ray.train import Checkpoint
 
@@ -34,7 +35,8 @@ def collectives(config: dict[str, Any]) -> None:
         config,
         ring.rank,
         {"world_rank": context.get_world_rank(), "world": ring.world_size,
-         "world_size": context.get_world_size(), "timeout": ring.timeout},
+         "world_size": context.get_world_size(), "timeout": ring.timeout,
+         "node_ip": ray.util.get_node_ip_address()},
     )
     result = mixed(ring, config["seed"], config["iterations"])
     record(config, ring.rank, result)
