@@ -203,3 +203,53 @@ def test_diagnose_names_who_is_behind_or_silent_and_no_one_when_all_wait_alike()
     hang = diagnose({r: progress(8, 7, 5.0) for r in range(3)}, 3.0, 10.0)
     assert hang is not None and hang.waited_on == [] and hang.waiting == [0, 1, 2]
     assert "none is behind" in hang.text
+
+
+V1_DRIVER = """
+import json, sys, tempfile
+import ray
+from ray.train import RunConfig, ScalingConfig
+from ray.train.data_parallel_trainer import DataParallelTrainer  # Train v1's
+from silvic_net.ray.train import SilvicConfig
+from train_loops import collectives
+
+out = sys.argv[1]
+ray.init(num_cpus=5, include_dashboard=False, log_to_driver=False,
+         _temp_dir=tempfile.mkdtemp(prefix="svray1-"))  # v1's trainer actor takes a CPU
+result = DataParallelTrainer(
+    collectives,
+    train_loop_config={"seed": 5, "iterations": 40, "out": out},
+    backend_config=SilvicConfig(timeout=60.0),
+    scaling_config=ScalingConfig(num_workers=4),
+    run_config=RunConfig(name="v1", storage_path=out + "/storage"),
+).fit()
+print(json.dumps({"error": None if result.error is None else str(result.error)}))
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_train_v1_trainer_forms_the_same_ring(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {
+        **os.environ,
+        "RAY_TRAIN_V2_ENABLED": "0",  # read when ray.train is imported: a process of its own
+        "PYTHONPATH": os.pathsep.join(p for p in [tests, os.environ.get("PYTHONPATH")] if p),
+    }
+    env.pop("SILVIC_RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", V1_DRIVER, str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=140,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"error": None}
+    digests = set()
+    for rank in range(WORLD):
+        where, finished = events(tmp_path, rank)
+        assert where["world_rank"] == rank and where["world"] == WORLD
+        assert finished["rank"] == rank and finished["checked"] >= 40, finished
+        digests.add(finished["digest"])
+    assert len(digests) == 1
