@@ -60,6 +60,10 @@ def test_config_refuses_what_cannot_work() -> None:
         SilvicConfig(timeout=0)
     with pytest.raises(ValueError, match="fail_after .* must be at least report_after"):
         HangReport(report_after=10.0, fail_after=5.0)
+    from silvic_net.ray.train import get_ring
+
+    with pytest.raises(RuntimeError, match="backend_config=silvic_net.ray.train.SilvicConfig"):
+        get_ring()  # this process is no worker of such a trainer
 
 
 def test_four_workers_form_one_ring_in_world_rank_order(ray_cluster: Any, tmp_path: Path) -> None:
