@@ -162,31 +162,47 @@ class HangReport(WorkerGroupCallback):
         self._round = None
 
     def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
+        # One round of polls in flight at a time: sent at one health check, read at a later
+        # one (so the controller never waits on a worker), and the next round sent at once. A
+        # worker that has not answered keeps its poll: no second one queues behind it.
         if not self._workers:
             return
-        if self._round is None:
-            self._round = (
-                time.monotonic(),
-                {rank: w.execute_async(_progress) for rank, w in self._workers},
-            )
-            return
-        sent, refs = self._round
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=0)
-        late = time.monotonic() - sent >= self.answer_within
-        if len(ready) < len(refs) and not late:
-            return  # look again at the next health check
-        self._round = None
-        done = set(ready)
+        unanswered: dict[int, Any] = {}
+        if self._round is not None:
+            sent, refs = self._round
+            ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=0)
+            if len(ready) < len(refs) and time.monotonic() - sent < self.answer_within:
+                return  # look again at the next health check
+            self._round = None
+            answers = self._answers(refs, set(ready))
+            if answers is not None:
+                self._judge(answers)
+            unanswered = {rank: ref for rank, ref in refs.items() if ref not in set(ready)}
+        self._round = (
+            time.monotonic(),
+            {
+                rank: unanswered[rank] if rank in unanswered else w.execute_async(_progress)
+                for rank, w in self._workers
+            },
+        )
+
+    @staticmethod
+    def _answers(refs: dict[int, Any], ready: set[Any]) -> Optional[dict[int, Any]]:
+        """Each rank's answer (``None``: it did not answer in time), or ``None`` if there is
+        nothing to compare: a worker died (Ray Train reports that itself) or has no ring yet."""
         answers: dict[int, Optional[dict[str, Any]]] = {}
         for rank, ref in refs.items():
+            if ref not in ready:
+                answers[rank] = None
+                continue
             try:
-                answer = ray.get(ref) if ref in done else None
-            except Exception:  # noqa: BLE001 - a dead worker: Ray Train reports it itself
-                return
-            if ref in done and answer is None:
-                return  # a worker without its ring yet: nothing to compare
+                answer = ray.get(ref)
+            except Exception:  # noqa: BLE001 - a dead worker
+                return None
+            if answer is None:
+                return None
             answers[rank] = answer
-        self._judge(answers)
+        return answers
 
     def _judge(self, answers: dict[int, Optional[dict[str, Any]]]) -> None:
         hang = diagnose(answers, self.report_after, self.answer_within)
