@@ -185,7 +185,8 @@ class _SilvicBackend(Backend):
     ) -> None:
         started = time.monotonic()
         config = backend_config
-        assert isinstance(config, SilvicConfig), f"{type(config)} is not a SilvicConfig"
+        if not isinstance(config, SilvicConfig):
+            raise TypeError(f"the silvic-net backend needs a SilvicConfig, got {type(config)}")
         grace = max(10.0, 0.1 * config.timeout)
         bound: list[Tuple[int, str]] = _get_all(
             worker_group.execute_async(_bind, config.interface, config.listen_host, config.ports),
