@@ -27,7 +27,7 @@
 //!   `invalid_argument`).
 //!
 //! Not here: no retry, no default timeout, no gathering of addresses (that is the pure-Python
-//! `silvic_net.ray` helper), and no way to interrupt a blocked call from Python (Ctrl-C is seen
+//! `silvic_net.ray` helpers), and no way to interrupt a blocked call from Python (Ctrl-C is seen
 //! when the call returns, which the timeout bounds).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -79,6 +79,46 @@ impl RingListener {
 #[derive(Debug)]
 struct TcpCollective {
     inner: silvic_net::TcpCollective,
+}
+
+/// A ring's progress, readable from any thread while its collective runs; from
+/// TcpCollective.watch().
+///
+/// progress() is what a hang detector polls: the ring's own thread may be blocked in a
+/// collective meanwhile (the TcpCollective itself is then borrowed and refuses other threads).
+#[pyclass(module = "silvic_net", frozen)]
+#[derive(Debug)]
+struct RingWatch {
+    inner: silvic_net::RingWatch,
+}
+
+#[pymethods]
+impl RingWatch {
+    /// Where the ring stands now, as a dict: "entered" and "completed" (collectives begun and
+    /// returned Ok since connect), "index" and "op" of the collective running now and
+    /// "in_call" (seconds it has run), all None between calls, "since_return" (seconds since
+    /// the last call returned; None before the first) and "failed" (a call failed: the ring is
+    /// closed).
+    fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let p = self.inner.progress();
+        let now = std::time::Instant::now();
+        let out = PyDict::new(py);
+        out.set_item("entered", p.entered)?;
+        out.set_item("completed", p.completed)?;
+        out.set_item("index", p.current.map(|call| call.index))?;
+        out.set_item("op", p.current.map(|call| call.op.name()))?;
+        let in_call = p.current.map(|call| now.saturating_duration_since(call.since));
+        out.set_item("in_call", in_call.map(|d| d.as_secs_f64()))?;
+        let since_return = p.last_returned.map(|at| now.saturating_duration_since(at));
+        out.set_item("since_return", since_return.map(|d| d.as_secs_f64()))?;
+        out.set_item("failed", p.failed)?;
+        Ok(out)
+    }
+
+    fn __repr__(&self) -> String {
+        let p = self.inner.progress();
+        format!("RingWatch(entered={}, completed={})", p.entered, p.completed)
+    }
 }
 
 /// A duration in seconds from Python, refusing what `Duration` cannot hold.
@@ -353,6 +393,13 @@ impl TcpCollective {
         Ok(out)
     }
 
+    /// A handle that shows, from any thread and while a collective runs, which collective this
+    /// rank is in and since when (see RingWatch.progress). Take it on the ring's own thread,
+    /// before handing the watch to another.
+    fn watch(&self) -> RingWatch {
+        RingWatch { inner: self.inner.watch() }
+    }
+
     /// Sums buf (1-D C-contiguous writeable numpy float64) across ranks, in place.
     ///
     /// The result is bitwise identical on every rank. Raises TypeError or ValueError for a bad
@@ -405,6 +452,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TcpCollective>()?;
     m.add_class::<RingListener>()?;
     m.add("SilvicError", py.get_type::<errors::SilvicError>())?;
+    m.add_class::<RingWatch>()?;
     m.add("CollectiveError", py.get_type::<errors::CollectiveError>())?;
     m.add("ConnectError", py.get_type::<errors::ConnectError>())?;
     m.add("LIVENESS", silvic_net::LIVENESS.as_secs_f64())?;

@@ -28,8 +28,21 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[object]:
-    """Ray on this machine: 4 CPUs declared, so 4 one-CPU actors fit on any core count."""
+    """Ray on this machine: 4 CPUs declared, so 4 one-CPU actors fit on any core count.
+
+    With ``SILVIC_RAY_ADDRESS`` set, the tests join that running cluster instead (the
+    multi-node cluster of test_ray_train_hosts.py, whose nodes were started with this folder on
+    their ``PYTHONPATH``) and leave it running.
+    """
     ray = pytest.importorskip("ray")
+    address = os.environ.get("SILVIC_RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+        return
     # Workers start from the raylet this process spawns and inherit its environment: this lets
     # them import the actor classes of ray_actors.py by name.
     os.environ["PYTHONPATH"] = os.pathsep.join(

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from silvic_net import CollectiveError
+from silvic_net import CollectiveError, TcpCollective
 from silvic_net.ray import RingMember
 
 
@@ -36,6 +36,44 @@ def describe(error: CollectiveError) -> dict[str, Any]:
     }
 
 
+def mixed(ring: TcpCollective, seed: int, iterations: int) -> dict[str, Any]:
+    """`iterations` rounds of the four collectives over many lengths, every result checked
+    against what every rank contributed (each rank can compute all of them)."""
+    rank, world = ring.rank, ring.world_size
+    lengths = [0, 1, 3, 4, 5, 7, 64, 511, 512, 513, 4096, 20_011, 100_003]
+    checked = 0
+    digest = hashlib.sha256()
+    for i in range(iterations):
+        n = lengths[i % len(lengths)]
+        every = [inputs(seed, i, r, n) for r in range(world)]
+        op = i % 4
+        if op == 0:
+            buf = every[rank][0].copy()
+            ring.allreduce_sum_f64(buf)
+            np.testing.assert_array_equal(buf, np.sum([e[0] for e in every], axis=0))
+        elif op == 1:
+            buf = every[rank][1].copy()
+            ring.allreduce_max_f64(buf)
+            np.testing.assert_array_equal(buf, np.max([e[1] for e in every], axis=0))
+            buf2 = every[rank][1].copy()
+            ring.allreduce_sum_f64(buf2)  # inexact: the bits must match on every rank
+            np.testing.assert_allclose(buf2, np.sum([e[1] for e in every], axis=0), rtol=1e-9)
+            digest.update(buf2.tobytes())
+            checked += 1
+        elif op == 2:
+            buf = every[rank][2].copy()
+            ring.allreduce_sum_i64(buf)
+            expected = np.zeros(n, dtype=np.int64)
+            for e in every:
+                expected += e[2]  # numpy int64 arithmetic wraps, as the ring's sum does
+            np.testing.assert_array_equal(buf, expected)
+        else:
+            parts = ring.allgather_bytes(every[rank][3])
+            assert parts == [e[3] for e in every]
+        checked += 1
+    return {"rank": rank, "checked": checked, "digest": digest.hexdigest()}
+
+
 @ray.remote(num_cpus=1)
 class Worker(RingMember):
     """A ring member with the test's workloads."""
@@ -53,42 +91,7 @@ class Worker(RingMember):
         return self.ring.allgather_bytes(local)
 
     def mixed(self, seed: int, iterations: int) -> dict[str, Any]:
-        """`iterations` rounds of the four collectives over many lengths, every result checked
-        against what every rank contributed (each rank can compute all of them)."""
-        ring = self.ring
-        rank, world = ring.rank, ring.world_size
-        lengths = [0, 1, 3, 4, 5, 7, 64, 511, 512, 513, 4096, 20_011, 100_003]
-        checked = 0
-        digest = hashlib.sha256()
-        for i in range(iterations):
-            n = lengths[i % len(lengths)]
-            every = [inputs(seed, i, r, n) for r in range(world)]
-            op = i % 4
-            if op == 0:
-                buf = every[rank][0].copy()
-                ring.allreduce_sum_f64(buf)
-                np.testing.assert_array_equal(buf, np.sum([e[0] for e in every], axis=0))
-            elif op == 1:
-                buf = every[rank][1].copy()
-                ring.allreduce_max_f64(buf)
-                np.testing.assert_array_equal(buf, np.max([e[1] for e in every], axis=0))
-                buf2 = every[rank][1].copy()
-                ring.allreduce_sum_f64(buf2)  # inexact: the bits must match on every rank
-                np.testing.assert_allclose(buf2, np.sum([e[1] for e in every], axis=0), rtol=1e-9)
-                digest.update(buf2.tobytes())
-                checked += 1
-            elif op == 2:
-                buf = every[rank][2].copy()
-                ring.allreduce_sum_i64(buf)
-                expected = np.zeros(n, dtype=np.int64)
-                for e in every:
-                    expected += e[2]  # numpy int64 arithmetic wraps, as the ring's sum does
-                np.testing.assert_array_equal(buf, expected)
-            else:
-                parts = ring.allgather_bytes(every[rank][3])
-                assert parts == [e[3] for e in every]
-            checked += 1
-        return {"rank": rank, "checked": checked, "digest": digest.hexdigest()}
+        return mixed(self.ring, seed, iterations)
 
     def allreduce_until_error(self, n: int, seconds: float) -> dict[str, Any]:
         """Large allreduces back to back until one fails (or `seconds` pass); what happened."""

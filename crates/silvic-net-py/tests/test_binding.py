@@ -327,3 +327,39 @@ def test_a_ring_in_use_refuses_a_second_thread() -> None:
     rings[1].allreduce_sum_f64(np.ones(8))
     thread.join(timeout=10)
     assert result == [[2.0] * 8]
+
+
+def test_a_watch_reads_progress_while_its_ring_is_blocked_in_a_collective() -> None:
+    rings = ring_of(2)
+    watches = [ring.watch() for ring in rings]  # taken on this thread, before any collective
+    assert watches[0].progress() == {
+        "entered": 0, "completed": 0, "index": None, "op": None, "in_call": None,
+        "since_return": None, "failed": False,
+    }
+    done: list[float] = []
+
+    def rank0_allreduce() -> None:
+        buf = np.ones(8)
+        rings[0].allreduce_sum_f64(buf)  # waits, GIL released, until rank 1 joins
+        done.append(float(buf[0]))
+
+    thread = threading.Thread(target=rank0_allreduce)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while watches[0].progress()["op"] is None:
+        assert time.monotonic() < deadline, "rank 0 never entered its allreduce"
+        time.sleep(0.01)
+    # Rank 0's ring is borrowed by the blocked call; its watch still answers, from this thread.
+    with pytest.raises(RuntimeError, match="borrowed"):
+        rings[0].stats()
+    during = watches[0].progress()
+    assert (during["entered"], during["completed"], during["index"]) == (1, 0, 0)
+    assert during["op"] == "allreduce_sum_f64" and during["in_call"] >= 0.0
+    assert watches[1].progress()["entered"] == 0  # the rank rank 0 waits on: it is behind
+    rings[1].allreduce_sum_f64(np.ones(8))
+    thread.join(timeout=10)
+    assert done == [2.0]
+    after = watches[0].progress()
+    assert (after["entered"], after["completed"], after["op"], after["failed"]) == (1, 1, None, False)
+    assert after["since_return"] >= 0.0
+    assert repr(watches[0]) == "RingWatch(entered=1, completed=1)"

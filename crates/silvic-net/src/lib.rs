@@ -55,7 +55,8 @@
 //!   names the origin, and every later call returns the same error. Nothing panics on what a
 //!   peer sends, and no error exits the process.
 //! - **Watchable.** [`TcpCollective::stats`] counts collectives, bytes and the time waited on
-//!   each neighbour; a collective that waits logs a warning after 10 s and then as its wait
+//!   each neighbour; [`TcpCollective::watch`] shows another thread, while a call runs, which
+//!   call each rank is in and since when; a collective that waits logs a warning after 10 s and then as its wait
 //!   doubles, naming the rank it waits on and its address.
 //!
 //! # Threat model
@@ -129,5 +130,5 @@ pub struct ReadmeDoctests;
 pub struct ClusterDocDoctests;
 pub use liveness::LIVENESS;
 pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
-pub use stats::RingStats;
+pub use stats::{CurrentCall, Progress, RingStats, RingWatch};
 pub use tcp::{RingListener, TcpCollective};

@@ -1,10 +1,16 @@
-//! [`RingStats`]: what a ring has done and how long it waited, for a trainer to name its
-//! straggler.
+//! [`RingStats`] and [`RingWatch`]: what a ring has done, how long it waited, and which call it
+//! is in now, for a trainer (or a watchdog in another thread) to name its straggler.
 //!
 //! Invariants: counters only grow; they count from connect and are never reset; nothing here
-//! does I/O or reads a clock (the ring link adds to them as it moves bytes and waits).
+//! does I/O or reads a clock (the ring link adds to the stats as it moves bytes and waits, and
+//! [`TcpCollective`](crate::TcpCollective) hands the watch the instants a call begins and ends).
+//! A [`RingWatch`] is read from any thread at any moment, a collective running or not: its lock
+//! is held only to copy or update a few words, never across I/O.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use silvic_core::Op;
 
 /// What a [`TcpCollective`](crate::TcpCollective) has done since connect.
 ///
@@ -26,4 +32,108 @@ pub struct RingStats {
     pub waited_left: Duration,
     /// Time spent waiting on the right neighbour.
     pub waited_right: Duration,
+}
+
+/// The collective a ring is in now, from [`Progress::current`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CurrentCall {
+    /// Its index since connect: the `n` of the `n`-th collective, counted from 0 on every rank
+    /// alike, so ranks in the same call show the same index.
+    pub index: u64,
+    /// Which collective it is.
+    pub op: Op,
+    /// When it began.
+    pub since: Instant,
+}
+
+/// Where a ring stands, from [`RingWatch::progress`].
+///
+/// Across the ranks of one ring, a rank whose `entered` is lower than the others' while they
+/// are in a call has not reached that call: they wait on it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Progress {
+    /// Collectives begun since connect (the one running now included).
+    pub entered: u64,
+    /// Collectives that returned `Ok`.
+    pub completed: u64,
+    /// The collective running now, if one is.
+    pub current: Option<CurrentCall>,
+    /// When the last collective returned, `Ok` or not; `None` before the first returns.
+    pub last_returned: Option<Instant>,
+    /// Whether a collective has failed: the ring is closed and every later call fails alike.
+    pub failed: bool,
+}
+
+/// A handle on a ring's [`Progress`], from [`TcpCollective::watch`](crate::TcpCollective::watch):
+/// `Clone + Send + Sync`, read from another thread while the ring's own thread is blocked in
+/// a collective (a hang detector's poll). It only reads; it outlives the ring harmlessly.
+#[derive(Debug, Clone, Default)]
+pub struct RingWatch {
+    shared: Arc<Mutex<Progress>>,
+}
+
+impl RingWatch {
+    /// Where the ring stands now.
+    pub fn progress(&self) -> Progress {
+        *self.lock()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        // Nothing panics while holding the lock (it guards plain copies), so a poisoned lock
+        // still holds a whole value.
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A collective begins at `now`.
+    pub(crate) fn begin(&self, op: Op, now: Instant) {
+        let mut progress = self.lock();
+        progress.current = Some(CurrentCall { index: progress.entered, op, since: now });
+        progress.entered += 1;
+    }
+
+    /// The collective begun last returns at `now`, `Ok` or not.
+    pub(crate) fn end(&self, ok: bool, now: Instant) {
+        let mut progress = self.lock();
+        progress.current = None;
+        progress.last_returned = Some(now);
+        progress.completed += u64::from(ok);
+        progress.failed |= !ok;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_shows_the_call_in_progress_and_what_returned() {
+        let watch = RingWatch::default();
+        let reader = watch.clone();
+        let t0 = Instant::now();
+        assert_eq!(reader.progress(), Progress::default());
+
+        watch.begin(Op::AllgatherBytes, t0);
+        let during = reader.progress();
+        assert_eq!(
+            during.current,
+            Some(CurrentCall { index: 0, op: Op::AllgatherBytes, since: t0 })
+        );
+        assert_eq!((during.entered, during.completed, during.failed), (1, 0, false));
+
+        let t1 = t0 + Duration::from_millis(5);
+        watch.end(true, t1);
+        watch.begin(Op::AllreduceSumF64, t1);
+        assert_eq!(
+            reader.progress().current.map(|c| (c.index, c.op)),
+            Some((1, Op::AllreduceSumF64))
+        );
+        let t2 = t1 + Duration::from_millis(5);
+        watch.end(false, t2);
+        let after = reader.progress();
+        assert_eq!(after.current, None);
+        assert_eq!(after.last_returned, Some(t2));
+        assert_eq!((after.entered, after.completed, after.failed), (2, 1, true));
+    }
 }

@@ -17,7 +17,7 @@ use crate::link::{Place, TcpRing};
 use crate::liveness;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::run::{self, Call, Element, Scratch};
-use crate::stats::RingStats;
+use crate::stats::{RingStats, RingWatch};
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
 ///
@@ -64,6 +64,8 @@ pub struct TcpCollective {
     scratch: Scratch,
     /// Collectives that returned `Ok`.
     done: u64,
+    /// The call in progress, for other threads to read.
+    watch: RingWatch,
 }
 
 fn invalid(message: String) -> ConnectError {
@@ -211,6 +213,7 @@ impl TcpCollective {
             failed: None,
             scratch: Scratch::default(),
             done: 0,
+            watch: RingWatch::default(),
         };
         if world == 1 {
             return Ok(collective);
@@ -280,6 +283,39 @@ impl TcpCollective {
         stats
     }
 
+    /// A handle that shows, from any thread and while a collective runs, which collective this
+    /// rank is in, since when, and how many it has begun and finished (see [`RingWatch`]): what
+    /// a hang detector compares across ranks to name the rank the others wait on.
+    ///
+    /// ```
+    /// use silvic_net::{Collective, TcpCollective};
+    /// use std::time::Duration;
+    ///
+    /// let listener = TcpCollective::bind("127.0.0.1")?;
+    /// let addresses = vec![listener.address()];
+    /// let mut ring = TcpCollective::connect(listener, 0, &addresses, "job-1", Duration::from_secs(5))?;
+    /// let watch = ring.watch(); // Send + Sync: hand it to a watchdog thread
+    /// ring.allgather_bytes(b"x")?;
+    /// let progress = watch.progress();
+    /// assert_eq!((progress.entered, progress.completed, progress.current), (1, 1, None));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn watch(&self) -> RingWatch {
+        self.watch.clone()
+    }
+
+    /// Runs one collective (`call`), showing it on the watch from start to return.
+    fn watched<R>(
+        &mut self,
+        op: Op,
+        call: impl FnOnce(&mut Self) -> Result<R, CollectiveError>,
+    ) -> Result<R, CollectiveError> {
+        self.watch.begin(op, Instant::now());
+        let result = call(self);
+        self.watch.end(result.is_ok(), Instant::now());
+        result
+    }
+
     /// Runs one collective on the ring, recording a failure so that it sticks.
     fn run<R>(
         &mut self,
@@ -317,13 +353,15 @@ impl TcpCollective {
         buf: &mut [T],
         combine: impl Fn(T, T) -> T + Copy,
     ) -> Result<(), CollectiveError> {
-        if self.world == 1 {
-            self.done += 1;
-            return Ok(());
-        }
-        let (rank, world) = (self.rank, self.world);
-        self.run(op, size_of_val(buf), |ring, seq, scratch| {
-            run::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
+        self.watched(op, |this| {
+            if this.world == 1 {
+                this.done += 1;
+                return Ok(());
+            }
+            let (rank, world) = (this.rank, this.world);
+            this.run(op, size_of_val(buf), |ring, seq, scratch| {
+                run::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
+            })
         })
     }
 }
@@ -351,17 +389,19 @@ impl Collective for TcpCollective {
     }
 
     fn allgather_bytes(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
-        if self.world == 1 {
-            self.done += 1;
-            return Ok(vec![local.to_vec()]);
-        }
-        let (rank, world) = (self.rank, self.world);
-        self.run(Op::AllgatherBytes, local.len(), |ring, seq, _| {
-            let mut blocks = vec![Vec::new(); world];
-            blocks[rank] = local.to_vec();
-            let call = Call { rank, world, op: Op::AllgatherBytes, seq };
-            run::allgather(ring, call, local.len() as u64, &mut blocks)?;
-            Ok(blocks)
+        self.watched(Op::AllgatherBytes, |this| {
+            if this.world == 1 {
+                this.done += 1;
+                return Ok(vec![local.to_vec()]);
+            }
+            let (rank, world) = (this.rank, this.world);
+            this.run(Op::AllgatherBytes, local.len(), |ring, seq, _| {
+                let mut blocks = vec![Vec::new(); world];
+                blocks[rank] = local.to_vec();
+                let call = Call { rank, world, op: Op::AllgatherBytes, seq };
+                run::allgather(ring, call, local.len() as u64, &mut blocks)?;
+                Ok(blocks)
+            })
         })
     }
 }

@@ -75,3 +75,56 @@ fn a_long_wait_is_logged_naming_the_rank_and_its_address_and_counted() {
     assert!(stats.waited_left <= took, "{stats:?} in {took:?}");
     assert_eq!(stats.collectives, 1);
 }
+
+#[test]
+fn a_watch_shows_from_another_thread_who_waits_in_which_call_and_who_is_behind() {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+
+    let world = 3;
+    let (watches_tx, watches) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let watches_tx = Mutex::new(watches_tx);
+    let go_rx = Arc::new(Mutex::new(go_rx));
+    let ranks = thread::spawn(move || {
+        ring_of_threads(world, LIMIT, move |rank, mut ring| {
+            watches_tx.lock().unwrap().send((rank, ring.watch())).unwrap();
+            ring.allgather_bytes(&[rank as u8]).unwrap();
+            if rank == 1 {
+                // The straggler: it reaches the second call only when the test says so.
+                go_rx.lock().unwrap().recv_timeout(LIMIT).unwrap();
+            }
+            let mut buf = vec![1.0; 10];
+            ring.allreduce_sum_f64(&mut buf).unwrap();
+            assert_eq!(buf, vec![3.0; 10]);
+        })
+    });
+    let mut by_rank: Vec<_> = (0..world).map(|_| watches.recv_timeout(LIMIT).unwrap()).collect();
+    by_rank.sort_by_key(|(rank, _)| *rank);
+    let watch = |rank: usize| by_rank[rank].1.progress();
+
+    // Ranks 0 and 2 enter the second call and wait there (on rank 1) while this thread reads;
+    // rank 1 returns from the first call (perhaps after them) and waits for the test.
+    let deadline = Instant::now() + LIMIT;
+    let in_second = |r: usize| watch(r).current.is_some_and(|call| call.index == 1);
+    while !(in_second(0) && in_second(2)) || watch(1).completed < 1 {
+        assert!(Instant::now() < deadline, "the ranks never reached their places");
+        thread::sleep(Duration::from_millis(10));
+    }
+    for rank in [0, 2] {
+        let p = watch(rank);
+        let call = p.current.unwrap();
+        assert_eq!((call.index, call.op), (1, silvic_net::Op::AllreduceSumF64), "{p:?}");
+        assert_eq!((p.entered, p.completed, p.failed), (2, 1, false), "rank {rank}: {p:?}");
+        assert!(p.last_returned.unwrap() <= call.since, "{p:?}");
+    }
+    let behind = watch(1);
+    assert_eq!((behind.entered, behind.completed, behind.current), (1, 1, None), "{behind:?}");
+
+    go.send(()).unwrap();
+    ranks.join().unwrap();
+    for rank in 0..world {
+        let p = watch(rank);
+        assert_eq!((p.entered, p.completed, p.current, p.failed), (2, 2, None, false), "{p:?}");
+    }
+}

@@ -11,7 +11,8 @@ A thin binding of the Rust crate ``silvic-net``; its documentation reads true he
     ring.allreduce_sum_f64(histogram)  # 1-D C-contiguous numpy float64, reduced in place
     parts = ring.allgather_bytes(record)  # list of bytes, indexed by rank
 
-For Ray actors, :mod:`silvic_net.ray` does the gathering in one call.
+For Ray actors, :mod:`silvic_net.ray` does the gathering in one call; for Ray Train,
+:mod:`silvic_net.ray.train` forms the ring for a trainer's worker group.
 
 While a collective runs on an array, the array is read-only to Python (another thread writing
 it gets a ``ValueError``); it is writeable again when the call returns or raises. The library's
@@ -26,6 +27,7 @@ from silvic_net._native import (
     CollectiveError,
     ConnectError,
     RingListener,
+    RingWatch,
     SilvicError,
     TcpCollective,
     __version__,
@@ -41,6 +43,7 @@ __all__ = [
     "RejectReasonName",
     "RingListener",
     "RingStats",
+    "RingWatch",
     "SilvicError",
     "TcpCollective",
     "__version__",

@@ -11,6 +11,7 @@ __all__ = [
     "TcpCollective",
     "RingListener",
     "SilvicError",
+    "RingWatch",
     "CollectiveError",
     "ConnectError",
     "LIVENESS",
@@ -67,6 +68,21 @@ class RingListener:
 
     def address(self) -> str:
         """The address other ranks connect to: ``"ip:port"``, or ``"[ip]:port"`` for IPv6."""
+
+@final
+class RingWatch:
+    """A ring's progress, readable from any thread while its collective runs."""
+
+    def progress(self) -> dict[str, Union[int, float, str, bool, None]]:
+        """Where the ring stands now.
+
+        Keys: ``entered`` and ``completed`` (collectives begun, and returned without error,
+        since connect), ``index`` (int) and ``op`` (str) of the collective running now and
+        ``in_call`` (seconds it has run), all ``None`` between calls; ``since_return`` (seconds
+        since the last call returned, ``None`` before the first) and ``failed`` (bool: a call
+        failed and the ring is closed). Ranks of one ring count calls alike: while some are in
+        call ``index``, a rank whose ``entered`` is at most ``index`` has not reached it.
+        """
 
 @final
 class TcpCollective:
@@ -134,6 +150,10 @@ class TcpCollective:
         Keys: ``collectives``, ``bytes_sent``, ``bytes_received`` (ints), ``waited_left`` and
         ``waited_right`` (seconds spent waiting on each neighbour).
         """
+
+    def watch(self) -> RingWatch:
+        """A :class:`RingWatch` of this ring, for another thread to poll while a collective
+        runs. Take it on the ring's own thread (the ring is borrowed during a collective)."""
 
     def allreduce_sum_f64(self, buf: npt.NDArray[np.float64]) -> None:
         """Sum ``buf`` (1-D, C-contiguous, writeable float64) across ranks, in place.

@@ -15,6 +15,9 @@ from the driver; each actor then has its rank of the ring as ``self.ring``::
     trainers = [Trainer.remote() for _ in range(4)]
     form_ring(trainers)  # rank i is trainers[i]
 
+For a Ray Train trainer (``DataParallelTrainer`` and friends), :mod:`silvic_net.ray.train` forms
+the ring over the trainer's worker group instead, on every start and restart.
+
 This module only gathers and hands out addresses; every check and every failure is the binding's
 own (:class:`silvic_net.ConnectError`, :class:`silvic_net.CollectiveError`). It imports ``ray``
 only when :func:`form_ring` runs or an actor binds, so ``import silvic_net.ray`` works without it.
