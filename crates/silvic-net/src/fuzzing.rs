@@ -9,7 +9,7 @@ use silvic_core::{CollectiveError, Op, fold};
 
 use crate::link::replay::SliceLink;
 use crate::ring::Link;
-use crate::ring::run::{self, Call, Element, Scratch};
+use crate::ring::{Call, Element, Scratch};
 
 /// The buffer of one collective, which also says which one.
 #[derive(Debug)]
@@ -67,8 +67,13 @@ pub fn replay(
         Buffer::Gather(local) => {
             let mut blocks = vec![Vec::new(); world];
             blocks[0] = local.to_vec();
-            run::allgather(&mut link, call(Op::AllgatherBytes), local.len() as u64, &mut blocks)
-                .map(|()| Some(blocks))
+            crate::ring::allgather(
+                &mut link,
+                call(Op::AllgatherBytes),
+                local.len() as u64,
+                &mut blocks,
+            )
+            .map(|()| Some(blocks))
         }
     }
 }
@@ -82,8 +87,8 @@ fn reduce<T: Element, C: Fn(T, T) -> T + Copy>(
     scratch: &mut Scratch,
 ) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
     match path {
-        Path::Chosen => run::allreduce(link, call, buf, combine, scratch),
-        Path::Ring => run::ring_allreduce(link, call, buf, combine, scratch),
+        Path::Chosen => crate::ring::allreduce(link, call, buf, combine, scratch),
+        Path::Ring => crate::ring::ring_path::ring_allreduce(link, call, buf, combine, scratch),
     }
     .map(|()| None)
 }

@@ -16,7 +16,7 @@ use crate::error::ConnectError;
 use crate::link::{Place, TcpRing};
 use crate::liveness;
 use crate::rendezvous::{Plan, rendezvous};
-use crate::ring::run::{self, Call, Element, Scratch};
+use crate::ring::{Call, Element, Scratch};
 use crate::stats::RingStats;
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
@@ -321,7 +321,7 @@ impl TcpCollective {
         }
         let (rank, world) = (self.rank, self.world);
         self.run(op, size_of_val(buf), |ring, seq, scratch| {
-            run::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
+            crate::ring::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
         })
     }
 }
@@ -358,7 +358,7 @@ impl Collective for TcpCollective {
             let mut blocks = vec![Vec::new(); world];
             blocks[rank] = local.to_vec();
             let call = Call { rank, world, op: Op::AllgatherBytes, seq };
-            run::allgather(ring, call, local.len() as u64, &mut blocks)?;
+            crate::ring::allgather(ring, call, local.len() as u64, &mut blocks)?;
             Ok(blocks)
         })
     }
