@@ -160,7 +160,7 @@ impl TcpRing {
             right,
             rank,
             world,
-            left_rank: Route::LEFTWARD.sends_to(rank, world),
+            left_rank: Route::RIGHTWARD.receives_from(rank, world),
             right_rank: Route::RIGHTWARD.sends_to(rank, world),
             addresses: place.addresses,
             timeout,
