@@ -300,11 +300,17 @@ impl TcpCollective {
         )
         .entered();
         let ring = self.ring.as_mut().expect("a world of more than one has a ring");
-        let result = body(ring, seq, &mut self.scratch).inspect_err(|error| {
+        let rank = self.rank;
+        let result = body(ring, seq, &mut self.scratch).map_err(|error| {
             warn!(%error, "collective failed; closing the ring");
-            ring.abort(self.rank, error, seq);
-            self.failed = Some(error.clone());
+            // The neighbours hear what happened as this rank heard it; the caller gets this
+            // rank's own view of it, which never names this rank as its peer.
+            ring.abort(rank, &error, seq);
+            as_seen_by(rank, error)
         });
+        if let Err(error) = &result {
+            self.failed = Some(error.clone());
+        }
         self.done += u64::from(result.is_ok());
         result
     }
@@ -323,6 +329,37 @@ impl TcpCollective {
         self.run(op, size_of_val(buf), |ring, seq, scratch| {
             crate::ring::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
         })
+    }
+}
+
+/// A failure as rank `rank` reports it to its caller: `peer()` names another rank, never
+/// `rank` (SPEC). An abort relayed from `origin` whose cause names this rank (the origin found
+/// this rank's buffer of another length, or this rank in another call) becomes the same
+/// mismatch seen from here, naming the origin; any other cause naming this rank (the origin
+/// timed out on it, or lost its stream) becomes the origin closing its streams to this rank, the
+/// one thing this rank saw of it (the origin's own error is in the log line before). Every
+/// other error is kept as it is.
+fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
+    let CollectiveError::Aborted { origin, cause } = error else {
+        return error;
+    };
+    if cause.peer() != Some(rank) || origin == rank {
+        return CollectiveError::Aborted { origin, cause };
+    }
+    match *cause {
+        CollectiveError::LengthMismatch { expected, got, .. } => {
+            CollectiveError::LengthMismatch { peer: origin, expected: got, got: expected }
+        }
+        CollectiveError::OutOfStep { expected_op, expected_seq, got_op, got_seq, .. } => {
+            CollectiveError::OutOfStep {
+                peer: origin,
+                expected_op: got_op,
+                expected_seq: got_seq,
+                got_op: expected_op,
+                got_seq: expected_seq,
+            }
+        }
+        _ => CollectiveError::PeerClosed { peer: origin },
     }
 }
 
@@ -361,5 +398,48 @@ impl Collective for TcpCollective {
             crate::ring::allgather(ring, call, local.len() as u64, &mut blocks)?;
             Ok(blocks)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relayed(origin: usize, cause: CollectiveError) -> CollectiveError {
+        CollectiveError::Aborted { origin, cause: Box::new(cause) }
+    }
+
+    #[test]
+    fn a_relayed_error_naming_this_rank_names_the_origin_instead() {
+        let mismatch = CollectiveError::LengthMismatch { peer: 2, expected: 8, got: 16 };
+        assert_eq!(
+            as_seen_by(2, relayed(0, mismatch.clone())),
+            CollectiveError::LengthMismatch { peer: 0, expected: 16, got: 8 }
+        );
+        let step = CollectiveError::OutOfStep {
+            peer: 2,
+            expected_op: Op::AllreduceSumF64,
+            expected_seq: 4,
+            got_op: Op::AllgatherBytes,
+            got_seq: 5,
+        };
+        assert_eq!(
+            as_seen_by(2, relayed(1, step)),
+            CollectiveError::OutOfStep {
+                peer: 1,
+                expected_op: Op::AllgatherBytes,
+                expected_seq: 5,
+                got_op: Op::AllreduceSumF64,
+                got_seq: 4,
+            }
+        );
+        let timeout = CollectiveError::Timeout { peer: 2, waited: Duration::from_secs(3) };
+        assert_eq!(as_seen_by(2, relayed(1, timeout)), CollectiveError::PeerClosed { peer: 1 });
+        // Anything that names another rank is kept as it is.
+        for kept in
+            [relayed(0, mismatch.clone()), mismatch, CollectiveError::PeerClosed { peer: 1 }]
+        {
+            assert_eq!(as_seen_by(3, kept.clone()), kept);
+        }
     }
 }
