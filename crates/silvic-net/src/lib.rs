@@ -111,6 +111,7 @@ mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod tcp;
+mod trainer;
 mod wait;
 
 pub use bind::BindOptions;
@@ -121,6 +122,9 @@ pub use error::{ConnectError, RejectReason};
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 pub use liveness::LIVENESS;
-pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
+pub use silvic_core::{
+    Collective, CollectiveError, Dtype, LocalCollective, Numbers, Op, RecordFold, Reduction,
+    TrainerCollective,
+};
 pub use stats::RingStats;
 pub use tcp::{RingListener, TcpCollective};

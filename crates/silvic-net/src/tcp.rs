@@ -52,8 +52,8 @@ impl RingListener {
 /// ```
 #[derive(Debug)]
 pub struct TcpCollective {
-    rank: usize,
-    world: usize,
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
     /// Index of the next collective since connect.
     seq: u64,
     timeout: Duration,
@@ -62,7 +62,7 @@ pub struct TcpCollective {
     failed: Option<CollectiveError>,
     scratch: Scratch,
     /// Collectives that returned `Ok`.
-    done: u64,
+    pub(crate) done: u64,
 }
 
 fn invalid(message: String) -> ConnectError {
@@ -279,7 +279,7 @@ impl TcpCollective {
     }
 
     /// Runs one collective on the ring, recording a failure so that it sticks.
-    fn run<R>(
+    pub(crate) fn run<R>(
         &mut self,
         op: Op,
         bytes: usize,
@@ -315,7 +315,7 @@ impl TcpCollective {
         result
     }
 
-    fn allreduce<T: Element>(
+    pub(crate) fn reduce_elements<T: Element>(
         &mut self,
         op: Op,
         buf: &mut [T],
@@ -374,15 +374,15 @@ impl Collective for TcpCollective {
     }
 
     fn allreduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<(), CollectiveError> {
-        self.allreduce(Op::AllreduceSumF64, buf, fold::sum_f64)
+        self.reduce_elements(Op::AllreduceSumF64, buf, fold::sum_f64)
     }
 
     fn allreduce_sum_i64(&mut self, buf: &mut [i64]) -> Result<(), CollectiveError> {
-        self.allreduce(Op::AllreduceSumI64, buf, fold::sum_i64)
+        self.reduce_elements(Op::AllreduceSumI64, buf, fold::sum_i64)
     }
 
     fn allreduce_max_f64(&mut self, buf: &mut [f64]) -> Result<(), CollectiveError> {
-        self.allreduce(Op::AllreduceMaxF64, buf, fold::max_f64)
+        self.reduce_elements(Op::AllreduceMaxF64, buf, fold::max_f64)
     }
 
     fn allgather_bytes(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {

@@ -2,33 +2,22 @@
 //! carry.
 //!
 //! Invariants: a payload is an element slice's memory as it lies (the crate builds for
-//! little-endian targets only), so sending needs no copy, and [`Element::from_le`] reads back
-//! exactly the bits sent: no value is ever converted, rounded or normalised on its way (a NaN
-//! keeps its payload).
-
-/// Bytes of one element on the wire.
-pub(crate) const ELEMENT_BYTES: usize = 8;
+//! little-endian targets only), so sending needs no copy, and [`elements`] reads back exactly
+//! the bits sent: no value is ever converted, rounded or normalised on its way (a NaN keeps its
+//! payload). An element's width is its type's size, `size_of::<T>()`.
 
 /// A number type the ring reduces. Payloads carry its little-endian bytes.
-pub(crate) trait Element: bytemuck::Pod {
-    fn from_le(bytes: [u8; ELEMENT_BYTES]) -> Self;
-}
+pub(crate) trait Element: bytemuck::Pod {}
 
-impl Element for f64 {
-    fn from_le(bytes: [u8; ELEMENT_BYTES]) -> Self {
-        f64::from_le_bytes(bytes)
-    }
-}
-
-impl Element for i64 {
-    fn from_le(bytes: [u8; ELEMENT_BYTES]) -> Self {
-        i64::from_le_bytes(bytes)
-    }
-}
+impl Element for f32 {}
+impl Element for f64 {}
+impl Element for i32 {}
+impl Element for i64 {}
+impl Element for u64 {}
 
 /// The elements in `bytes`, a whole number of them, in order.
 pub(crate) fn elements<T: Element>(bytes: &[u8]) -> impl Iterator<Item = T> + '_ {
-    bytes.chunks_exact(ELEMENT_BYTES).map(|c| T::from_le(c.try_into().expect("whole elements")))
+    bytes.chunks_exact(size_of::<T>()).map(bytemuck::pod_read_unaligned)
 }
 
 /// An element slice as the payload bytes that carry it.
@@ -54,5 +43,15 @@ mod tests {
         let ints = [i64::MIN, -1, 0, i64::MAX];
         assert_eq!(elements::<i64>(as_bytes(&ints)).collect::<Vec<_>>(), ints);
         assert_eq!(as_bytes(&[1i64])[0], 1, "little-endian");
+        let halves = [f32::from_bits(0x7fa0_0001), -0.0, f32::MAX];
+        let back: Vec<u32> = elements::<f32>(as_bytes(&halves)).map(f32::to_bits).collect();
+        assert_eq!(back, halves.map(f32::to_bits));
+        assert_eq!(
+            elements::<i32>(&[1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]).collect::<Vec<_>>(),
+            [1, -1]
+        );
+        // Read from any offset: a payload in a receive buffer need not be aligned.
+        let bytes = [0u8, 1, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(elements::<u64>(&bytes[1..]).collect::<Vec<_>>(), [1]);
     }
 }

@@ -17,10 +17,18 @@ use super::twoway::{self, Move};
 use super::{RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use crate::frame::Header;
 
-/// The blocks of an allgather, one per rank, all of one length.
-trait Blocks {
+/// The blocks of an allgather, one per rank, each of a length every rank knows before the
+/// frames move (one length for all, or lengths learned first).
+pub(super) trait Blocks {
+    /// Rank `rank`'s block: whole once it has come in (this rank's own from the start).
     fn block(&self, rank: usize) -> &[u8];
-    fn block_mut(&mut self, rank: usize) -> &mut [u8];
+    /// The length rank `rank`'s block has once it is in: what its frames must carry.
+    fn expected(&self, rank: usize) -> usize {
+        self.block(rank).len()
+    }
+    /// Room for the next bytes of rank `rank`'s block, `filled` of them in so far; empty once
+    /// all are in.
+    fn room(&mut self, rank: usize, filled: usize) -> &mut [u8];
 }
 
 /// One vector per rank, all as long as this rank's: what `allgather_bytes` returns.
@@ -28,23 +36,23 @@ impl Blocks for [Vec<u8>] {
     fn block(&self, rank: usize) -> &[u8] {
         &self[rank]
     }
-    fn block_mut(&mut self, rank: usize) -> &mut [u8] {
-        &mut self[rank]
+    fn room(&mut self, rank: usize, filled: usize) -> &mut [u8] {
+        &mut self[rank][filled..]
     }
 }
 
 /// Equal blocks laid end to end in one buffer: the gather path's, kept in [`Scratch`].
-struct Flat<'a> {
-    buf: &'a mut [u8],
-    block: usize,
+pub(super) struct Flat<'a> {
+    pub(super) buf: &'a mut [u8],
+    pub(super) block: usize,
 }
 
 impl Blocks for Flat<'_> {
     fn block(&self, rank: usize) -> &[u8] {
         &self.buf[rank * self.block..][..self.block]
     }
-    fn block_mut(&mut self, rank: usize) -> &mut [u8] {
-        &mut self.buf[rank * self.block..][..self.block]
+    fn room(&mut self, rank: usize, filled: usize) -> &mut [u8] {
+        &mut self.buf[rank * self.block..][filled..self.block]
     }
 }
 
@@ -82,10 +90,14 @@ impl<B: Blocks + ?Sized> FramePlan for GatherPlan<'_, B> {
         }
     }
     fn header(&self, way: usize, i: usize) -> Header {
-        self.header.carrying(wire_dir(way), self.moves(way, i).send)
+        let send = self.moves(way, i).send;
+        let len = self.blocks.expected(send) as u64;
+        Header { len, ..self.header.carrying(wire_dir(way), send) }
     }
     fn expect(&self, way: usize, j: usize) -> Header {
-        self.header.carrying(wire_dir(way), self.moves(way, j).recv)
+        let recv = self.moves(way, j).recv;
+        let len = self.blocks.expected(recv) as u64;
+        Header { len, ..self.header.carrying(wire_dir(way), recv) }
     }
     fn ready(&self, way: usize, progress: Progress<'_>) -> bool {
         progress.received[way] >= progress.sent[way]
@@ -103,7 +115,7 @@ impl<B: Blocks + ?Sized> FramePlan for GatherPlan<'_, B> {
             *filling = (j, 0);
         }
         let filled = filling.1;
-        &mut self.blocks.block_mut(recv)[filled..]
+        self.blocks.room(recv, filled)
     }
     fn commit(&mut self, way: usize, _: usize, n: usize) {
         self.filling[way].1 += n;
@@ -126,18 +138,18 @@ pub(crate) fn allgather(
     for b in blocks.iter_mut() {
         b.resize(block, 0);
     }
-    gather(link, call, total, block, blocks)
+    gather(link, call, total, blocks)
 }
 
-/// The two-way allgather over any [`Blocks`] of `block` bytes each.
-fn gather<B: Blocks + ?Sized>(
+/// The two-way allgather over any [`Blocks`]: each frame carries its block's
+/// [`Blocks::expected`] length, and `total` in its header.
+pub(super) fn gather<B: Blocks + ?Sized>(
     link: &mut dyn Link,
     call: Call,
     total: u64,
-    block: usize,
     blocks: &mut B,
 ) -> Result<(), CollectiveError> {
-    let header = Header::data(call.op, call.seq, total, block as u64);
+    let header = Header::data(call.op, call.seq, total, 0);
     link.run(&mut GatherPlan { call, header, blocks, filling: [(0, 0); 2] })
 }
 
@@ -156,13 +168,14 @@ pub(crate) fn gather_allreduce<T: Element, C: Fn(T, T) -> T>(
     scratch.gathered.resize(world * block, 0);
     let gathered = &mut scratch.gathered[..];
     gathered[rank * block..(rank + 1) * block].copy_from_slice(mine);
-    gather(link, call, block as u64, block, &mut Flat { buf: gathered, block })?;
+    gather(link, call, block as u64, &mut Flat { buf: gathered, block })?;
     // Segment by segment, rank by rank in fold order: each element sees the same sequence of
     // combines as one folded alone would, while the inner loop runs straight over memory.
     let len = buf.len();
     for j in 0..world {
         let seg = segment(len, world, j);
-        let bytes = seg.start * 8..seg.end * 8;
+        let width = size_of::<T>();
+        let bytes = seg.start * width..seg.end * width;
         let out = &mut buf[seg];
         let mut order = schedule::fold_order(j, world);
         let first = order.next().expect("a world has a rank");

@@ -9,6 +9,10 @@
 //! - [`gather`]: the gather plan (the two-way allgather), `allgather_bytes` and the allreduce's
 //!   gather path;
 //! - [`ring_path`]: the ring plan, the allreduce's reduce-scatter and gather of slices;
+//! - [`records`]: the reduce-scatter of the caller's blocks with the caller's fold over
+//!   records, and the record allreduce made of it and a gather;
+//! - [`varlen`]: the allgather of blocks of any length and the broadcast, gathers that learn
+//!   the lengths first;
 //! - [`schedule`] and [`twoway`]: the pure arithmetic both plans are built on;
 //! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank.
 //!
@@ -45,10 +49,12 @@ pub(crate) mod element;
 pub(crate) mod gather;
 #[cfg(test)]
 pub(crate) mod mem;
+pub(crate) mod records;
 pub(crate) mod ring_path;
 pub(crate) mod schedule;
 pub(crate) mod seam;
 pub(crate) mod twoway;
+pub(crate) mod varlen;
 
 use silvic_core::CollectiveError;
 

@@ -31,7 +31,7 @@ use std::ops::Range;
 
 use silvic_core::CollectiveError;
 
-use super::element::{ELEMENT_BYTES, Element, as_bytes, as_bytes_mut, elements};
+use super::element::{Element, as_bytes, as_bytes_mut, elements};
 use super::schedule::{self, pass};
 use super::seam::{Call, FramePlan, Link, Progress, Route};
 use super::twoway::{self, Move};
@@ -131,7 +131,7 @@ impl<T: Element, C: Fn(T, T) -> T> RingPlan<'_, T, C> {
 
     fn frame_header(&self, way: usize, seg: usize, k: usize) -> Header {
         let total = std::mem::size_of_val(self.buf) as u64;
-        let len = (self.slice(seg, k).len() * ELEMENT_BYTES) as u64;
+        let len = (self.slice(seg, k).len() * size_of::<T>()) as u64;
         Header::data(self.call.op, self.call.seq, total, len).carrying(wire_dir(way), seg)
     }
 }
@@ -192,7 +192,7 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
         if !f.folds {
             return &mut as_bytes_mut(&mut self.buf[dst])[filling.bytes..];
         }
-        let left = dst.len() * ELEMENT_BYTES - filling.bytes;
+        let left = dst.len() * size_of::<T>() - filling.bytes;
         let room = (self.scratch.len() - filling.pending).min(left);
         &mut self.scratch[filling.pending..filling.pending + room]
     }
@@ -205,17 +205,17 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
             return;
         }
         // dst[i] = combine(received[i], dst[i]): the received value is the earlier accumulator.
-        let done = (filling.bytes - filling.pending) / ELEMENT_BYTES;
+        let done = (filling.bytes - filling.pending) / size_of::<T>();
         filling.bytes += n;
         filling.pending += n;
-        let whole = filling.pending / ELEMENT_BYTES;
+        let whole = filling.pending / size_of::<T>();
         let pending = filling.pending;
-        filling.pending -= whole * ELEMENT_BYTES;
+        filling.pending -= whole * size_of::<T>();
         let dst = &mut self.buf[dst][done..done + whole];
-        for (d, acc) in dst.iter_mut().zip(elements::<T>(&self.scratch[..whole * ELEMENT_BYTES])) {
+        for (d, acc) in dst.iter_mut().zip(elements::<T>(&self.scratch[..whole * size_of::<T>()])) {
             *d = (self.combine)(acc, *d);
         }
-        self.scratch.copy_within(whole * ELEMENT_BYTES..pending, 0);
+        self.scratch.copy_within(whole * size_of::<T>()..pending, 0);
     }
 }
 

@@ -1,0 +1,104 @@
+//! [`TrainerCollective`] for [`TcpCollective`]: the trainers' op set over the ring, each call
+//! one [`TcpCollective::run`] (so a failure, an argument refused included, closes the ring,
+//! tells the neighbours and sticks) of the plans in `ring::records` and `ring::varlen`, or an
+//! element allreduce of the ring's own paths.
+//!
+//! A world of one opens no sockets: every op returns its input, after the same argument checks
+//! a ring makes.
+
+use silvic_core::{
+    CollectiveError, LocalCollective, Numbers, Op, RecordFold, Reduction, TrainerCollective, fold,
+};
+
+use crate::ring::{self, Call};
+use crate::tcp::TcpCollective;
+
+impl TcpCollective {
+    /// A world of one: counts the call and answers it as [`LocalCollective`] does.
+    fn alone<R>(
+        &mut self,
+        local: impl FnOnce(&mut LocalCollective) -> Result<R, CollectiveError>,
+    ) -> Result<R, CollectiveError> {
+        let result = local(&mut LocalCollective);
+        self.done += u64::from(result.is_ok());
+        result
+    }
+}
+
+/// On an error the buffer's contents are unspecified; the ring is closed.
+impl TrainerCollective for TcpCollective {
+    fn allreduce(&mut self, buf: Numbers<'_>, reduction: Reduction) -> Result<(), CollectiveError> {
+        let op = Op::allreduce(reduction, buf.dtype());
+        use Reduction::{Max, Min, Sum};
+        match (buf, reduction) {
+            (Numbers::F32(b), Sum) => self.reduce_elements(op, b, fold::sum_f32),
+            (Numbers::F32(b), Min) => self.reduce_elements(op, b, fold::min_f32),
+            (Numbers::F32(b), Max) => self.reduce_elements(op, b, fold::max_f32),
+            (Numbers::F64(b), Sum) => self.reduce_elements(op, b, fold::sum_f64),
+            (Numbers::F64(b), Min) => self.reduce_elements(op, b, fold::min_f64),
+            (Numbers::F64(b), Max) => self.reduce_elements(op, b, fold::max_f64),
+            (Numbers::I32(b), Sum) => self.reduce_elements(op, b, fold::sum_i32),
+            (Numbers::I32(b), Min) => self.reduce_elements(op, b, fold::min_int),
+            (Numbers::I32(b), Max) => self.reduce_elements(op, b, fold::max_int),
+            (Numbers::I64(b), Sum) => self.reduce_elements(op, b, fold::sum_i64),
+            (Numbers::I64(b), Min) => self.reduce_elements(op, b, fold::min_int),
+            (Numbers::I64(b), Max) => self.reduce_elements(op, b, fold::max_int),
+            (Numbers::U64(b), Sum) => self.reduce_elements(op, b, fold::sum_u64),
+            (Numbers::U64(b), Min) => self.reduce_elements(op, b, fold::min_int),
+            (Numbers::U64(b), Max) => self.reduce_elements(op, b, fold::max_int),
+        }
+    }
+
+    fn reduce_scatter_records(
+        &mut self,
+        buf: &mut [u8],
+        blocks: &[usize],
+        record: usize,
+        fold: RecordFold<'_>,
+    ) -> Result<(), CollectiveError> {
+        if self.world == 1 {
+            return self.alone(|l| l.reduce_scatter_records(buf, blocks, record, fold));
+        }
+        let (rank, world, op) = (self.rank, self.world, Op::ReduceScatterRecords);
+        self.run(op, buf.len(), |link, seq, scratch| {
+            let call = Call { rank, world, op, seq };
+            ring::records::reduce_scatter_records(link, call, buf, blocks, record, fold, scratch)
+        })
+    }
+
+    fn allreduce_records(
+        &mut self,
+        buf: &mut [u8],
+        record: usize,
+        fold: RecordFold<'_>,
+    ) -> Result<(), CollectiveError> {
+        if self.world == 1 {
+            return self.alone(|l| l.allreduce_records(buf, record, fold));
+        }
+        let (rank, world, op) = (self.rank, self.world, Op::AllreduceRecords);
+        self.run(op, buf.len(), |link, seq, scratch| {
+            let call = Call { rank, world, op, seq };
+            ring::records::allreduce_records(link, call, buf, record, fold, scratch)
+        })
+    }
+
+    fn allgather_varlen(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+        if self.world == 1 {
+            return self.alone(|l| l.allgather_varlen(local));
+        }
+        let (rank, world, op) = (self.rank, self.world, Op::AllgatherVarlen);
+        self.run(op, local.len(), |link, seq, _| {
+            ring::varlen::allgather_varlen(link, Call { rank, world, op, seq }, local)
+        })
+    }
+
+    fn broadcast_bytes(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CollectiveError> {
+        if self.world == 1 {
+            return self.alone(|l| l.broadcast_bytes(buf, root));
+        }
+        let (rank, world, op) = (self.rank, self.world, Op::BroadcastBytes);
+        self.run(op, buf.len(), |link, seq, _| {
+            ring::varlen::broadcast(link, Call { rank, world, op, seq }, buf, root)
+        })
+    }
+}
