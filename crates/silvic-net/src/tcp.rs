@@ -315,7 +315,7 @@ impl TcpCollective {
         result
     }
 
-    pub(crate) fn reduce_elements<T: Element>(
+    fn reduce_elements<T: Element>(
         &mut self,
         op: Op,
         buf: &mut [T],

@@ -7,7 +7,7 @@
 //! a ring makes.
 
 use silvic_core::{
-    CollectiveError, LocalCollective, Numbers, Op, RecordFold, Reduction, TrainerCollective, fold,
+    CollectiveError, LocalCollective, Numbers, Op, RecordFold, Reduction, TrainerCollective,
 };
 
 use crate::ring::{self, Call};
@@ -28,25 +28,15 @@ impl TcpCollective {
 /// On an error the buffer's contents are unspecified; the ring is closed.
 impl TrainerCollective for TcpCollective {
     fn allreduce(&mut self, buf: Numbers<'_>, reduction: Reduction) -> Result<(), CollectiveError> {
-        let op = Op::allreduce(reduction, buf.dtype());
-        use Reduction::{Max, Min, Sum};
-        match (buf, reduction) {
-            (Numbers::F32(b), Sum) => self.reduce_elements(op, b, fold::sum_f32),
-            (Numbers::F32(b), Min) => self.reduce_elements(op, b, fold::min_f32),
-            (Numbers::F32(b), Max) => self.reduce_elements(op, b, fold::max_f32),
-            (Numbers::F64(b), Sum) => self.reduce_elements(op, b, fold::sum_f64),
-            (Numbers::F64(b), Min) => self.reduce_elements(op, b, fold::min_f64),
-            (Numbers::F64(b), Max) => self.reduce_elements(op, b, fold::max_f64),
-            (Numbers::I32(b), Sum) => self.reduce_elements(op, b, fold::sum_i32),
-            (Numbers::I32(b), Min) => self.reduce_elements(op, b, fold::min_int),
-            (Numbers::I32(b), Max) => self.reduce_elements(op, b, fold::max_int),
-            (Numbers::I64(b), Sum) => self.reduce_elements(op, b, fold::sum_i64),
-            (Numbers::I64(b), Min) => self.reduce_elements(op, b, fold::min_int),
-            (Numbers::I64(b), Max) => self.reduce_elements(op, b, fold::max_int),
-            (Numbers::U64(b), Sum) => self.reduce_elements(op, b, fold::sum_u64),
-            (Numbers::U64(b), Min) => self.reduce_elements(op, b, fold::min_int),
-            (Numbers::U64(b), Max) => self.reduce_elements(op, b, fold::max_int),
+        if self.world == 1 {
+            return self.alone(|l| l.allreduce(buf, reduction));
         }
+        let (rank, world) = (self.rank, self.world);
+        let op = Op::allreduce(reduction, buf.dtype());
+        let bytes = buf.len() * buf.dtype().width();
+        self.run(op, bytes, |link, seq, scratch| {
+            ring::allreduce_numbers(link, Call { rank, world, op, seq }, buf, reduction, scratch)
+        })
     }
 
     fn reduce_scatter_records(

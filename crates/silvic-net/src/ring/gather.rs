@@ -1,6 +1,7 @@
-//! The gather plan: the two-way allgather ([`super::twoway`]) of equal blocks as a
-//! [`FramePlan`], and the two calls made of it: `allgather_bytes`, and the allreduce's gather
-//! path (every rank's whole buffer gathered, then each element folded in fold order).
+//! The gather plan: the two-way allgather ([`super::twoway`]) of blocks whose lengths every
+//! rank knows before the frames move (equal, or learned first: [`super::varlen`]) as a
+//! [`FramePlan`], and the two calls made of it here: `allgather_bytes`, and the allreduce's
+//! gather path (every rank's whole buffer gathered, then each element folded in fold order).
 //!
 //! Invariants: hop `h` of a way is its frame `h` and forwards the block that way's frame `h - 1`
 //! brought, so a block moves on the moment it is in; every block is written once and sent only

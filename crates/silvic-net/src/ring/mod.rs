@@ -56,7 +56,7 @@ pub(crate) mod seam;
 pub(crate) mod twoway;
 pub(crate) mod varlen;
 
-use silvic_core::CollectiveError;
+use silvic_core::{CollectiveError, Numbers, Reduction, fold};
 
 pub(crate) use element::Element;
 pub(crate) use gather::allgather;
@@ -107,11 +107,40 @@ pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     }
 }
 
+/// [`allreduce`] of a typed buffer with `reduction`'s combiner for its element type.
+pub(crate) fn allreduce_numbers(
+    link: &mut dyn Link,
+    call: Call,
+    buf: Numbers<'_>,
+    reduction: Reduction,
+    scratch: &mut Scratch,
+) -> Result<(), CollectiveError> {
+    use Reduction::{Max, Min, Sum};
+    let (l, c, s) = (link, call, scratch);
+    match (buf, reduction) {
+        (Numbers::F32(b), Sum) => allreduce(l, c, b, fold::sum_f32, s),
+        (Numbers::F32(b), Min) => allreduce(l, c, b, fold::min_f32, s),
+        (Numbers::F32(b), Max) => allreduce(l, c, b, fold::max_f32, s),
+        (Numbers::F64(b), Sum) => allreduce(l, c, b, fold::sum_f64, s),
+        (Numbers::F64(b), Min) => allreduce(l, c, b, fold::min_f64, s),
+        (Numbers::F64(b), Max) => allreduce(l, c, b, fold::max_f64, s),
+        (Numbers::I32(b), Sum) => allreduce(l, c, b, fold::sum_i32, s),
+        (Numbers::I32(b), Min) => allreduce(l, c, b, fold::min_int, s),
+        (Numbers::I32(b), Max) => allreduce(l, c, b, fold::max_int, s),
+        (Numbers::I64(b), Sum) => allreduce(l, c, b, fold::sum_i64, s),
+        (Numbers::I64(b), Min) => allreduce(l, c, b, fold::min_int, s),
+        (Numbers::I64(b), Max) => allreduce(l, c, b, fold::max_int, s),
+        (Numbers::U64(b), Sum) => allreduce(l, c, b, fold::sum_u64, s),
+        (Numbers::U64(b), Min) => allreduce(l, c, b, fold::min_int, s),
+        (Numbers::U64(b), Max) => allreduce(l, c, b, fold::max_int, s),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use mem::{Driver, bits, input, on_ring, reference};
-    use silvic_core::{Op, fold};
+    use silvic_core::Op;
 
     /// Runs `world` ranks over `inputs` with `combine`, each rank both paths in turn, then the
     /// dispatcher (which must take `expect_gather`'s path); returns each rank's three results.
