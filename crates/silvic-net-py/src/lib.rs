@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 mod errors;
+mod trainer;
 
 use std::time::Duration;
 
@@ -91,7 +92,7 @@ fn seconds(name: &str, value: f64) -> PyResult<Duration> {
 }
 
 /// Borrows `buf` as a writeable 1-D C-contiguous array of `T`, or says why it is not one.
-fn writeable<'py, T: Element>(
+pub(crate) fn writeable<'py, T: Element>(
     buf: &Bound<'py, PyAny>,
     op: &str,
     dtype: &str,
@@ -132,12 +133,12 @@ fn writeable<'py, T: Element>(
 
 /// Keeps an array read-only to Python while a collective runs on it, and makes it writeable
 /// again when dropped, on every path out of the call. Made only for arrays found writeable.
-struct ReadOnlyWhileInUse<'py> {
+pub(crate) struct ReadOnlyWhileInUse<'py> {
     flags: Bound<'py, PyAny>,
 }
 
 impl<'py> ReadOnlyWhileInUse<'py> {
-    fn new(array: &Bound<'py, PyAny>) -> PyResult<Self> {
+    pub(crate) fn new(array: &Bound<'py, PyAny>) -> PyResult<Self> {
         let flags = array.getattr("flags")?;
         flags.setattr("writeable", false)?;
         Ok(ReadOnlyWhileInUse { flags })
@@ -390,6 +391,63 @@ impl TcpCollective {
         let blocks =
             py.detach(|| inner.allgather_bytes(local)).map_err(|e| errors::collective(py, &e))?;
         Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
+    }
+
+    /// Reduces buf (1-D C-contiguous writeable numpy float32, float64, int32, int64 or uint64)
+    /// across ranks in place: op "sum", "min" or "max". Raises TypeError or ValueError for a
+    /// bad array or op (before anything is sent) and CollectiveError if the ring fails.
+    #[pyo3(name = "allreduce")]
+    fn allreduce_typed(
+        &mut self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        op: &str,
+    ) -> PyResult<()> {
+        trainer::allreduce(&mut self.inner, py, buf, op)
+    }
+
+    /// This rank's block of data (cut into blocks, a length per rank, of record-byte records)
+    /// folded over every rank with fold(acc, next) -> bytes; block i folds over ranks i + 1,
+    /// ..., i. Raises CollectiveError, or the fold's own error.
+    fn reduce_scatter_records<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &[u8],
+        blocks: Vec<usize>,
+        record: usize,
+        fold: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        trainer::reduce_scatter_records(&mut self.inner, py, data, blocks, record, fold)
+    }
+
+    /// data (record-byte records) folded over every rank with fold(acc, next) -> bytes.
+    fn allreduce_records<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &[u8],
+        record: usize,
+        fold: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        trainer::allreduce_records(&mut self.inner, py, data, record, fold)
+    }
+
+    /// Every rank's bytes, as a list indexed by rank; each rank may pass any length.
+    fn allgather_varlen<'py>(
+        &mut self,
+        py: Python<'py>,
+        local: &[u8],
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        trainer::allgather_varlen(&mut self.inner, py, local)
+    }
+
+    /// Rank root's data, on every rank (what other ranks pass is discarded).
+    fn broadcast_bytes<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &[u8],
+        root: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        trainer::broadcast_bytes(&mut self.inner, py, data, root)
     }
 
     fn __repr__(&self) -> String {
