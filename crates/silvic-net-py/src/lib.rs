@@ -30,9 +30,11 @@
 //! `silvic_net.ray` helper), and no way to interrupt a blocked call from Python (Ctrl-C is seen
 //! when the call returns, which the timeout bounds).
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+// Only `lightgbm`, the boundary LightGBM's C++ calls across, reads raw pointers.
+#![deny(unsafe_code)]
 
 mod errors;
+mod lightgbm;
 mod trainer;
 
 use std::time::Duration;
@@ -79,7 +81,19 @@ impl RingListener {
 #[pyclass(module = "silvic_net")]
 #[derive(Debug)]
 struct TcpCollective {
-    inner: silvic_net::TcpCollective,
+    /// `None` while the ring is LightGBM's network (`silvic_net.lightgbm.network`).
+    inner: Option<silvic_net::TcpCollective>,
+}
+
+impl TcpCollective {
+    /// The ring, unless a `silvic_net.lightgbm.network` block holds it.
+    fn ring(&mut self) -> PyResult<&mut silvic_net::TcpCollective> {
+        self.inner.as_mut().ok_or_else(lightgbm::lent)
+    }
+
+    fn ring_ref(&self) -> PyResult<&silvic_net::TcpCollective> {
+        self.inner.as_ref().ok_or_else(lightgbm::lent)
+    }
 }
 
 /// A duration in seconds from Python, refusing what `Duration` cannot hold.
@@ -193,7 +207,7 @@ impl TcpCollective {
             .as_slice_mut()
             .map_err(|e| PyValueError::new_err(format!("{op} needs a contiguous array: {e}")))?;
         let _read_only = ReadOnlyWhileInUse::new(buf)?;
-        let inner = &mut self.inner;
+        let inner = self.ring()?;
         py.detach(|| reduce(inner, slice)).map_err(|e| errors::collective(py, &e))
     }
 }
@@ -274,7 +288,7 @@ impl TcpCollective {
         let timeout = seconds("timeout", timeout)?;
         reread_logging_levels();
         py.detach(|| silvic_net::TcpCollective::from_env(timeout))
-            .map(|inner| TcpCollective { inner })
+            .map(|inner| TcpCollective { inner: Some(inner) })
             .map_err(|e| errors::connect(py, &e))
     }
 
@@ -311,40 +325,41 @@ impl TcpCollective {
         py.detach(|| {
             silvic_net::TcpCollective::connect(taken, rank, &addresses, &job_token, timeout)
         })
-        .map(|inner| TcpCollective { inner })
+        .map(|inner| TcpCollective { inner: Some(inner) })
         .map_err(|e| errors::connect(py, &e))
     }
 
     /// Sets how long later collectives wait (seconds) on a peer that makes no progress: an
     /// inactivity bound, not a deadline for the whole call. Zero is taken as one millisecond.
     fn set_timeout(&mut self, timeout: f64) -> PyResult<()> {
-        self.inner.set_timeout(seconds("timeout", timeout)?);
+        let timeout = seconds("timeout", timeout)?;
+        self.ring()?.set_timeout(timeout);
         Ok(())
     }
 
     /// The current collective timeout, in seconds.
     #[getter]
-    fn timeout(&self) -> f64 {
-        self.inner.timeout().as_secs_f64()
+    fn timeout(&self) -> PyResult<f64> {
+        Ok(self.ring_ref()?.timeout().as_secs_f64())
     }
 
     /// This rank, from 0 to world_size - 1.
     #[getter]
-    fn rank(&self) -> usize {
-        self.inner.rank()
+    fn rank(&self) -> PyResult<usize> {
+        Ok(self.ring_ref()?.rank())
     }
 
     /// The number of ranks in the ring.
     #[getter]
-    fn world_size(&self) -> usize {
-        self.inner.world_size()
+    fn world_size(&self) -> PyResult<usize> {
+        Ok(self.ring_ref()?.world_size())
     }
 
     /// What this ring has done since connect, as a dict: "collectives" (calls that returned),
     /// "bytes_sent" and "bytes_received" (ints), and "waited_left" and "waited_right" (seconds
     /// spent waiting on each neighbour, floats).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.stats();
+        let s = self.ring_ref()?.stats();
         let out = PyDict::new(py);
         out.set_item("collectives", s.collectives)?;
         out.set_item("bytes_sent", s.bytes_sent)?;
@@ -387,7 +402,7 @@ impl TcpCollective {
         py: Python<'py>,
         local: &[u8],
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let inner = &mut self.inner;
+        let inner = self.ring()?;
         let blocks =
             py.detach(|| inner.allgather_bytes(local)).map_err(|e| errors::collective(py, &e))?;
         Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
@@ -403,7 +418,7 @@ impl TcpCollective {
         buf: &Bound<'_, PyAny>,
         op: &str,
     ) -> PyResult<()> {
-        trainer::allreduce(&mut self.inner, py, buf, op)
+        trainer::allreduce(self.ring()?, py, buf, op)
     }
 
     /// This rank's block of data (cut into blocks, a length per rank, of record-byte records)
@@ -417,7 +432,7 @@ impl TcpCollective {
         record: usize,
         fold: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        trainer::reduce_scatter_records(&mut self.inner, py, data, blocks, record, fold)
+        trainer::reduce_scatter_records(self.ring()?, py, data, blocks, record, fold)
     }
 
     /// data (record-byte records) folded over every rank with fold(acc, next) -> bytes.
@@ -428,7 +443,7 @@ impl TcpCollective {
         record: usize,
         fold: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        trainer::allreduce_records(&mut self.inner, py, data, record, fold)
+        trainer::allreduce_records(self.ring()?, py, data, record, fold)
     }
 
     /// Every rank's bytes, as a list indexed by rank; each rank may pass any length.
@@ -437,7 +452,7 @@ impl TcpCollective {
         py: Python<'py>,
         local: &[u8],
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        trainer::allgather_varlen(&mut self.inner, py, local)
+        trainer::allgather_varlen(self.ring()?, py, local)
     }
 
     /// Rank root's data, on every rank (what other ranks pass is discarded).
@@ -447,11 +462,16 @@ impl TcpCollective {
         data: &[u8],
         root: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        trainer::broadcast_bytes(&mut self.inner, py, data, root)
+        trainer::broadcast_bytes(self.ring()?, py, data, root)
     }
 
     fn __repr__(&self) -> String {
-        format!("TcpCollective(rank={}, world_size={})", self.inner.rank(), self.inner.world_size())
+        match &self.inner {
+            Some(ring) => {
+                format!("TcpCollective(rank={}, world_size={})", ring.rank(), ring.world_size())
+            }
+            None => "TcpCollective(lent to LightGBM)".to_string(),
+        }
     }
 }
 
@@ -465,6 +485,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CollectiveError", py.get_type::<errors::CollectiveError>())?;
     m.add("ConnectError", py.get_type::<errors::ConnectError>())?;
     m.add("LIVENESS", silvic_net::LIVENESS.as_secs_f64())?;
+    lightgbm::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Another extension in this process may have installed the `log` logger first: then the
     // events go wherever it sends them, and importing this module still succeeds.

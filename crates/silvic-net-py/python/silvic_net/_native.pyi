@@ -5,7 +5,16 @@ from typing import Callable, Final, Literal, Optional, Sequence, Tuple, Union, f
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["TcpCollective", "RingListener", "CollectiveError", "ConnectError", "LIVENESS", "__version__"]
+__all__ = [
+    "TcpCollective",
+    "RingListener",
+    "CollectiveError",
+    "ConnectError",
+    "LIVENESS",
+    "__version__",
+    "_lightgbm_lend",
+    "_lightgbm_return",
+]
 
 __version__: Final[str]
 LIVENESS: Final[float]
@@ -44,6 +53,13 @@ class ConnectError(Exception):
     peer: Optional[int]
     address: Optional[str]
     reason: Optional[str]
+
+def _lightgbm_lend(ring: TcpCollective) -> Tuple[int, int, int, int]:
+    """Move ``ring`` into LightGBM's network hooks; its rank, world size and the hooks' addresses
+    (use :func:`silvic_net.lightgbm.network`)."""
+
+def _lightgbm_return(ring: TcpCollective) -> None:
+    """Move the ring lent by :func:`_lightgbm_lend` back into ``ring``."""
 
 @final
 class RingListener:
