@@ -12,7 +12,7 @@ use silvic_net::handshake::{Acceptor, Connector, Message, MessageKind, Next, VER
 use silvic_net::{CollectiveError, Dtype, Op, Reduction};
 use silvic_net_fuzz::REASONS;
 
-const OPS: [Op; 9] = [
+const OPS: [Op; 10] = [
     Op::AllreduceSumF64,
     Op::AllreduceSumI64,
     Op::AllreduceMaxF64,
@@ -21,6 +21,7 @@ const OPS: [Op; 9] = [
     Op::AllreduceRecords,
     Op::AllgatherVarlen,
     Op::BroadcastBytes,
+    Op::AllgatherBlocks,
     Op::Allreduce { reduction: Reduction::Min, dtype: Dtype::F32 },
 ];
 
@@ -259,6 +260,14 @@ fn main() {
             [honest(op, total, 0, bytes(seg[0], 10)), honest(op, total, 1, bytes(seg[1], 11))];
         let input = [vec![5 << 4, len as u8, (len >> 8) as u8], stream.concat()];
         write(&ring, &format!("allreduce-records-{len}"), &input.concat());
+    }
+    for len in [0u16, 1, 6, 13] {
+        // Rank r's block is (len + r) % 7 bytes; rank 0 takes rank 1's in, rightward.
+        let blocks = [usize::from(len) % 7, (usize::from(len) + 1) % 7];
+        let total = (blocks[0] + blocks[1]) as u64;
+        let stream = honest(Op::AllgatherBlocks, total, 1, bytes(blocks[1], 14));
+        let input = [vec![0x80, len as u8, 0], stream];
+        write(&ring, &format!("allgather-blocks-{len}"), &input.concat());
     }
     let claim = |len: u64, root: u64| [len.to_le_bytes(), root.to_le_bytes()].concat();
     for (theirs, mine) in [(0u64, 0u16), (5, 3), (700, 1), (1 << 40, 2)] {

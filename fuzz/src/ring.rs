@@ -33,6 +33,8 @@ enum Call {
     Varlen,
     /// A broadcast from rank 1 (a neighbour in both worlds).
     Broadcast,
+    /// An allgather of known, unequal blocks: rank r's is `(len + r) % 7` bytes.
+    Blocks,
 }
 
 /// The record fold of the replays: 4-byte records, wrapping `3 × acc + next`.
@@ -115,6 +117,13 @@ fn run(c: &Case<'_>) -> Result<Outcome, CollectiveError> {
         Call::Varlen => {
             let blocks = replay(Buffer::Varlen(&local_bytes(c.len)))?;
             Ok(Outcome::Gathered(blocks.expect("a gather returns blocks")))
+        }
+        Call::Blocks => {
+            let blocks: Vec<usize> = (0..c.world).map(|r| (c.len + r) % 7).collect();
+            let mut buf = local_bytes(blocks.iter().sum());
+            replay(Buffer::Blocks(&mut buf, &blocks))?;
+            assert_eq!(buf[..blocks[0]], local_bytes(blocks[0])[..], "this rank's block changed");
+            Ok(Outcome::Gathered(vec![buf]))
         }
         Call::Broadcast => {
             let mut buf = local_bytes(c.len);
@@ -208,7 +217,8 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
 /// One input: `[selector, len_lo, len_hi, rest...]`. The selector's low two bits pick the call;
 /// bit 2 a world of three (else two); bit 3 the ring path for an allreduce; bits 4 to 6, when
 /// not all zero, pick one of the trainers' ops instead (1 to 7: min of f32, sum of u64, max of
-/// i32, record reduce-scatter, record allreduce, variable-length allgather, broadcast). In a world of two
+/// i32, record reduce-scatter, record allreduce, variable-length allgather, broadcast); bit 7,
+/// with bits 4 to 6 zero, the allgather of known blocks. In a world of two
 /// `rest` is the left neighbour's stream and the right one sends nothing; in a world of three
 /// `rest` is `[split_lo, split_hi, streams...]`, the left stream the first `split` bytes (modulo
 /// what there is) and the right stream the rest.
@@ -224,6 +234,7 @@ pub fn ring_frames(data: &[u8]) {
         Call::Broadcast,
     ];
     let call = match (selector >> 4) & 7 {
+        0 if selector & 0x80 != 0 => Call::Blocks,
         0 => [Call::SumF64, Call::SumI64, Call::MaxF64, Call::Gather][*selector as usize % 4],
         k => trainer[k as usize - 1],
     };

@@ -35,6 +35,8 @@ pub enum Op {
     AllgatherVarlen,
     /// [`crate::TrainerCollective::broadcast_bytes`].
     BroadcastBytes,
+    /// [`crate::TrainerCollective::allgather_blocks`].
+    AllgatherBlocks,
 }
 
 /// What an allreduce computes per element, folding `acc = combine(acc, next)` ([`crate::fold`]).
@@ -136,6 +138,7 @@ impl Op {
             Op::AllreduceRecords => "allreduce_records",
             Op::AllgatherVarlen => "allgather_varlen",
             Op::BroadcastBytes => "broadcast_bytes",
+            Op::AllgatherBlocks => "allgather_blocks",
         }
     }
 }

@@ -139,6 +139,14 @@ impl TrainerCollective for LocalCollective {
         block_bounds(buf.len(), &[buf.len()], record, 1).map(|_| ())
     }
 
+    fn allgather_blocks(
+        &mut self,
+        buf: &mut [u8],
+        blocks: &[usize],
+    ) -> Result<(), CollectiveError> {
+        block_bounds(buf.len(), blocks, 1, 1).map(|_| ())
+    }
+
     fn allgather_varlen(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
         Ok(vec![local.to_vec()])
     }
@@ -168,6 +176,8 @@ mod tests {
         assert!(local.reduce_scatter_records(&mut records, &[8], 4, fold).is_err());
         assert!(local.reduce_scatter_records(&mut records, &[4, 8], 4, fold).is_err());
         assert_eq!(local.allgather_varlen(b"abc").unwrap(), [b"abc".to_vec()]);
+        local.allgather_blocks(&mut records, &[12]).unwrap();
+        assert!(local.allgather_blocks(&mut records, &[11]).is_err());
         let mut root = b"model".to_vec();
         local.broadcast_bytes(&mut root, 0).unwrap();
         assert_eq!(root, b"model");

@@ -174,6 +174,13 @@ pub trait TrainerCollective: Collective {
         fold: RecordFold<'_>,
     ) -> Result<(), CollectiveError>;
 
+    /// Gathers `buf`'s blocks, whose lengths every rank knows: `buf` is cut into `blocks`
+    /// (bytes, laid end to end, one per rank, the same on every rank); this rank's block holds
+    /// its bytes on entry, and on return every block holds its rank's. One round of frames,
+    /// where [`TrainerCollective::allgather_varlen`] first learns the lengths.
+    fn allgather_blocks(&mut self, buf: &mut [u8], blocks: &[usize])
+    -> Result<(), CollectiveError>;
+
     /// Every rank's bytes, indexed by rank, on every rank; each rank may pass any length, and
     /// the lengths are learned in the call.
     fn allgather_varlen(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError>;

@@ -199,8 +199,19 @@ pub(crate) unsafe extern "C" fn silvic_lgbm_reduce_scatter(
         let (starts, lens) =
             unsafe { (slice(block_start.cast(), count * 4), slice(block_len.cast(), count * 4)) };
         let (starts, lens) = (integers(starts), integers(lens));
-        // SAFETY: `input_size` bytes of LightGBM's input; copied, since `output` may overlap it.
-        let mut work = unsafe { slice(input.cast(), input_size) }.to_vec();
+        // LightGBM's input is scratch (its own reduce-scatters fold into it), so the ring folds
+        // in place, unless the output overlaps it.
+        let (from, to) = (input as usize, output as usize);
+        let disjoint = from + input_size <= to || to + output_size <= from;
+        let mut copy = Vec::new();
+        let work: &mut [u8] = if disjoint {
+            // SAFETY: `input_size` bytes of LightGBM's input, apart from its output.
+            unsafe { slice_mut(input.cast(), input_size) }
+        } else {
+            // SAFETY: `input_size` bytes of LightGBM's input, copied before `output` is written.
+            copy.extend_from_slice(unsafe { slice(input.cast(), input_size) });
+            &mut copy
+        };
         with_ring(|ring| {
             let (rank, world) = (ring.rank(), ring.world_size());
             let blocks = layout(&starts, &lens, world, input_size)?;
@@ -222,7 +233,7 @@ pub(crate) unsafe extern "C" fn silvic_lgbm_reduce_scatter(
                     )
                 }
             };
-            ring.reduce_scatter_records(&mut work, &blocks, record, &fold).map_err(failed)?;
+            ring.reduce_scatter_records(work, &blocks, record, &fold).map_err(failed)?;
             let start: usize = blocks[..rank].iter().sum();
             // SAFETY: `output_size` bytes of LightGBM's output, no other reference alive.
             let out = unsafe { slice_mut(output.cast(), output_size) };
@@ -269,22 +280,11 @@ pub(crate) unsafe extern "C" fn silvic_lgbm_allgather(
                     blocks[rank]
                 ));
             }
-            let gathered = ring.allgather_varlen(&local).map_err(failed)?;
             // SAFETY: `output_size` bytes of LightGBM's output; `local` is a copy.
             let out = unsafe { slice_mut(output.cast(), output_size) };
-            let mut at = 0;
-            for (r, (block, &len)) in gathered.iter().zip(&blocks).enumerate() {
-                if block.len() != len {
-                    return Err(format!(
-                        "silvic-net: rank {r} gathered {} bytes where LightGBM expects {len} \
-                         (the ranks' LightGBM calls differ)",
-                        block.len()
-                    ));
-                }
-                out[at..at + len].copy_from_slice(block);
-                at += len;
-            }
-            Ok(())
+            let start: usize = blocks[..rank].iter().sum();
+            out[start..start + input_size].copy_from_slice(&local);
+            ring.allgather_blocks(out, &blocks).map_err(failed)
         })
     })))
 }

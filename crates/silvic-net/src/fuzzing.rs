@@ -36,6 +36,8 @@ pub enum Buffer<'a> {
     Varlen(&'a [u8]),
     /// `broadcast_bytes` of this buffer from this root.
     Broadcast(&'a mut Vec<u8>, usize),
+    /// `allgather_blocks` of this buffer cut into these blocks.
+    Blocks(&'a mut [u8], &'a [usize]),
 }
 
 /// Which path an allreduce of a replay takes.
@@ -115,6 +117,10 @@ pub fn replay(
         Buffer::Varlen(local) => {
             crate::ring::varlen::allgather_varlen(&mut link, call(Op::AllgatherVarlen), local)
                 .map(Some)
+        }
+        Buffer::Blocks(b, blocks) => {
+            crate::ring::records::allgather_blocks(&mut link, call(Op::AllgatherBlocks), b, blocks)
+                .map(|()| None)
         }
         Buffer::Broadcast(b, root) => {
             crate::ring::varlen::broadcast(&mut link, call(Op::BroadcastBytes), b, root)

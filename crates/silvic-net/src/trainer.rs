@@ -72,6 +72,20 @@ impl TrainerCollective for TcpCollective {
         })
     }
 
+    fn allgather_blocks(
+        &mut self,
+        buf: &mut [u8],
+        blocks: &[usize],
+    ) -> Result<(), CollectiveError> {
+        if self.world == 1 {
+            return self.alone(|l| l.allgather_blocks(buf, blocks));
+        }
+        let (rank, world, op) = (self.rank, self.world, Op::AllgatherBlocks);
+        self.run(op, buf.len(), |link, seq, _| {
+            ring::records::allgather_blocks(link, Call { rank, world, op, seq }, buf, blocks)
+        })
+    }
+
     fn allgather_varlen(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
         if self.world == 1 {
             return self.alone(|l| l.allgather_varlen(local));

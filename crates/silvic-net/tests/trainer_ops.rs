@@ -177,7 +177,7 @@ fn reduce_scatter_and_allreduce_of_records_fold_in_the_documented_order() {
 }
 
 #[test]
-fn varlen_allgather_and_broadcast_deliver_every_length() {
+fn varlen_allgather_broadcast_and_block_allgather_deliver_every_length() {
     for world in 1..=5 {
         let results = ring_of_threads(world, LIMIT, move |rank, mut ring| {
             let local: Vec<u8> = (0..rank * 3000).map(|i| (i + rank) as u8).collect();
@@ -187,9 +187,17 @@ fn varlen_allgather_and_broadcast_deliver_every_length() {
             ring.broadcast_bytes(&mut model, root).unwrap();
             let mut empty = vec![1u8; rank];
             ring.broadcast_bytes(&mut empty, 0).unwrap();
-            (gathered, model, empty)
+            // Known lengths: rank r's block is r × 1000 bytes of r + 1.
+            let blocks: Vec<usize> = (0..world).map(|r| r * 1000).collect();
+            let mut buf = vec![0u8; blocks.iter().sum()];
+            let start: usize = blocks[..rank].iter().sum();
+            buf[start..start + blocks[rank]].fill(rank as u8 + 1);
+            ring.allgather_blocks(&mut buf, &blocks).unwrap();
+            (gathered, model, empty, buf)
         });
-        for (rank, (gathered, model, empty)) in results.into_iter().enumerate() {
+        for (rank, (gathered, model, empty, blocks)) in results.into_iter().enumerate() {
+            let want: Vec<u8> = (0..world).flat_map(|r| vec![r as u8 + 1; r * 1000]).collect();
+            assert!(blocks == want, "world {world} rank {rank}: allgather_blocks");
             for (r, block) in gathered.iter().enumerate() {
                 let want: Vec<u8> = (0..r * 3000).map(|i| (i + r) as u8).collect();
                 assert!(block == &want, "world {world} rank {rank}: block {r}");
@@ -231,7 +239,7 @@ fn ranks_calling_different_new_ops_fail_out_of_step() {
         let error = match rank {
             0 => ring.broadcast_bytes(&mut vec![1; 10], 0).unwrap_err(),
             1 => ring.allgather_varlen(b"x").unwrap_err(),
-            2 => ring.allreduce(Numbers::F32(&mut [1.0; 10]), Reduction::Min).unwrap_err(),
+            2 => ring.allgather_blocks(&mut [0; 4], &[1; 4]).unwrap_err(),
             _ => ring.reduce_scatter_records(&mut [0; 32], &[8; 4], 8, &ordered).unwrap_err(),
         };
         (error.clone(), ring.allgather_bytes(b"later").unwrap_err(), rank)

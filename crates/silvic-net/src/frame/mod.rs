@@ -88,6 +88,7 @@ impl Kind {
             Kind::Data(Op::AllreduceRecords) => 6,
             Kind::Data(Op::AllgatherVarlen) => 7,
             Kind::Data(Op::BroadcastBytes) => 8,
+            Kind::Data(Op::AllgatherBlocks) => 9,
             Kind::Data(Op::Allreduce { reduction, dtype }) => {
                 TYPED + 8 * reduction as u8 + dtype as u8
             }
@@ -107,6 +108,7 @@ impl Kind {
             6 => Kind::Data(Op::AllreduceRecords),
             7 => Kind::Data(Op::AllgatherVarlen),
             8 => Kind::Data(Op::BroadcastBytes),
+            9 => Kind::Data(Op::AllgatherBlocks),
             ABORT => Kind::Abort,
             WAITING => Kind::Waiting,
             _ => {
@@ -285,6 +287,7 @@ mod tests {
             Op::AllreduceRecords,
             Op::AllgatherVarlen,
             Op::BroadcastBytes,
+            Op::AllgatherBlocks,
         ] {
             kinds.push(Kind::Data(op));
         }

@@ -20,6 +20,9 @@
 //!   out (as the ring path's reduce-scatter), and block `r - 2 - s`, folded at step `s`, is first
 //!   sent at step `s + 1`.
 //!
+//! [`allgather_blocks`] gathers blocks of lengths every rank knows in one two-way gather (the
+//! allreduce's second half, and LightGBM's allgather).
+//!
 //! The allreduce cuts the records into [`schedule::segment`]s, one block per rank, reduces
 //! them so, then gathers the owned blocks both ways round the ring ([`super::gather`]).
 
@@ -170,6 +173,18 @@ impl Blocks for Spans<'_> {
     }
 }
 
+/// Gathers `buf`'s `blocks` (bytes, end to end; this rank's holds its bytes): one two-way
+/// gather, each frame carrying its block's length, checked against this rank's own layout.
+pub(crate) fn allgather_blocks(
+    link: &mut dyn Link,
+    call: Call,
+    buf: &mut [u8],
+    blocks: &[usize],
+) -> Result<(), CollectiveError> {
+    let bounds = block_bounds(buf.len(), blocks, 1, call.world)?;
+    gather::gather(link, call, buf.len() as u64, &mut Spans { buf, bounds: &bounds })
+}
+
 /// Replaces `buf`, whole `record`-byte records, with its fold over the ring: a reduce-scatter
 /// of one [`segment`] of records per rank, then the owned blocks gathered.
 pub(crate) fn allreduce_records(
@@ -299,6 +314,26 @@ mod tests {
 
     /// Ranks that cut their buffers into other blocks fail at the first block they disagree
     /// on, naming the neighbour, before a byte of it is folded.
+    #[test]
+    fn allgather_blocks_fills_every_block_at_the_edges() {
+        for world in 1..=16 {
+            for layout in layouts(world) {
+                let bounds = block_bounds(layout.iter().sum(), &layout, 1, world).unwrap();
+                let whole: Vec<u8> = (0..layout.iter().sum::<usize>()).map(|i| i as u8).collect();
+                let results = on_ring(Driver::new(world).capacity(2).piece(3), |r, link| {
+                    let mut buf = vec![0u8; whole.len()];
+                    buf[bounds[r].clone()].copy_from_slice(&whole[bounds[r].clone()]);
+                    let call = Call { rank: r, world, op: Op::AllgatherBlocks, seq: 0 };
+                    allgather_blocks(link, call, &mut buf, &layout).unwrap();
+                    buf
+                });
+                for (r, got) in results.into_iter().enumerate() {
+                    assert!(got == whole, "world {world} layout {layout:?} rank {r}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn other_block_lengths_fail_naming_the_neighbour() {
         let results = on_ring(Driver::new(3), |r, link| {
