@@ -20,7 +20,8 @@ use silvic_net::{
     Collective, CollectiveError, Numbers, Reduction, TcpCollective, TrainerCollective,
 };
 
-use crate::{ReadOnlyWhileInUse, errors, writeable};
+use crate::buffers::{ReadOnlyWhileInUse, writeable};
+use crate::errors;
 
 fn reduction(op: &str) -> PyResult<Reduction> {
     match op {
