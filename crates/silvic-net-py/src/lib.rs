@@ -346,9 +346,8 @@ impl TcpCollective {
         Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
     }
 
-    /// Reduces buf (1-D C-contiguous writeable numpy float32, float64, int32, int64 or uint64)
-    /// across ranks in place: op "sum", "min" or "max". Raises TypeError or ValueError for a
-    /// bad array or op (before anything is sent) and CollectiveError if the ring fails.
+    /// Reduces buf (numpy float32, float64, int32, int64 or uint64) in place: op "sum", "min"
+    /// or "max". Raises TypeError or ValueError for a bad array or op, before anything is sent.
     #[pyo3(name = "allreduce")]
     fn allreduce_typed(
         &mut self,
@@ -359,9 +358,7 @@ impl TcpCollective {
         trainer::allreduce(self.ring()?, py, buf, op)
     }
 
-    /// This rank's block of data (cut into blocks, a length per rank, of record-byte records)
-    /// folded over every rank with fold(acc, next) -> bytes; block i folds over ranks i + 1,
-    /// ..., i. Raises CollectiveError, or the fold's own error.
+    /// This rank's block of data folded over every rank with fold(acc, next) -> bytes.
     fn reduce_scatter_records<'py>(
         &mut self,
         py: Python<'py>,
@@ -391,6 +388,16 @@ impl TcpCollective {
         local: &[u8],
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         trainer::allgather_varlen(self.ring()?, py, local)
+    }
+
+    /// Every rank's block, end to end, given every rank's length and this rank's bytes.
+    fn allgather_blocks<'py>(
+        &mut self,
+        py: Python<'py>,
+        local: &[u8],
+        blocks: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        trainer::allgather_blocks(self.ring()?, py, local, blocks)
     }
 
     /// Rank root's data, on every rank (what other ranks pass is discarded).

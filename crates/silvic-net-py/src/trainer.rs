@@ -175,6 +175,36 @@ pub(crate) fn allgather_varlen<'py>(
     Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
 }
 
+/// `ring.allgather_blocks(local, blocks)`: every rank's block, end to end.
+pub(crate) fn allgather_blocks<'py>(
+    ring: &mut TcpCollective,
+    py: Python<'py>,
+    local: &[u8],
+    blocks: Vec<usize>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let total = blocks.iter().try_fold(0usize, |sum, &b| sum.checked_add(b));
+    let mine = blocks.get(ring.rank()).copied().filter(|_| blocks.len() == ring.world_size());
+    let (Some(total), Some(mine)) = (total, mine) else {
+        return Err(PyValueError::new_err(format!(
+            "allgather_blocks needs one block length per rank ({}), got {}",
+            ring.world_size(),
+            blocks.len()
+        )));
+    };
+    if local.len() != mine {
+        return Err(PyValueError::new_err(format!(
+            "allgather_blocks: this rank's block is {mine} bytes, local is {}",
+            local.len()
+        )));
+    }
+    let start: usize = blocks[..ring.rank()].iter().sum();
+    let mut buf = vec![0u8; total];
+    buf[start..start + mine].copy_from_slice(local);
+    py.detach(|| ring.allgather_blocks(&mut buf, &blocks))
+        .map_err(|e| errors::collective(py, &e))?;
+    Ok(PyBytes::new(py, &buf))
+}
+
 /// `ring.broadcast_bytes(data, root)`: root's bytes.
 pub(crate) fn broadcast_bytes<'py>(
     ring: &mut TcpCollective,

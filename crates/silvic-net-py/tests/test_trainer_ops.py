@@ -128,15 +128,22 @@ def test_varlen_allgather_and_broadcast_deliver_any_length() -> None:
     world = 3
     rings = ring_of(world)
 
-    def call(rank: int) -> tuple[list[bytes], bytes]:
+    def call(rank: int) -> tuple[list[bytes], bytes, bytes]:
         gathered = rings[rank].allgather_varlen(bytes([rank]) * (rank * 5000))
-        return gathered, rings[rank].broadcast_bytes(b"model" if rank == 2 else b"", 2)
+        blocks = rings[rank].allgather_blocks(bytes([rank + 1]) * rank, [0, 1, 2])
+        return gathered, rings[rank].broadcast_bytes(b"model" if rank == 2 else b"", 2), blocks
 
     for result in on_every_rank(world, call):
         assert not isinstance(result, BaseException), result
-        gathered, model = result
+        gathered, model, blocks = result
         assert gathered == [bytes([r]) * (r * 5000) for r in range(world)]
         assert model == b"model"
+        assert blocks == b"\x02\x03\x03"
+    (alone,) = ring_of(1)
+    with pytest.raises(ValueError, match="one block length per rank"):
+        alone.allgather_blocks(b"", [0, 0])
+    with pytest.raises(ValueError, match="block is 2 bytes, local is 1"):
+        alone.allgather_blocks(b"x", [2])
 
 
 def test_ranks_calling_different_ops_raise_out_of_step() -> None:

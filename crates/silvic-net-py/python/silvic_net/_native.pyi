@@ -195,5 +195,10 @@ class TcpCollective:
     def allgather_varlen(self, local: bytes) -> list[bytes]:
         """Every rank's ``local``, indexed by rank; each rank may pass any length."""
 
+    def allgather_blocks(self, local: bytes, blocks: Sequence[int]) -> bytes:
+        """Every rank's block, end to end, when every rank knows every length: ``blocks`` holds
+        one length per rank (the same on every rank), ``local`` this rank's bytes. One round of
+        frames, where :meth:`allgather_varlen` first learns the lengths."""
+
     def broadcast_bytes(self, data: bytes, root: int) -> bytes:
         """Rank ``root``'s ``data``, on every rank (what the other ranks pass is discarded)."""
