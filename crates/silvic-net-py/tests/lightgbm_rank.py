@@ -4,8 +4,9 @@
 ring from ``TcpCollective.from_env``, made LightGBM's network by ``silvic_net.lightgbm``) or
 ``socket`` (LightGBM's own network, ``machines`` from ``LGBM_MACHINES``, this rank's port from
 ``LGBM_PORT``); rank and world come from ``RANK`` and ``WORLD_SIZE``. EXIT_AT is the iteration at
-which rank ``EXIT_RANK`` ends its process (-1: none). Prints one JSON line: the trees, or the
-error ``lgb.train`` raised and when.
+which rank ``EXIT_RANK`` ends its process (-1: none); rank ``ODD_RANK`` trains with
+``ODD_LEAVES`` leaves (a rank whose LightGBM calls differ). Prints one JSON line: the trees, or
+the error ``lgb.train`` raised and when.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def main() -> None:
         "verbose": -1,
         "use_quantized_grad": quantized == "1",
     }
+    if rank == int(os.environ.get("ODD_RANK", "-1")):
+        params["num_leaves"] = int(os.environ["ODD_LEAVES"])
 
     def exit_early(env: Any) -> None:
         if env.iteration == int(exit_at) and rank == exit_rank:

@@ -57,6 +57,7 @@ def run(
     quantized: bool = False,
     exit_rank: int = -1,
     exit_at: int = -1,
+    odd: tuple[int, int] = (-1, 0),
 ) -> list[tuple[int, dict[str, Any]]]:
     """Runs one training on WORLD rank processes; each one's exit code and last JSON line."""
     meet = tmp / f"meet-{network}-{tree_learner}-{len(list(tmp.iterdir()))}"
@@ -66,6 +67,8 @@ def run(
         **clean_env(),
         "WORLD_SIZE": str(WORLD),
         "EXIT_RANK": str(exit_rank),
+        "ODD_RANK": str(odd[0]),
+        "ODD_LEAVES": str(odd[1]),
         "SILVIC_RENDEZVOUS": f"file://{meet}",
         "SILVIC_JOB_TOKEN": "lgbm-token-8c1f2e7d9a3b4c5d",
         "SILVIC_SOCKET_IFNAME": "lo",
@@ -108,7 +111,7 @@ def shared(trees: list[Any], tree_learner: str) -> list[Any]:
     another one too); every split, leaf and other statistic is global."""
     if tree_learner != "voting":
         return trees
-    trimmed = json.loads(json.dumps(trees))
+    trimmed: list[Any] = json.loads(json.dumps(trees))
     for tree in trimmed:
         tree["tree_structure"].pop("internal_value", None)
     return trimmed
@@ -155,6 +158,17 @@ def test_a_rank_that_exits_fails_every_survivor_naming_it(tmp_path: Path) -> Non
         assert "rank 2" in result["error"], f"rank {r}: {result['error']}"
         assert result["error"].startswith("silvic-net: ")
         assert result["at"] - exited["exited"] < 15.0, f"rank {r} took too long"
+
+
+def test_a_rank_whose_lightgbm_calls_differ_fails_every_rank_out_of_step(tmp_path: Path) -> None:
+    # Rank 3 grows trees of 4 leaves, the others of 15: after its first tree its LightGBM calls
+    # another collective than theirs. Every rank raises at that call instead of mixing data.
+    done = run(tmp_path, "silvic", odd=(3, 4))
+    for r, (code, result) in enumerate(done):
+        assert code == 0 and "error" in result, f"rank {r}: {result}"
+        assert "is out of step" in result["error"], f"rank {r}: {result['error']}"
+        if r != 3:
+            assert "rank 3 is out of step" in result["error"], f"rank {r}: {result['error']}"
 
 
 def test_a_lent_ring_refuses_python_calls_until_the_block_ends() -> None:
