@@ -9,11 +9,21 @@ use std::time::Duration;
 
 use silvic_net::frame::{Abort, Dir, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, MAX_LEN, Waiting};
 use silvic_net::handshake::{Acceptor, Connector, Message, MessageKind, Next, VERSION};
-use silvic_net::{CollectiveError, Op};
+use silvic_net::{CollectiveError, Dtype, Op, Reduction};
 use silvic_net_fuzz::REASONS;
 
-const OPS: [Op; 4] =
-    [Op::AllreduceSumF64, Op::AllreduceSumI64, Op::AllreduceMaxF64, Op::AllgatherBytes];
+const OPS: [Op; 10] = [
+    Op::AllreduceSumF64,
+    Op::AllreduceSumI64,
+    Op::AllreduceMaxF64,
+    Op::AllgatherBytes,
+    Op::ReduceScatterRecords,
+    Op::AllreduceRecords,
+    Op::AllgatherVarlen,
+    Op::BroadcastBytes,
+    Op::AllgatherBlocks,
+    Op::Allreduce { reduction: Reduction::Min, dtype: Dtype::F32 },
+];
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
     std::fs::create_dir_all(dir).unwrap();
@@ -213,6 +223,69 @@ fn main() {
         let left = frame(Op::AllgatherBytes, len.into(), Dir::Right, 2, bytes(n, 7));
         let right = frame(Op::AllgatherBytes, len.into(), Dir::Left, 1, bytes(n, 8));
         write(&ring, &format!("world3-gather-{len}"), &world3(3 | 4, len, left, right));
+    }
+
+    // The trainers' ops (selector bits 4 to 6), world two: rank 1's honest frames, rightward.
+    let honest = |op, total: u64, block, payload: Vec<u8>| {
+        let head = Header::data(op, 0, total, payload.len() as u64).carrying(Dir::Right, block);
+        [head.encode().to_vec(), payload].concat()
+    };
+    let typed = [
+        (1u8, Op::allreduce(Reduction::Min, Dtype::F32), 4u64),
+        (2, Op::allreduce(Reduction::Sum, Dtype::U64), 8),
+        (3, Op::allreduce(Reduction::Max, Dtype::I32), 4),
+    ];
+    for (k, op, width) in typed {
+        for len in [0u16, 1, 9, 700] {
+            let total = u64::from(len) * width;
+            let mut input = vec![k << 4, len as u8, (len >> 8) as u8];
+            input.extend(honest(op, total, 1, bytes(total as usize, k)));
+            write(&ring, &format!("{}-{len}", op.name()), &input);
+        }
+    }
+    for len in [0u16, 1, 3, 4] {
+        // Rank r's block is (len + r) % 5 records of 4 bytes; rank 0 takes block 0 in.
+        let blocks = [usize::from(len) % 5 * 4, (usize::from(len) + 1) % 5 * 4];
+        let total = (blocks[0] + blocks[1]) as u64;
+        let op = Op::ReduceScatterRecords;
+        let input = [vec![4 << 4, len as u8, 0], honest(op, total, 0, bytes(blocks[0], 9))];
+        write(&ring, &format!("reduce-scatter-records-{len}"), &input.concat());
+    }
+    for len in [0u16, 4, 12, 400] {
+        // Records of 4 bytes cut in two segments (the first longer): block 0 folded, block 1.
+        let records = usize::from(len) / 4;
+        let seg = [records.div_ceil(2) * 4, records / 2 * 4];
+        let (op, total) = (Op::AllreduceRecords, (records * 4) as u64);
+        let stream =
+            [honest(op, total, 0, bytes(seg[0], 10)), honest(op, total, 1, bytes(seg[1], 11))];
+        let input = [vec![5 << 4, len as u8, (len >> 8) as u8], stream.concat()];
+        write(&ring, &format!("allreduce-records-{len}"), &input.concat());
+    }
+    for len in [0u16, 1, 6, 13] {
+        // Rank r's block is (len + r) % 7 bytes; rank 0 takes rank 1's in, rightward.
+        let blocks = [usize::from(len) % 7, (usize::from(len) + 1) % 7];
+        let total = (blocks[0] + blocks[1]) as u64;
+        let stream = honest(Op::AllgatherBlocks, total, 1, bytes(blocks[1], 14));
+        let input = [vec![0x80, len as u8, 0], stream];
+        write(&ring, &format!("allgather-blocks-{len}"), &input.concat());
+    }
+    let claim = |len: u64, root: u64| [len.to_le_bytes(), root.to_le_bytes()].concat();
+    for (theirs, mine) in [(0u64, 0u16), (5, 3), (700, 1), (1 << 40, 2)] {
+        let op = Op::AllgatherVarlen;
+        let total = theirs.saturating_add(u64::from(mine));
+        let stream = [
+            honest(op, 16, 1, claim(theirs, 0)),
+            honest(op, total, 1, bytes(theirs.min(700) as usize, 12)),
+        ];
+        let input = [vec![6 << 4, mine as u8, 0], stream.concat()];
+        write(&ring, &format!("allgather-varlen-{theirs}-{mine}"), &input.concat());
+    }
+    for (len, root) in [(0u64, 1u64), (9, 1), (9, 0)] {
+        let op = Op::BroadcastBytes;
+        let stream =
+            [honest(op, 16, 1, claim(len, root)), honest(op, len, 1, bytes(len as usize, 13))];
+        let input = [vec![7 << 4, 4, 0], stream.concat()];
+        write(&ring, &format!("broadcast-{len}-from-{root}"), &input.concat());
     }
 
     println!("seeds written under {}", root.display());

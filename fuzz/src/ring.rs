@@ -12,9 +12,9 @@
 //! neighbour's block is its payload.
 
 use silvic_core::fold;
-use silvic_net::CollectiveError;
 use silvic_net::frame::{HEADER_LEN, WAITING, WAITING_LEN};
 use silvic_net::fuzzing::{Buffer, Path, gather_limit, replay};
+use silvic_net::{CollectiveError, Numbers, Reduction};
 
 /// What rank 0 is asked to do, and with what.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +23,27 @@ enum Call {
     SumI64,
     MaxF64,
     Gather,
+    /// The trainers' ops: a typed allreduce of f32 (min), u64 (sum) or i32 (max).
+    MinF32,
+    SumU64,
+    MaxI32,
+    /// A reduce-scatter of unequal 4-byte-record blocks, and a record allreduce.
+    Records,
+    RecordsAllreduce,
+    Varlen,
+    /// A broadcast from rank 1 (a neighbour in both worlds).
+    Broadcast,
+    /// An allgather of known, unequal blocks: rank r's is `(len + r) % 7` bytes.
+    Blocks,
+}
+
+/// The record fold of the replays: 4-byte records, wrapping `3 × acc + next`.
+fn record_fold(acc: &mut [u8], next: &[u8]) {
+    for (a, n) in acc.chunks_exact_mut(4).zip(next.chunks_exact(4)) {
+        let x = u32::from_le_bytes(a.try_into().unwrap());
+        let y = u32::from_le_bytes(n.try_into().unwrap());
+        a.copy_from_slice(&x.wrapping_mul(3).wrapping_add(y).to_le_bytes());
+    }
 }
 
 /// What a call returned, in a form the oracle compares.
@@ -65,6 +86,49 @@ fn run(c: &Case<'_>) -> Result<Outcome, CollectiveError> {
         Call::Gather => {
             let blocks = replay(Buffer::Gather(&local_bytes(c.len)))?;
             Ok(Outcome::Gathered(blocks.expect("a gather returns blocks")))
+        }
+        Call::MinF32 => {
+            let mut buf: Vec<f32> = local_f64(c.len).into_iter().map(|x| x as f32).collect();
+            replay(Buffer::Typed(Numbers::F32(&mut buf), Reduction::Min))?;
+            Ok(Outcome::Reduced(buf.into_iter().map(|x| u64::from(x.to_bits())).collect()))
+        }
+        Call::SumU64 => {
+            let mut buf: Vec<u64> = local_i64(c.len).into_iter().map(|x| x as u64).collect();
+            replay(Buffer::Typed(Numbers::U64(&mut buf), Reduction::Sum))?;
+            Ok(Outcome::Reduced(buf))
+        }
+        Call::MaxI32 => {
+            let mut buf: Vec<i32> = local_i64(c.len).into_iter().map(|x| x as i32).collect();
+            replay(Buffer::Typed(Numbers::I32(&mut buf), Reduction::Max))?;
+            Ok(Outcome::Reduced(buf.into_iter().map(|x| x as u64).collect()))
+        }
+        Call::Records => {
+            // Unequal blocks: rank r's is (len + r) % 5 records, one of them often empty.
+            let blocks: Vec<usize> = (0..c.world).map(|r| (c.len + r) % 5 * 4).collect();
+            let mut buf = local_bytes(blocks.iter().sum());
+            replay(Buffer::Records(&mut buf, &blocks, 4, record_fold))?;
+            Ok(Outcome::Gathered(vec![buf]))
+        }
+        Call::RecordsAllreduce => {
+            let mut buf = local_bytes(c.len / 4 * 4);
+            replay(Buffer::RecordsAllreduce(&mut buf, 4, record_fold))?;
+            Ok(Outcome::Gathered(vec![buf]))
+        }
+        Call::Varlen => {
+            let blocks = replay(Buffer::Varlen(&local_bytes(c.len)))?;
+            Ok(Outcome::Gathered(blocks.expect("a gather returns blocks")))
+        }
+        Call::Blocks => {
+            let blocks: Vec<usize> = (0..c.world).map(|r| (c.len + r) % 7).collect();
+            let mut buf = local_bytes(blocks.iter().sum());
+            replay(Buffer::Blocks(&mut buf, &blocks))?;
+            assert_eq!(buf[..blocks[0]], local_bytes(blocks[0])[..], "this rank's block changed");
+            Ok(Outcome::Gathered(vec![buf]))
+        }
+        Call::Broadcast => {
+            let mut buf = local_bytes(c.len);
+            replay(Buffer::Broadcast(&mut buf, 1))?;
+            Ok(Outcome::Gathered(vec![buf]))
         }
     }
 }
@@ -119,6 +183,10 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
                 assert_eq!(blocks[r], theirs[r][..len], "rank {r}'s block is not what it sent");
             }
         }
+        (Call::Varlen, Outcome::Gathered(blocks)) => {
+            assert_eq!(blocks.len(), c.world);
+            assert_eq!(blocks[0], local_bytes(len), "this rank's own block changed");
+        }
         (Call::SumF64 | Call::MaxF64, Outcome::Reduced(got)) if gathered => {
             let f = if matches!(c.call, Call::SumF64) { fold::sum_f64 } else { fold::max_f64 };
             let mine = local_f64(len);
@@ -147,13 +215,29 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
 }
 
 /// One input: `[selector, len_lo, len_hi, rest...]`. The selector's low two bits pick the call;
-/// bit 2 a world of three (else two); bit 3 the ring path for an allreduce. In a world of two
+/// bit 2 a world of three (else two); bit 3 the ring path for an allreduce; bits 4 to 6, when
+/// not all zero, pick one of the trainers' ops instead (1 to 7: min of f32, sum of u64, max of
+/// i32, record reduce-scatter, record allreduce, variable-length allgather, broadcast); bit 7,
+/// with bits 4 to 6 zero, the allgather of known blocks. In a world of two
 /// `rest` is the left neighbour's stream and the right one sends nothing; in a world of three
 /// `rest` is `[split_lo, split_hi, streams...]`, the left stream the first `split` bytes (modulo
 /// what there is) and the right stream the rest.
 pub fn ring_frames(data: &[u8]) {
     let [selector, lo, hi, rest @ ..] = data else { return };
-    let call = [Call::SumF64, Call::SumI64, Call::MaxF64, Call::Gather][*selector as usize % 4];
+    let trainer = [
+        Call::MinF32,
+        Call::SumU64,
+        Call::MaxI32,
+        Call::Records,
+        Call::RecordsAllreduce,
+        Call::Varlen,
+        Call::Broadcast,
+    ];
+    let call = match (selector >> 4) & 7 {
+        0 if selector & 0x80 != 0 => Call::Blocks,
+        0 => [Call::SumF64, Call::SumI64, Call::MaxF64, Call::Gather][*selector as usize % 4],
+        k => trainer[k as usize - 1],
+    };
     // Up to 700 elements: both sides of the 4 KiB cut below which the gather is always taken.
     let len = u16::from_le_bytes([*lo, *hi]) as usize % 701;
     let world = if selector & 4 == 0 { 2 } else { 3 };

@@ -19,16 +19,127 @@ pub enum Op {
     AllreduceMaxF64,
     /// [`crate::Collective::allgather_bytes`].
     AllgatherBytes,
+    /// [`crate::TrainerCollective::allreduce`] of a reduction and an element type other than
+    /// the three above (those are the same op whichever method is called: see
+    /// [`Op::allreduce`]).
+    Allreduce {
+        /// The reduction.
+        reduction: Reduction,
+        /// The element type.
+        dtype: Dtype,
+    },
+    /// [`crate::TrainerCollective::reduce_scatter_records`].
+    ReduceScatterRecords,
+    /// [`crate::TrainerCollective::allreduce_records`].
+    AllreduceRecords,
+    /// [`crate::TrainerCollective::allgather_varlen`].
+    AllgatherVarlen,
+    /// [`crate::TrainerCollective::broadcast_bytes`].
+    BroadcastBytes,
+    /// [`crate::TrainerCollective::allgather_blocks`].
+    AllgatherBlocks,
 }
 
+/// What an allreduce computes per element, folding `acc = combine(acc, next)` ([`crate::fold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    /// The sum: IEEE 754 addition for floats, wrapping (two's complement) for integers.
+    Sum,
+    /// The minimum; for floats NaN wins over any number.
+    Min,
+    /// The maximum; for floats NaN wins over any number.
+    Max,
+}
+
+/// The element type of a typed buffer ([`crate::Numbers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    /// `f32`.
+    F32,
+    /// `f64`.
+    F64,
+    /// `i32`.
+    I32,
+    /// `i64`.
+    I64,
+    /// `u64`.
+    U64,
+}
+
+impl Reduction {
+    /// Every reduction, in a fixed order.
+    pub const ALL: [Reduction; 3] = [Reduction::Sum, Reduction::Min, Reduction::Max];
+}
+
+impl Dtype {
+    /// Every element type, in a fixed order.
+    pub const ALL: [Dtype; 5] = [Dtype::F32, Dtype::F64, Dtype::I32, Dtype::I64, Dtype::U64];
+
+    /// Bytes of one element.
+    pub fn width(self) -> usize {
+        match self {
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F64 | Dtype::I64 | Dtype::U64 => 8,
+        }
+    }
+}
+
+/// Method names of the typed allreduces, by `[reduction][dtype]` in the order of
+/// [`Reduction::ALL`] and [`Dtype::ALL`].
+const ALLREDUCE_NAMES: [[&str; 5]; 3] = [
+    [
+        "allreduce_sum_f32",
+        "allreduce_sum_f64",
+        "allreduce_sum_i32",
+        "allreduce_sum_i64",
+        "allreduce_sum_u64",
+    ],
+    [
+        "allreduce_min_f32",
+        "allreduce_min_f64",
+        "allreduce_min_i32",
+        "allreduce_min_i64",
+        "allreduce_min_u64",
+    ],
+    [
+        "allreduce_max_f32",
+        "allreduce_max_f64",
+        "allreduce_max_i32",
+        "allreduce_max_i64",
+        "allreduce_max_u64",
+    ],
+];
+
 impl Op {
-    /// The method name, as a caller wrote it.
+    /// The op of an allreduce of `reduction` over `dtype`: the pinned methods' own ops for a sum
+    /// of f64, a sum of i64 and a max of f64 (so a rank calling
+    /// [`crate::Collective::allreduce_sum_f64`] and one calling
+    /// [`crate::TrainerCollective::allreduce`] with a sum of f64 are in step), else
+    /// [`Op::Allreduce`].
+    pub fn allreduce(reduction: Reduction, dtype: Dtype) -> Op {
+        match (reduction, dtype) {
+            (Reduction::Sum, Dtype::F64) => Op::AllreduceSumF64,
+            (Reduction::Sum, Dtype::I64) => Op::AllreduceSumI64,
+            (Reduction::Max, Dtype::F64) => Op::AllreduceMaxF64,
+            (reduction, dtype) => Op::Allreduce { reduction, dtype },
+        }
+    }
+
+    /// The method name, as a caller wrote it (a typed allreduce as `allreduce_<reduction>_<type>`).
     pub fn name(self) -> &'static str {
         match self {
             Op::AllreduceSumF64 => "allreduce_sum_f64",
             Op::AllreduceSumI64 => "allreduce_sum_i64",
             Op::AllreduceMaxF64 => "allreduce_max_f64",
             Op::AllgatherBytes => "allgather_bytes",
+            Op::Allreduce { reduction, dtype } => {
+                ALLREDUCE_NAMES[reduction as usize][dtype as usize]
+            }
+            Op::ReduceScatterRecords => "reduce_scatter_records",
+            Op::AllreduceRecords => "allreduce_records",
+            Op::AllgatherVarlen => "allgather_varlen",
+            Op::BroadcastBytes => "broadcast_bytes",
+            Op::AllgatherBlocks => "allgather_blocks",
         }
     }
 }
@@ -109,6 +220,16 @@ pub enum CollectiveError {
         reason: String,
     },
 
+    /// This rank's caller passed arguments the collective cannot run with (block lengths that
+    /// do not cover the buffer, a record size that does not divide them, a root outside the
+    /// world). Like every failure it closes the ring, so the other ranks fail too, naming this
+    /// one as the origin, instead of waiting out their timeout.
+    #[error("invalid argument: {reason}")]
+    InvalidArgument {
+        /// What is wrong with the arguments.
+        reason: String,
+    },
+
     /// Another rank failed first and told its neighbours why.
     ///
     /// `origin` is the rank where the failure began and `cause` what it saw there.
@@ -165,12 +286,13 @@ impl CollectiveError {
             | CollectiveError::OutOfStep { peer, .. }
             | CollectiveError::LengthMismatch { peer, .. }
             | CollectiveError::MalformedFrame { peer, .. } => Some(*peer),
+            CollectiveError::InvalidArgument { .. } => None,
             CollectiveError::Aborted { origin, cause } => cause.peer().or(Some(*origin)),
         }
     }
 
     /// A stable name for the variant: `"io"`, `"peer_closed"`, `"timeout"`, `"out_of_step"`,
-    /// `"length_mismatch"`, `"malformed_frame"` or `"aborted"`.
+    /// `"length_mismatch"`, `"malformed_frame"`, `"invalid_argument"` or `"aborted"`.
     ///
     /// These names are part of the API: the Python binding shows them as `CollectiveError.kind`
     /// and the test bed's rank processes print them, so a caller can branch on the kind without
@@ -193,6 +315,7 @@ impl CollectiveError {
             CollectiveError::OutOfStep { .. } => "out_of_step",
             CollectiveError::LengthMismatch { .. } => "length_mismatch",
             CollectiveError::MalformedFrame { .. } => "malformed_frame",
+            CollectiveError::InvalidArgument { .. } => "invalid_argument",
             CollectiveError::Aborted { .. } => "aborted",
         }
     }
@@ -228,6 +351,23 @@ mod tests {
     }
 
     #[test]
+    fn every_typed_allreduce_has_its_own_name_and_the_pinned_three_keep_theirs() {
+        let mut names = Vec::new();
+        for reduction in Reduction::ALL {
+            for dtype in Dtype::ALL {
+                names.push(Op::allreduce(reduction, dtype).name());
+            }
+        }
+        assert_eq!(Op::allreduce(Reduction::Sum, Dtype::F64), Op::AllreduceSumF64);
+        assert_eq!(Op::allreduce(Reduction::Sum, Dtype::I64), Op::AllreduceSumI64);
+        assert_eq!(Op::allreduce(Reduction::Max, Dtype::F64), Op::AllreduceMaxF64);
+        assert_eq!(Op::allreduce(Reduction::Min, Dtype::U64).name(), "allreduce_min_u64");
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), 15);
+    }
+
+    #[test]
     fn io_keeps_kind_and_message() {
         let e = CollectiveError::io(4, &io::Error::from(io::ErrorKind::ConnectionReset));
         assert_eq!(e.peer(), Some(4));
@@ -255,6 +395,7 @@ mod tests {
             ),
             (CollectiveError::LengthMismatch { peer: 1, expected: 8, got: 16 }, "length_mismatch"),
             (CollectiveError::MalformedFrame { peer: 1, reason: "bad".into() }, "malformed_frame"),
+            (CollectiveError::InvalidArgument { reason: "bad".into() }, "invalid_argument"),
             (CollectiveError::Aborted { origin: 0, cause: Box::new(closed) }, "aborted"),
         ];
         for (error, name) in &every {

@@ -27,6 +27,57 @@ pub fn max_f64(acc: f64, x: f64) -> f64 {
     if acc.is_nan() || (!x.is_nan() && x <= acc) { acc } else { x }
 }
 
+/// `acc + x` in IEEE 754 single precision.
+#[inline]
+pub fn sum_f32(acc: f32, x: f32) -> f32 {
+    acc + x
+}
+
+/// `acc + x` in two's complement, wrapping on overflow.
+#[inline]
+pub fn sum_i32(acc: i32, x: i32) -> i32 {
+    acc.wrapping_add(x)
+}
+
+/// `acc + x` modulo 2^64.
+#[inline]
+pub fn sum_u64(acc: u64, x: u64) -> u64 {
+    acc.wrapping_add(x)
+}
+
+/// The larger of `acc` and `x` as [`max_f64`] picks it, in single precision.
+#[inline]
+pub fn max_f32(acc: f32, x: f32) -> f32 {
+    if acc.is_nan() || (!x.is_nan() && x <= acc) { acc } else { x }
+}
+
+/// The smaller of `acc` and `x`, where NaN wins over everything.
+///
+/// If `acc` is NaN it is kept (the first NaN in fold order wins, payload and all); otherwise a
+/// NaN `x` is taken. Between equal values (`-0.0` and `+0.0`) `acc` is kept.
+#[inline]
+pub fn min_f64(acc: f64, x: f64) -> f64 {
+    if acc.is_nan() || (!x.is_nan() && x >= acc) { acc } else { x }
+}
+
+/// The smaller of `acc` and `x` as [`min_f64`] picks it, in single precision.
+#[inline]
+pub fn min_f32(acc: f32, x: f32) -> f32 {
+    if acc.is_nan() || (!x.is_nan() && x >= acc) { acc } else { x }
+}
+
+/// The larger of two integers (of any order-total type: `i32`, `i64`, `u64`).
+#[inline]
+pub fn max_int<T: Ord>(acc: T, x: T) -> T {
+    acc.max(x)
+}
+
+/// The smaller of two integers (of any order-total type: `i32`, `i64`, `u64`).
+#[inline]
+pub fn min_int<T: Ord>(acc: T, x: T) -> T {
+    acc.min(x)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,6 +98,21 @@ mod tests {
         let first = f64::from_bits(0x7ff8_0000_0000_0001);
         let second = f64::from_bits(0x7ff8_0000_0000_0002);
         assert_eq!(max_f64(first, second).to_bits(), first.to_bits());
+    }
+
+    #[test]
+    fn min_mirrors_max_and_single_precision_keeps_the_same_rules() {
+        assert!(min_f64(f64::NAN, 1.0).is_nan() && min_f64(1.0, f64::NAN).is_nan());
+        assert_eq!((min_f64(1.0, 2.0), min_f64(2.0, 1.0)), (1.0, 1.0));
+        assert!(min_f64(0.0, -0.0).is_sign_positive() && min_f64(-0.0, 0.0).is_sign_negative());
+        let first = f32::from_bits(0x7fc0_0001);
+        assert_eq!(max_f32(first, f32::from_bits(0x7fc0_0002)).to_bits(), first.to_bits());
+        assert_eq!(min_f32(first, f32::NAN).to_bits(), first.to_bits());
+        assert!(max_f32(1.0, f32::NAN).is_nan() && min_f32(1.0, f32::NAN).is_nan());
+        assert_eq!((max_f32(-1.0, 3.0), min_f32(-1.0, 3.0)), (3.0, -1.0));
+        assert_eq!((max_int(3u64, 9), min_int(-3i32, 9)), (9, -3));
+        assert_eq!((sum_i32(i32::MAX, 1), sum_u64(u64::MAX, 2)), (i32::MIN, 1));
+        assert_eq!(sum_f32(0.1, 0.2), 0.1f32 + 0.2f32);
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //!
 //! The trait is object safe: trainers hold a `Box<dyn Collective>` and do not care whether it is
 //! [`LocalCollective`] or a network backend such as silvic-net's `TcpCollective`.
+//! [`TrainerCollective`] adds the op set other trainers need (LightGBM's reduce-scatter over
+//! records, XGBoost's broadcast and variable-length allgather, reductions of more element
+//! types); it extends [`Collective`], so a `Box<dyn TrainerCollective>` calls both.
 //!
 //! ```
 //! use silvic_core::{Collective, LocalCollective};
@@ -35,7 +38,10 @@
 mod error;
 pub mod fold;
 
-pub use error::{CollectiveError, Op, RoundedDuration};
+mod trainer;
+
+pub use error::{CollectiveError, Dtype, Op, Reduction, RoundedDuration};
+pub use trainer::{Numbers, RecordFold, TrainerCollective, block_bounds};
 
 /// A group of ranks that reduce and gather buffers together.
 ///
@@ -106,9 +112,79 @@ impl Collective for LocalCollective {
     }
 }
 
+impl TrainerCollective for LocalCollective {
+    fn allreduce(
+        &mut self,
+        _buf: Numbers<'_>,
+        _reduction: Reduction,
+    ) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+
+    fn reduce_scatter_records(
+        &mut self,
+        buf: &mut [u8],
+        blocks: &[usize],
+        record: usize,
+        _fold: RecordFold<'_>,
+    ) -> Result<(), CollectiveError> {
+        block_bounds(buf.len(), blocks, record, 1).map(|_| ())
+    }
+
+    fn allreduce_records(
+        &mut self,
+        buf: &mut [u8],
+        record: usize,
+        _fold: RecordFold<'_>,
+    ) -> Result<(), CollectiveError> {
+        block_bounds(buf.len(), &[buf.len()], record, 1).map(|_| ())
+    }
+
+    fn allgather_blocks(
+        &mut self,
+        buf: &mut [u8],
+        blocks: &[usize],
+    ) -> Result<(), CollectiveError> {
+        block_bounds(buf.len(), blocks, 1, 1).map(|_| ())
+    }
+
+    fn allgather_varlen(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+        Ok(vec![local.to_vec()])
+    }
+
+    fn broadcast_bytes(&mut self, _buf: &mut Vec<u8>, root: usize) -> Result<(), CollectiveError> {
+        trainer::check_root(root, 1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_trainer_ops_return_their_input_and_check_their_arguments() {
+        let mut local = LocalCollective;
+        let mut halves = [1.5f32, f32::NAN];
+        local.allreduce(Numbers::F32(&mut halves), Reduction::Min).unwrap();
+        assert_eq!(halves[0], 1.5);
+        let fold: &dyn Fn(&mut [u8], &[u8]) = &|acc, next| acc.copy_from_slice(next);
+        let mut records = vec![7u8; 12];
+        local.reduce_scatter_records(&mut records, &[12], 4, fold).unwrap();
+        local.allreduce_records(&mut records, 3, fold).unwrap();
+        assert_eq!(records, [7; 12]);
+        let bad = local.reduce_scatter_records(&mut records, &[12], 5, fold).unwrap_err();
+        assert_eq!(bad.kind(), "invalid_argument", "{bad}");
+        assert!(local.reduce_scatter_records(&mut records, &[8], 4, fold).is_err());
+        assert!(local.reduce_scatter_records(&mut records, &[4, 8], 4, fold).is_err());
+        assert_eq!(local.allgather_varlen(b"abc").unwrap(), [b"abc".to_vec()]);
+        local.allgather_blocks(&mut records, &[12]).unwrap();
+        assert!(local.allgather_blocks(&mut records, &[11]).is_err());
+        let mut root = b"model".to_vec();
+        local.broadcast_bytes(&mut root, 0).unwrap();
+        assert_eq!(root, b"model");
+        let outside = local.broadcast_bytes(&mut root, 1).unwrap_err();
+        assert_eq!(outside.peer(), None, "{outside}");
+    }
 
     #[test]
     fn local_collective_returns_its_input() {
@@ -130,5 +206,9 @@ mod tests {
     fn collective_is_object_safe_and_send() {
         fn takes(_: Box<dyn Collective>) {}
         takes(Box::new(LocalCollective));
+        fn widens(mut all: Box<dyn TrainerCollective>) -> usize {
+            all.allgather_bytes(b"").unwrap().len()
+        }
+        assert_eq!(widens(Box::new(LocalCollective)), 1);
     }
 }

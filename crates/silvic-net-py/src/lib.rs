@@ -30,18 +30,23 @@
 //! `silvic_net.ray` helpers), and no way to interrupt a blocked call from Python (Ctrl-C is seen
 //! when the call returns, which the timeout bounds).
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+// Only `lightgbm`, the boundary LightGBM's C++ calls across, reads raw pointers.
+#![deny(unsafe_code)]
 
+mod buffers;
 mod errors;
+mod lightgbm;
+mod trainer;
 
 use std::time::Duration;
 
-use numpy::{Element, PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray};
-use numpy::{PyReadwriteArray1, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use numpy::Element;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use silvic_net::Collective;
+
+use buffers::{ReadOnlyWhileInUse, writeable};
 
 /// A bound listening socket, to be handed to TcpCollective.connect once.
 ///
@@ -78,7 +83,19 @@ impl RingListener {
 #[pyclass(module = "silvic_net")]
 #[derive(Debug)]
 struct TcpCollective {
-    inner: silvic_net::TcpCollective,
+    /// `None` while the ring is LightGBM's network (`silvic_net.lightgbm.network`).
+    inner: Option<silvic_net::TcpCollective>,
+}
+
+impl TcpCollective {
+    /// The ring, unless a `silvic_net.lightgbm.network` block holds it.
+    fn ring(&mut self) -> PyResult<&mut silvic_net::TcpCollective> {
+        self.inner.as_mut().ok_or_else(lightgbm::lent)
+    }
+
+    fn ring_ref(&self) -> PyResult<&silvic_net::TcpCollective> {
+        self.inner.as_ref().ok_or_else(lightgbm::lent)
+    }
 }
 
 /// A ring's progress, readable from any thread while its collective runs; from
@@ -130,70 +147,6 @@ fn seconds(name: &str, value: f64) -> PyResult<Duration> {
     })
 }
 
-/// Borrows `buf` as a writeable 1-D C-contiguous array of `T`, or says why it is not one.
-fn writeable<'py, T: Element>(
-    buf: &Bound<'py, PyAny>,
-    op: &str,
-    dtype: &str,
-) -> PyResult<PyReadwriteArray1<'py, T>> {
-    let Ok(array) = buf.cast::<PyUntypedArray>() else {
-        return Err(PyTypeError::new_err(format!(
-            "{op} needs a 1-D numpy array of {dtype}, got {}",
-            buf.get_type().name()?
-        )));
-    };
-    let got = array.dtype();
-    if !got.is_equiv_to(&T::get_dtype(buf.py())) {
-        return Err(PyTypeError::new_err(format!(
-            "{op} needs a numpy array of dtype {dtype}, got dtype {}",
-            got.str()?
-        )));
-    }
-    if array.ndim() != 1 {
-        return Err(PyValueError::new_err(format!(
-            "{op} needs a 1-D array, got {} dimensions (pass a.reshape(-1) of a C-contiguous array)",
-            array.ndim()
-        )));
-    }
-    if !array.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!(
-            "{op} needs a contiguous array, got a strided view (pass numpy.ascontiguousarray(a) \
-             and read the result from it)"
-        )));
-    }
-    let typed = array.cast::<PyArray1<T>>()?;
-    typed.try_readwrite().map_err(|e| match e {
-        numpy::BorrowError::NotWriteable => {
-            PyValueError::new_err(format!("{op} reduces in place and needs a writeable array"))
-        }
-        other => PyRuntimeError::new_err(format!("{op}: {other}")),
-    })
-}
-
-/// Keeps an array read-only to Python while a collective runs on it, and makes it writeable
-/// again when dropped, on every path out of the call. Made only for arrays found writeable.
-struct ReadOnlyWhileInUse<'py> {
-    flags: Bound<'py, PyAny>,
-}
-
-impl<'py> ReadOnlyWhileInUse<'py> {
-    fn new(array: &Bound<'py, PyAny>) -> PyResult<Self> {
-        let flags = array.getattr("flags")?;
-        flags.setattr("writeable", false)?;
-        Ok(ReadOnlyWhileInUse { flags })
-    }
-}
-
-impl Drop for ReadOnlyWhileInUse<'_> {
-    fn drop(&mut self) {
-        // The array was writeable when the call began, so this fails only if another thread
-        // took its base's write access away meanwhile: report it, as a destructor can.
-        if let Err(e) = self.flags.setattr("writeable", true) {
-            e.write_unraisable(self.flags.py(), Some(&self.flags));
-        }
-    }
-}
-
 /// A `range` (step 1, not empty) or an inclusive `(first, last)` tuple of ports.
 fn port_range(ports: &Bound<'_, PyAny>) -> PyResult<std::ops::RangeInclusive<u16>> {
     let bad = || {
@@ -232,7 +185,7 @@ impl TcpCollective {
             .as_slice_mut()
             .map_err(|e| PyValueError::new_err(format!("{op} needs a contiguous array: {e}")))?;
         let _read_only = ReadOnlyWhileInUse::new(buf)?;
-        let inner = &mut self.inner;
+        let inner = self.ring()?;
         py.detach(|| reduce(inner, slice)).map_err(|e| errors::collective(py, &e))
     }
 }
@@ -313,7 +266,7 @@ impl TcpCollective {
         let timeout = seconds("timeout", timeout)?;
         reread_logging_levels();
         py.detach(|| silvic_net::TcpCollective::from_env(timeout))
-            .map(|inner| TcpCollective { inner })
+            .map(|inner| TcpCollective { inner: Some(inner) })
             .map_err(|e| errors::connect(py, &e))
     }
 
@@ -350,40 +303,41 @@ impl TcpCollective {
         py.detach(|| {
             silvic_net::TcpCollective::connect(taken, rank, &addresses, &job_token, timeout)
         })
-        .map(|inner| TcpCollective { inner })
+        .map(|inner| TcpCollective { inner: Some(inner) })
         .map_err(|e| errors::connect(py, &e))
     }
 
     /// Sets how long later collectives wait (seconds) on a peer that makes no progress: an
     /// inactivity bound, not a deadline for the whole call. Zero is taken as one millisecond.
     fn set_timeout(&mut self, timeout: f64) -> PyResult<()> {
-        self.inner.set_timeout(seconds("timeout", timeout)?);
+        let timeout = seconds("timeout", timeout)?;
+        self.ring()?.set_timeout(timeout);
         Ok(())
     }
 
     /// The current collective timeout, in seconds.
     #[getter]
-    fn timeout(&self) -> f64 {
-        self.inner.timeout().as_secs_f64()
+    fn timeout(&self) -> PyResult<f64> {
+        Ok(self.ring_ref()?.timeout().as_secs_f64())
     }
 
     /// This rank, from 0 to world_size - 1.
     #[getter]
-    fn rank(&self) -> usize {
-        self.inner.rank()
+    fn rank(&self) -> PyResult<usize> {
+        Ok(self.ring_ref()?.rank())
     }
 
     /// The number of ranks in the ring.
     #[getter]
-    fn world_size(&self) -> usize {
-        self.inner.world_size()
+    fn world_size(&self) -> PyResult<usize> {
+        Ok(self.ring_ref()?.world_size())
     }
 
     /// What this ring has done since connect, as a dict: "collectives" (calls that returned),
     /// "bytes_sent" and "bytes_received" (ints), and "waited_left" and "waited_right" (seconds
     /// spent waiting on each neighbour, floats).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.stats();
+        let s = self.ring_ref()?.stats();
         let out = PyDict::new(py);
         out.set_item("collectives", s.collectives)?;
         out.set_item("bytes_sent", s.bytes_sent)?;
@@ -395,9 +349,10 @@ impl TcpCollective {
 
     /// A handle that shows, from any thread and while a collective runs, which collective this
     /// rank is in and since when (see RingWatch.progress). Take it on the ring's own thread,
-    /// before handing the watch to another.
-    fn watch(&self) -> RingWatch {
-        RingWatch { inner: self.inner.watch() }
+    /// before handing the watch to another (a watch taken before the ring is lent to LightGBM
+    /// goes on showing its calls).
+    fn watch(&self) -> PyResult<RingWatch> {
+        Ok(RingWatch { inner: self.ring_ref()?.watch() })
     }
 
     /// Sums buf (1-D C-contiguous writeable numpy float64) across ranks, in place.
@@ -433,14 +388,83 @@ impl TcpCollective {
         py: Python<'py>,
         local: &[u8],
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let inner = &mut self.inner;
+        let inner = self.ring()?;
         let blocks =
             py.detach(|| inner.allgather_bytes(local)).map_err(|e| errors::collective(py, &e))?;
         Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
     }
 
+    /// Reduces buf (numpy float32, float64, int32, int64 or uint64) in place: op "sum", "min"
+    /// or "max". Raises TypeError or ValueError for a bad array or op, before anything is sent.
+    #[pyo3(name = "allreduce")]
+    fn allreduce_typed(
+        &mut self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        op: &str,
+    ) -> PyResult<()> {
+        trainer::allreduce(self.ring()?, py, buf, op)
+    }
+
+    /// This rank's block of data folded over every rank with fold(acc, next) -> bytes.
+    fn reduce_scatter_records<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &[u8],
+        blocks: Vec<usize>,
+        record: usize,
+        fold: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        trainer::reduce_scatter_records(self.ring()?, py, data, blocks, record, fold)
+    }
+
+    /// data (record-byte records) folded over every rank with fold(acc, next) -> bytes.
+    fn allreduce_records<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &[u8],
+        record: usize,
+        fold: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        trainer::allreduce_records(self.ring()?, py, data, record, fold)
+    }
+
+    /// Every rank's bytes, as a list indexed by rank; each rank may pass any length.
+    fn allgather_varlen<'py>(
+        &mut self,
+        py: Python<'py>,
+        local: &[u8],
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        trainer::allgather_varlen(self.ring()?, py, local)
+    }
+
+    /// Every rank's block, end to end, given every rank's length and this rank's bytes.
+    fn allgather_blocks<'py>(
+        &mut self,
+        py: Python<'py>,
+        local: &[u8],
+        blocks: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        trainer::allgather_blocks(self.ring()?, py, local, blocks)
+    }
+
+    /// Rank root's data, on every rank (what other ranks pass is discarded).
+    fn broadcast_bytes<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &[u8],
+        root: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        trainer::broadcast_bytes(self.ring()?, py, data, root)
+    }
+
     fn __repr__(&self) -> String {
-        format!("TcpCollective(rank={}, world_size={})", self.inner.rank(), self.inner.world_size())
+        match &self.inner {
+            Some(ring) => {
+                format!("TcpCollective(rank={}, world_size={})", ring.rank(), ring.world_size())
+            }
+            None => "TcpCollective(lent to LightGBM)".to_string(),
+        }
     }
 }
 
@@ -456,6 +480,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CollectiveError", py.get_type::<errors::CollectiveError>())?;
     m.add("ConnectError", py.get_type::<errors::ConnectError>())?;
     m.add("LIVENESS", silvic_net::LIVENESS.as_secs_f64())?;
+    lightgbm::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Another extension in this process may have installed the `log` logger first: then the
     // events go wherever it sends them, and importing this module still succeeds.

@@ -5,11 +5,14 @@
 //! what rank 0 sends is dropped. No socket, no clock.
 //! [`gather_limit`] tells the tests where the cost model cuts between the two paths.
 
-use silvic_core::{CollectiveError, Op, fold};
+use silvic_core::{CollectiveError, Numbers, Op, Reduction, fold};
 
 use crate::link::replay::SliceLink;
 use crate::ring::Link;
-use crate::ring::run::{self, Call, Element, Scratch};
+use crate::ring::{Call, Element, Scratch};
+
+/// A record fold as a plain function (see `silvic_core::RecordFold`).
+pub type RecordFn = fn(&mut [u8], &[u8]);
 
 /// The buffer of one collective, which also says which one.
 #[derive(Debug)]
@@ -22,6 +25,19 @@ pub enum Buffer<'a> {
     MaxF64(&'a mut [f64]),
     /// `allgather_bytes` of this block.
     Gather(&'a [u8]),
+    /// `TrainerCollective::allreduce` of these numbers with this reduction.
+    Typed(Numbers<'a>, Reduction),
+    /// `reduce_scatter_records` of this buffer, cut into these blocks of records of this size,
+    /// with this fold.
+    Records(&'a mut [u8], &'a [usize], usize, RecordFn),
+    /// `allreduce_records` of this buffer of records of this size, with this fold.
+    RecordsAllreduce(&'a mut [u8], usize, RecordFn),
+    /// `allgather_varlen` of this block.
+    Varlen(&'a [u8]),
+    /// `broadcast_bytes` of this buffer from this root.
+    Broadcast(&'a mut Vec<u8>, usize),
+    /// `allgather_blocks` of this buffer cut into these blocks.
+    Blocks(&'a mut [u8], &'a [usize]),
 }
 
 /// Which path an allreduce of a replay takes.
@@ -38,7 +54,7 @@ pub enum Path {
 /// Runs one collective (sequence number 0) as rank 0 of `world` (at least 2), an allreduce on
 /// `path`, the left neighbour's frames (rank `world - 1`, the rightward way) read from `left`
 /// and the right neighbour's (rank 1, the leftward way) from `right`. Returns the gathered
-/// blocks for a gather, `None` for a reduction (done in place).
+/// blocks for a gather (either kind), `None` for a reduction or a broadcast (done in place).
 ///
 /// # Panics
 ///
@@ -67,8 +83,48 @@ pub fn replay(
         Buffer::Gather(local) => {
             let mut blocks = vec![Vec::new(); world];
             blocks[0] = local.to_vec();
-            run::allgather(&mut link, call(Op::AllgatherBytes), local.len() as u64, &mut blocks)
-                .map(|()| Some(blocks))
+            crate::ring::allgather(
+                &mut link,
+                call(Op::AllgatherBytes),
+                local.len() as u64,
+                &mut blocks,
+            )
+            .map(|()| Some(blocks))
+        }
+        Buffer::Typed(numbers, reduction) => {
+            let op = Op::allreduce(reduction, numbers.dtype());
+            crate::ring::allreduce_numbers(&mut link, call(op), numbers, reduction, &mut scratch)
+                .map(|()| None)
+        }
+        Buffer::Records(b, blocks, record, f) => {
+            let call = call(Op::ReduceScatterRecords);
+            crate::ring::records::reduce_scatter_records(
+                &mut link,
+                call,
+                b,
+                blocks,
+                record,
+                &f,
+                &mut scratch,
+            )
+            .map(|()| None)
+        }
+        Buffer::RecordsAllreduce(b, record, f) => {
+            let call = call(Op::AllreduceRecords);
+            crate::ring::records::allreduce_records(&mut link, call, b, record, &f, &mut scratch)
+                .map(|()| None)
+        }
+        Buffer::Varlen(local) => {
+            crate::ring::varlen::allgather_varlen(&mut link, call(Op::AllgatherVarlen), local)
+                .map(Some)
+        }
+        Buffer::Blocks(b, blocks) => {
+            crate::ring::records::allgather_blocks(&mut link, call(Op::AllgatherBlocks), b, blocks)
+                .map(|()| None)
+        }
+        Buffer::Broadcast(b, root) => {
+            crate::ring::varlen::broadcast(&mut link, call(Op::BroadcastBytes), b, root)
+                .map(|()| None)
         }
     }
 }
@@ -82,8 +138,8 @@ fn reduce<T: Element, C: Fn(T, T) -> T + Copy>(
     scratch: &mut Scratch,
 ) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
     match path {
-        Path::Chosen => run::allreduce(link, call, buf, combine, scratch),
-        Path::Ring => run::ring_allreduce(link, call, buf, combine, scratch),
+        Path::Chosen => crate::ring::allreduce(link, call, buf, combine, scratch),
+        Path::Ring => crate::ring::ring_path::ring_allreduce(link, call, buf, combine, scratch),
     }
     .map(|()| None)
 }

@@ -115,6 +115,7 @@ mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod tcp;
+mod trainer;
 mod wait;
 
 pub use bind::BindOptions;
@@ -129,6 +130,9 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../../../docs/cluster.md")]
 pub struct ClusterDocDoctests;
 pub use liveness::LIVENESS;
-pub use silvic_core::{Collective, CollectiveError, LocalCollective, Op};
+pub use silvic_core::{
+    Collective, CollectiveError, Dtype, LocalCollective, Numbers, Op, RecordFold, Reduction,
+    TrainerCollective,
+};
 pub use stats::{CurrentCall, Progress, RingStats, RingWatch};
 pub use tcp::{RingListener, TcpCollective};

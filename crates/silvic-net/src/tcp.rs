@@ -16,7 +16,7 @@ use crate::error::ConnectError;
 use crate::link::{Place, TcpRing};
 use crate::liveness;
 use crate::rendezvous::{Plan, rendezvous};
-use crate::ring::run::{self, Call, Element, Scratch};
+use crate::ring::{Call, Element, Scratch};
 use crate::stats::{RingStats, RingWatch};
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
@@ -53,8 +53,8 @@ impl RingListener {
 /// ```
 #[derive(Debug)]
 pub struct TcpCollective {
-    rank: usize,
-    world: usize,
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
     /// Index of the next collective since connect.
     seq: u64,
     timeout: Duration,
@@ -304,26 +304,31 @@ impl TcpCollective {
         self.watch.clone()
     }
 
-    /// Runs one collective (`call`), showing it on the watch from start to return.
-    fn watched<R>(
+    /// Answers one collective in a world of one (`local`, no I/O), counting it and showing it
+    /// on the watch as [`TcpCollective::run`] does for a ring.
+    pub(crate) fn alone<R>(
         &mut self,
         op: Op,
-        call: impl FnOnce(&mut Self) -> Result<R, CollectiveError>,
+        local: impl FnOnce() -> Result<R, CollectiveError>,
     ) -> Result<R, CollectiveError> {
         self.watch.begin(op, Instant::now());
-        let result = call(self);
+        let result = local();
+        self.done += u64::from(result.is_ok());
         self.watch.end(result.is_ok(), Instant::now());
         result
     }
 
-    /// Runs one collective on the ring, recording a failure so that it sticks.
-    fn run<R>(
+    /// Runs one collective on the ring, recording a failure so that it sticks, and showing the
+    /// call on the watch from start to return.
+    pub(crate) fn run<R>(
         &mut self,
         op: Op,
         bytes: usize,
         body: impl FnOnce(&mut TcpRing, u64, &mut Scratch) -> Result<R, CollectiveError>,
     ) -> Result<R, CollectiveError> {
+        self.watch.begin(op, Instant::now());
         if let Some(error) = &self.failed {
+            self.watch.end(false, Instant::now());
             return Err(error.clone());
         }
         let seq = self.seq;
@@ -338,31 +343,66 @@ impl TcpCollective {
         )
         .entered();
         let ring = self.ring.as_mut().expect("a world of more than one has a ring");
-        let result = body(ring, seq, &mut self.scratch).inspect_err(|error| {
+        let rank = self.rank;
+        let result = body(ring, seq, &mut self.scratch).map_err(|error| {
             warn!(%error, "collective failed; closing the ring");
-            ring.abort(self.rank, error, seq);
-            self.failed = Some(error.clone());
+            // The neighbours hear what happened as this rank heard it; the caller gets this
+            // rank's own view of it, which never names this rank as its peer.
+            ring.abort(rank, &error, seq);
+            as_seen_by(rank, error)
         });
+        if let Err(error) = &result {
+            self.failed = Some(error.clone());
+        }
         self.done += u64::from(result.is_ok());
+        self.watch.end(result.is_ok(), Instant::now());
         result
     }
 
-    fn allreduce<T: Element>(
+    fn reduce_elements<T: Element>(
         &mut self,
         op: Op,
         buf: &mut [T],
         combine: impl Fn(T, T) -> T + Copy,
     ) -> Result<(), CollectiveError> {
-        self.watched(op, |this| {
-            if this.world == 1 {
-                this.done += 1;
-                return Ok(());
-            }
-            let (rank, world) = (this.rank, this.world);
-            this.run(op, size_of_val(buf), |ring, seq, scratch| {
-                run::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
-            })
+        if self.world == 1 {
+            return self.alone(op, || Ok(()));
+        }
+        let (rank, world) = (self.rank, self.world);
+        self.run(op, size_of_val(buf), |ring, seq, scratch| {
+            crate::ring::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
         })
+    }
+}
+
+/// A failure as rank `rank` reports it to its caller: `peer()` names another rank, never
+/// `rank` (SPEC). An abort relayed from `origin` whose cause names this rank (the origin found
+/// this rank's buffer of another length, or this rank in another call) becomes the same
+/// mismatch seen from here, naming the origin; any other cause naming this rank (the origin
+/// timed out on it, or lost its stream) becomes the origin closing its streams to this rank, the
+/// one thing this rank saw of it (the origin's own error is in the log line before). Every
+/// other error is kept as it is.
+fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
+    let CollectiveError::Aborted { origin, cause } = error else {
+        return error;
+    };
+    if cause.peer() != Some(rank) || origin == rank {
+        return CollectiveError::Aborted { origin, cause };
+    }
+    match *cause {
+        CollectiveError::LengthMismatch { expected, got, .. } => {
+            CollectiveError::LengthMismatch { peer: origin, expected: got, got: expected }
+        }
+        CollectiveError::OutOfStep { expected_op, expected_seq, got_op, got_seq, .. } => {
+            CollectiveError::OutOfStep {
+                peer: origin,
+                expected_op: got_op,
+                expected_seq: got_seq,
+                got_op: expected_op,
+                got_seq: expected_seq,
+            }
+        }
+        _ => CollectiveError::PeerClosed { peer: origin },
     }
 }
 
@@ -377,31 +417,71 @@ impl Collective for TcpCollective {
     }
 
     fn allreduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<(), CollectiveError> {
-        self.allreduce(Op::AllreduceSumF64, buf, fold::sum_f64)
+        self.reduce_elements(Op::AllreduceSumF64, buf, fold::sum_f64)
     }
 
     fn allreduce_sum_i64(&mut self, buf: &mut [i64]) -> Result<(), CollectiveError> {
-        self.allreduce(Op::AllreduceSumI64, buf, fold::sum_i64)
+        self.reduce_elements(Op::AllreduceSumI64, buf, fold::sum_i64)
     }
 
     fn allreduce_max_f64(&mut self, buf: &mut [f64]) -> Result<(), CollectiveError> {
-        self.allreduce(Op::AllreduceMaxF64, buf, fold::max_f64)
+        self.reduce_elements(Op::AllreduceMaxF64, buf, fold::max_f64)
     }
 
     fn allgather_bytes(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
-        self.watched(Op::AllgatherBytes, |this| {
-            if this.world == 1 {
-                this.done += 1;
-                return Ok(vec![local.to_vec()]);
-            }
-            let (rank, world) = (this.rank, this.world);
-            this.run(Op::AllgatherBytes, local.len(), |ring, seq, _| {
-                let mut blocks = vec![Vec::new(); world];
-                blocks[rank] = local.to_vec();
-                let call = Call { rank, world, op: Op::AllgatherBytes, seq };
-                run::allgather(ring, call, local.len() as u64, &mut blocks)?;
-                Ok(blocks)
-            })
+        if self.world == 1 {
+            return self.alone(Op::AllgatherBytes, || Ok(vec![local.to_vec()]));
+        }
+        let (rank, world) = (self.rank, self.world);
+        self.run(Op::AllgatherBytes, local.len(), |ring, seq, _| {
+            let mut blocks = vec![Vec::new(); world];
+            blocks[rank] = local.to_vec();
+            let call = Call { rank, world, op: Op::AllgatherBytes, seq };
+            crate::ring::allgather(ring, call, local.len() as u64, &mut blocks)?;
+            Ok(blocks)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relayed(origin: usize, cause: CollectiveError) -> CollectiveError {
+        CollectiveError::Aborted { origin, cause: Box::new(cause) }
+    }
+
+    #[test]
+    fn a_relayed_error_naming_this_rank_names_the_origin_instead() {
+        let mismatch = CollectiveError::LengthMismatch { peer: 2, expected: 8, got: 16 };
+        assert_eq!(
+            as_seen_by(2, relayed(0, mismatch.clone())),
+            CollectiveError::LengthMismatch { peer: 0, expected: 16, got: 8 }
+        );
+        let step = CollectiveError::OutOfStep {
+            peer: 2,
+            expected_op: Op::AllreduceSumF64,
+            expected_seq: 4,
+            got_op: Op::AllgatherBytes,
+            got_seq: 5,
+        };
+        assert_eq!(
+            as_seen_by(2, relayed(1, step)),
+            CollectiveError::OutOfStep {
+                peer: 1,
+                expected_op: Op::AllgatherBytes,
+                expected_seq: 5,
+                got_op: Op::AllreduceSumF64,
+                got_seq: 4,
+            }
+        );
+        let timeout = CollectiveError::Timeout { peer: 2, waited: Duration::from_secs(3) };
+        assert_eq!(as_seen_by(2, relayed(1, timeout)), CollectiveError::PeerClosed { peer: 1 });
+        // Anything that names another rank is kept as it is.
+        for kept in
+            [relayed(0, mismatch.clone()), mismatch, CollectiveError::PeerClosed { peer: 1 }]
+        {
+            assert_eq!(as_seen_by(3, kept.clone()), kept);
+        }
     }
 }

@@ -99,6 +99,40 @@ fn ranks_passing_different_lengths_fail_with_a_length_mismatch() {
     }
 }
 
+/// World 3, rank 2's buffer one element longer. Rank 1 calls only once rank 2's call has
+/// failed, so rank 2 hears of the mismatch from rank 0, which found it in rank 2's frame: its
+/// error still names rank 0, never rank 2 itself (a rank is not its own peer), as the mismatch
+/// seen from rank 2. Every rank's `peer()` is another rank.
+#[test]
+fn a_rank_told_of_its_own_mismatch_names_the_origin_not_itself() {
+    let rank_2_failed = Arc::new(Barrier::new(2));
+    let results = ring_of_threads(3, LIMIT, move |rank, mut ring| {
+        let mut buf = vec![1_i64; if rank == 2 { 100_001 } else { 100_000 }];
+        if rank == 1 {
+            rank_2_failed.wait();
+        }
+        let error = ring.allreduce_sum_i64(&mut buf).unwrap_err();
+        if rank == 2 {
+            rank_2_failed.wait();
+        }
+        error
+    });
+    assert_eq!(
+        results[2],
+        CollectiveError::LengthMismatch { peer: 0, expected: 800_008, got: 800_000 },
+        "{}",
+        results[2]
+    );
+    assert_eq!(
+        results[0],
+        CollectiveError::LengthMismatch { peer: 2, expected: 800_000, got: 800_008 }
+    );
+    for (rank, error) in results.iter().enumerate() {
+        let peer = error.peer().unwrap_or_else(|| panic!("rank {rank} names no peer: {error}"));
+        assert_ne!(peer, rank, "rank {rank} names itself: {error}");
+    }
+}
+
 #[test]
 fn allgather_of_different_lengths_fails_on_every_rank() {
     let results = ring_of_threads(3, LIMIT, |rank, mut ring| {

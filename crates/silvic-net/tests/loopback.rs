@@ -1,7 +1,7 @@
 //! Rings of threads on loopback: every op, world sizes 1 to 8, lengths around every boundary
 //! (the 4 KiB floor of the gather path and the cut the cost model picks for each world).
 //! Results must equal a sequential reference in fold order, bit for bit, on every rank and run.
-//! Worlds up to 16 at every cut run over in-memory links in the crate's own tests (ring/run.rs).
+//! Worlds up to 16 at every cut run over the in-memory driver in the crate's own tests (src/ring/).
 
 mod common;
 

@@ -1,6 +1,6 @@
 """Type stubs of the native module; import from ``silvic_net``."""
 
-from typing import Final, Optional, Sequence, Tuple, Union, final
+from typing import Callable, Final, Literal, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,8 @@ __all__ = [
     "ConnectError",
     "LIVENESS",
     "__version__",
+    "_lightgbm_lend",
+    "_lightgbm_return",
 ]
 
 __version__: Final[str]
@@ -61,6 +63,13 @@ class ConnectError(SilvicError):
     address: Optional[str]
     path: Optional[str]
     reason: Optional[RejectReasonName]
+
+def _lightgbm_lend(ring: TcpCollective) -> Tuple[int, int, int, int]:
+    """Move ``ring`` into LightGBM's network hooks; its rank, world size and the hooks' addresses
+    (use :func:`silvic_net.lightgbm.network`)."""
+
+def _lightgbm_return(ring: TcpCollective) -> None:
+    """Move the ring lent by :func:`_lightgbm_lend` back into ``ring``."""
 
 @final
 class RingListener:
@@ -170,3 +179,55 @@ class TcpCollective:
 
     def allgather_bytes(self, local: bytes) -> list[bytes]:
         """Every rank's ``local``, indexed by rank. Every rank passes the same length."""
+
+    def allreduce(
+        self,
+        buf: Union[
+            npt.NDArray[np.float32],
+            npt.NDArray[np.float64],
+            npt.NDArray[np.int32],
+            npt.NDArray[np.int64],
+            npt.NDArray[np.uint64],
+        ],
+        op: Literal["sum", "min", "max"],
+    ) -> None:
+        """Reduce ``buf`` (1-D, C-contiguous, writeable; float32, float64, int32, int64 or
+        uint64) across ranks in place. Sums of floats fold in the ring's fixed rank order, so
+        every rank gets the same bits; integer sums wrap; min and max of floats propagate NaN.
+        A sum of float64 is the same op as :meth:`allreduce_sum_f64` (and so for the other two
+        pinned ones). Raises ``TypeError``/``ValueError`` for a bad array or op, before anything
+        is sent."""
+
+    def reduce_scatter_records(
+        self,
+        data: bytes,
+        blocks: Sequence[int],
+        record: int,
+        fold: Callable[[bytes, bytes], bytes],
+    ) -> bytes:
+        """This rank's block of ``data`` folded over every rank.
+
+        ``data`` is cut into ``blocks`` (one length in bytes per rank, end to end, each a whole
+        number of ``record``-byte records, possibly none); rank ``i`` gets block ``i`` folded,
+        record by record, over ranks ``i + 1, i + 2, ..., i`` (mod world):
+        ``acc = fold(acc, next)``, where ``fold`` gets runs of whole records as bytes and returns
+        the folded accumulator (the same length). The GIL is taken for each call of ``fold``.
+        If ``fold`` raises, the ring still finishes in step and its first error is raised.
+        """
+
+    def allreduce_records(
+        self, data: bytes, record: int, fold: Callable[[bytes, bytes], bytes]
+    ) -> bytes:
+        """``data`` (whole ``record``-byte records) folded over every rank: one block of records
+        per rank folded as :meth:`reduce_scatter_records` does, then gathered."""
+
+    def allgather_varlen(self, local: bytes) -> list[bytes]:
+        """Every rank's ``local``, indexed by rank; each rank may pass any length."""
+
+    def allgather_blocks(self, local: bytes, blocks: Sequence[int]) -> bytes:
+        """Every rank's block, end to end, when every rank knows every length: ``blocks`` holds
+        one length per rank (the same on every rank), ``local`` this rank's bytes. One round of
+        frames, where :meth:`allgather_varlen` first learns the lengths."""
+
+    def broadcast_bytes(self, data: bytes, root: int) -> bytes:
+        """Rank ``root``'s ``data``, on every rank (what the other ranks pass is discarded)."""

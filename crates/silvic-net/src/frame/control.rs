@@ -31,6 +31,7 @@ use super::{
 /// | 4 out of step | expected op, expected seq | got op, got seq | empty |
 /// | 5 length mismatch | 0, expected bytes | 0, got bytes | empty |
 /// | 6 malformed frame | 0, 0 | 0, 0 | the reason |
+/// | 7 invalid argument (`peer` is `u32::MAX`: the origin's own call) | 0, 0 | 0, 0 | the reason |
 ///
 /// A field a cause does not use is zero, and [`Abort::decode`] rejects anything else, so every
 /// accepted payload is the one encoding of its abort. Ranks are checked below the world size;
@@ -49,6 +50,9 @@ const CAUSE_TIMEOUT: u8 = 3;
 const CAUSE_OUT_OF_STEP: u8 = 4;
 const CAUSE_LENGTH: u8 = 5;
 const CAUSE_MALFORMED: u8 = 6;
+const CAUSE_ARGUMENT: u8 = 7;
+/// The peer field of a cause that names no peer.
+const NO_PEER: u32 = u32::MAX;
 
 /// The fields of an abort payload, as they sit on the wire.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +119,7 @@ impl Abort {
         let op = |op: Op| Kind::Data(op).to_byte();
         let mut f = AbortFields {
             origin: rank_field(self.origin),
-            peer: self.cause.peer().map_or(u32::MAX, rank_field),
+            peer: self.cause.peer().map_or(NO_PEER, rank_field),
             ..AbortFields::default()
         };
         let message = match &self.cause {
@@ -145,6 +149,10 @@ impl Abort {
             }
             CollectiveError::MalformedFrame { reason, .. } => {
                 f.cause = CAUSE_MALFORMED;
+                reason.clone()
+            }
+            CollectiveError::InvalidArgument { reason } => {
+                f.cause = CAUSE_ARGUMENT;
                 reason.clone()
             }
             other => {
@@ -194,12 +202,17 @@ impl Abort {
             return Err(FrameError::BadAbort);
         }
         let origin = rank_of(f.origin, world)?;
-        let peer = rank_of(f.peer, world)?;
+        // Only an argument error names no peer, and it never names one.
+        let peer = match (f.cause, f.peer) {
+            (CAUSE_ARGUMENT, NO_PEER) => 0,
+            (CAUSE_ARGUMENT, _) => return Err(FrameError::BadAbort),
+            _ => rank_of(f.peer, world)?,
+        };
         let raw = &payload[ABORT_FIXED_LEN..];
         let message = escape_controls(&String::from_utf8_lossy(raw));
         // What each cause uses, beyond origin and peer: (ops, a, b, message).
         let uses = match f.cause {
-            CAUSE_IO | CAUSE_MALFORMED => (false, false, false, true),
+            CAUSE_IO | CAUSE_MALFORMED | CAUSE_ARGUMENT => (false, false, false, true),
             CAUSE_CLOSED => (false, false, false, false),
             CAUSE_TIMEOUT => (false, true, false, false),
             CAUSE_OUT_OF_STEP => (true, true, true, false),
@@ -229,6 +242,7 @@ impl Abort {
                 got_seq: f.b,
             },
             CAUSE_LENGTH => CollectiveError::LengthMismatch { peer, expected: f.a, got: f.b },
+            CAUSE_ARGUMENT => CollectiveError::InvalidArgument { reason: message },
             _ => CollectiveError::MalformedFrame { peer, reason: message },
         };
         Ok(Abort { origin, cause })
@@ -293,6 +307,14 @@ mod tests {
                 got_seq: 3,
             },
             CollectiveError::MalformedFrame { peer: 2, reason: "ünïcode ok".into() },
+            CollectiveError::OutOfStep {
+                peer: 1,
+                expected_op: Op::ReduceScatterRecords,
+                expected_seq: 2,
+                got_op: Op::allreduce(silvic_core::Reduction::Min, silvic_core::Dtype::F32),
+                got_seq: 2,
+            },
+            CollectiveError::InvalidArgument { reason: "root 9 is not a rank".into() },
         ];
         for cause in causes {
             let abort = Abort { origin: 4, cause };
@@ -302,6 +324,19 @@ mod tests {
             assert_eq!((header.kind, header.seq, header.len), (Kind::Abort, 11, (n - 32) as u64));
             assert_eq!(Abort::decode(&out[HEADER_LEN..n], 8), Ok(abort));
         }
+    }
+
+    #[test]
+    fn only_an_argument_error_names_no_peer() {
+        let mut out = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let bad = CollectiveError::InvalidArgument { reason: "x".into() };
+        let n = Abort { origin: 1, cause: bad }.encode(0, &mut out);
+        let mut named = out;
+        named[HEADER_LEN + 5..HEADER_LEN + 9].copy_from_slice(&1u32.to_be_bytes());
+        assert_eq!(Abort::decode(&named[HEADER_LEN..n], 4), Err(FrameError::BadAbort));
+        let mut unnamed = out;
+        unnamed[HEADER_LEN + 4] = CAUSE_MALFORMED;
+        assert_eq!(Abort::decode(&unnamed[HEADER_LEN..n], 4), Err(FrameError::BadRank(NO_PEER)));
     }
 
     #[test]

@@ -29,7 +29,7 @@
 
 use byteorder::{BigEndian, ByteOrder};
 
-use silvic_core::{CollectiveError, Op};
+use silvic_core::{CollectiveError, Dtype, Op, Reduction};
 
 mod control;
 
@@ -76,6 +76,10 @@ pub enum Kind {
     Waiting,
 }
 
+/// The first kind byte of the typed allreduces: `TYPED + 8 × reduction + dtype`, in the order
+/// of [`Reduction::ALL`] and [`Dtype::ALL`] (the three pinned ones keep bytes 1 to 3).
+const TYPED: u8 = 0x10;
+
 impl Kind {
     fn to_byte(self) -> u8 {
         match self {
@@ -83,6 +87,14 @@ impl Kind {
             Kind::Data(Op::AllreduceSumI64) => 2,
             Kind::Data(Op::AllreduceMaxF64) => 3,
             Kind::Data(Op::AllgatherBytes) => 4,
+            Kind::Data(Op::ReduceScatterRecords) => 5,
+            Kind::Data(Op::AllreduceRecords) => 6,
+            Kind::Data(Op::AllgatherVarlen) => 7,
+            Kind::Data(Op::BroadcastBytes) => 8,
+            Kind::Data(Op::AllgatherBlocks) => 9,
+            Kind::Data(Op::Allreduce { reduction, dtype }) => {
+                TYPED + 8 * reduction as u8 + dtype as u8
+            }
             Kind::Data(_) => unreachable!("every Op has a kind byte"),
             Kind::Abort => ABORT,
             Kind::Waiting => WAITING,
@@ -95,9 +107,21 @@ impl Kind {
             2 => Kind::Data(Op::AllreduceSumI64),
             3 => Kind::Data(Op::AllreduceMaxF64),
             4 => Kind::Data(Op::AllgatherBytes),
+            5 => Kind::Data(Op::ReduceScatterRecords),
+            6 => Kind::Data(Op::AllreduceRecords),
+            7 => Kind::Data(Op::AllgatherVarlen),
+            8 => Kind::Data(Op::BroadcastBytes),
+            9 => Kind::Data(Op::AllgatherBlocks),
             ABORT => Kind::Abort,
             WAITING => Kind::Waiting,
-            _ => return None,
+            _ => {
+                let at = byte.checked_sub(TYPED)?;
+                let reduction = *Reduction::ALL.get(usize::from(at / 8))?;
+                let dtype = *Dtype::ALL.get(usize::from(at % 8))?;
+                let kind = Kind::Data(Op::allreduce(reduction, dtype));
+                // The pinned three have their own bytes; their typed spelling is not a kind.
+                return (kind.to_byte() == byte).then_some(kind);
+            }
         })
     }
 }
@@ -260,12 +284,41 @@ mod tests {
 
     fn all_kinds() -> Vec<Kind> {
         let mut kinds = vec![Kind::Abort];
-        for op in
-            [Op::AllreduceSumF64, Op::AllreduceSumI64, Op::AllreduceMaxF64, Op::AllgatherBytes]
-        {
+        for op in [
+            Op::AllgatherBytes,
+            Op::ReduceScatterRecords,
+            Op::AllreduceRecords,
+            Op::AllgatherVarlen,
+            Op::BroadcastBytes,
+            Op::AllgatherBlocks,
+        ] {
             kinds.push(Kind::Data(op));
         }
+        for reduction in Reduction::ALL {
+            for dtype in Dtype::ALL {
+                kinds.push(Kind::Data(Op::allreduce(reduction, dtype)));
+            }
+        }
         kinds
+    }
+
+    /// Every kind has its own byte, and every byte is one kind or none: the typed spelling of a
+    /// pinned allreduce (`TYPED + 8 × sum + f64`) is refused.
+    #[test]
+    fn kind_bytes_are_one_to_one() {
+        let kinds = all_kinds();
+        let mut bytes: Vec<u8> = kinds.iter().map(|k| k.to_byte()).collect();
+        bytes.sort_unstable();
+        bytes.dedup();
+        assert_eq!(bytes.len(), kinds.len());
+        let decoded = (0..=255u8).filter_map(Kind::from_byte).count();
+        assert_eq!(decoded, kinds.len() + 1, "every kind and the waiting notice");
+        for byte in 0..=255u8 {
+            if let Some(kind) = Kind::from_byte(byte) {
+                assert_eq!(kind.to_byte(), byte);
+            }
+        }
+        assert_eq!(Kind::from_byte(TYPED + 1), None, "sum of f64 is byte 1");
     }
 
     #[test]

@@ -20,7 +20,7 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version. Ranks of different versions reject each other.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use silvic_core::CollectiveError;
 
-use super::reader::{Control, Next, next_control, stream_error};
+use super::reader::{Between, Control, next_control, stream_error};
 use super::{Counted, Side, TcpRing};
 use crate::frame::Waiting;
 use crate::wait::nonblocking;
@@ -90,7 +90,7 @@ impl TcpRing {
             Side::Right => (&self.right, &mut self.ahead_right, self.right_rank),
         };
         let mut src = Counted { stream, bytes: &mut self.stats.bytes_received };
-        while let Some(Ok(Next::Control(control))) =
+        while let Some(Ok(Between::Control(control))) =
             between.then(|| next_control(ahead, &mut src, peer, self.world))
         {
             if let Control::Abort { error, .. } = control {
@@ -114,15 +114,15 @@ impl TcpRing {
             let mut src = Counted { stream: &self.right, bytes: &mut self.stats.bytes_received };
             let failure =
                 match next_control(&mut self.ahead_right, &mut src, self.right_rank, self.world) {
-                    Ok(Next::Blocked) => return Ok(true),
-                    Ok(Next::Data) => return Ok(false),
-                    Ok(Next::Control(Control::Waiting { notice, seq: of })) => {
+                    Ok(Between::Blocked) => return Ok(true),
+                    Ok(Between::Data) => return Ok(false),
+                    Ok(Between::Control(Control::Waiting { notice, seq: of })) => {
                         if of == seq {
                             self.heard_right = Some(Heard { notice, at: Instant::now() });
                         }
                         continue;
                     }
-                    Ok(Next::Control(Control::Abort { seq: of, error })) => {
+                    Ok(Between::Control(Control::Abort { seq: of, error })) => {
                         if of <= seq || writing {
                             return Err(error);
                         }
@@ -147,14 +147,14 @@ impl TcpRing {
         loop {
             let mut src = Counted { stream: &self.left, bytes: &mut self.stats.bytes_received };
             match next_control(&mut self.ahead_left, &mut src, self.left_rank, self.world) {
-                Ok(Next::Blocked) => return Ok(true),
-                Ok(Next::Data) | Err(_) => return Ok(false),
-                Ok(Next::Control(Control::Waiting { notice, seq: of })) => {
+                Ok(Between::Blocked) => return Ok(true),
+                Ok(Between::Data) | Err(_) => return Ok(false),
+                Ok(Between::Control(Control::Waiting { notice, seq: of })) => {
                     if of == seq {
                         self.heard_left = Some(Heard { notice, at: Instant::now() });
                     }
                 }
-                Ok(Next::Control(Control::Abort { seq: of, error })) => {
+                Ok(Between::Control(Control::Abort { seq: of, error })) => {
                     if of == seq {
                         return Err(error);
                     }

@@ -1,7 +1,7 @@
 //! The TCP ring link: moves a collective's plan of frames over two non-blocking sockets, driven
 //! by poll(2).
 //!
-//! Each rank holds two streams. A plan ([`Plan`]) has a rightward way (frames written to the
+//! Each rank holds two streams. A plan ([`FramePlan`]) has a rightward way (frames written to the
 //! right neighbour, as many read from the left) and a leftward way (written to the left, read
 //! from the right; empty in a world of two), so data frames may travel both directions of both
 //! streams. Every frame moves the moment the plan lets it: a frame goes out once the
@@ -52,10 +52,9 @@ use rustix::event::{PollFd, PollFlags};
 use silvic_core::CollectiveError;
 use tracing::warn;
 
-use crate::frame::{Abort, Dir, HEADER_LEN, MAX_ABORT_LEN, Waiting};
+use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN, Waiting};
 use crate::liveness::Liveness;
-use crate::ring::run::Call;
-use crate::ring::{Link, Plan};
+use crate::ring::seam::{Call, FramePlan, Link, Route};
 use crate::stats::RingStats;
 use crate::wait::wait;
 
@@ -161,8 +160,8 @@ impl TcpRing {
             right,
             rank,
             world,
-            left_rank: (rank + world - 1) % world,
-            right_rank: (rank + 1) % world,
+            left_rank: Route::RIGHTWARD.receives_from(rank, world),
+            right_rank: Route::RIGHTWARD.sends_to(rank, world),
             addresses: place.addresses,
             timeout,
             left_boundary: true,
@@ -205,7 +204,7 @@ impl TcpRing {
     fn write_some(
         &mut self,
         side: Side,
-        plan: &dyn Plan,
+        plan: &dyn FramePlan,
         (way, other): (&mut Way, &Way),
         between: bool,
         more: bool,
@@ -240,7 +239,7 @@ impl TcpRing {
     fn read_way(
         &mut self,
         side: Side,
-        plan: &mut dyn Plan,
+        plan: &mut dyn FramePlan,
         (way, other): (&mut Way, &Way),
     ) -> Result<bool, CollectiveError> {
         let (stream, ahead, peer) = match side {
@@ -264,7 +263,7 @@ impl TcpRing {
     /// `active` for a side where a frame's byte moved.
     fn write_both(
         &mut self,
-        plan: &dyn Plan,
+        plan: &dyn FramePlan,
         right: &mut Way,
         left: &mut Way,
         active: &mut Active,
@@ -285,7 +284,7 @@ impl TcpRing {
 
     fn drive(
         &mut self,
-        plan: &mut dyn Plan,
+        plan: &mut dyn FramePlan,
         right: &mut Way,
         left: &mut Way,
     ) -> Result<(), (Side, CollectiveError)> {
@@ -430,7 +429,7 @@ impl TcpRing {
 
     /// After a failure on the other side, keeps writing the frame partly written to `side` for
     /// a short while, so that the neighbour there gets a whole frame and then the abort.
-    fn finish_frame(&mut self, side: Side, plan: &dyn Plan, (way, other): (&mut Way, &Way)) {
+    fn finish_frame(&mut self, side: Side, plan: &dyn FramePlan, (way, other): (&mut Way, &Way)) {
         let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
         while !way.at_boundary() && Instant::now() < deadline {
             if self.write_some(side, plan, (&mut *way, other), false, false).is_err() {
@@ -468,12 +467,19 @@ impl TcpRing {
 }
 
 impl Link for TcpRing {
-    fn run(&mut self, plan: &mut dyn Plan) -> Result<(), CollectiveError> {
+    fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
         if let Some(error) = self.pending.take() {
             return Err(error);
         }
-        let mut right = Way::new(Dir::Right, plan);
-        let mut left = Way::new(Dir::Left, plan);
+        // This link carries two ways, one each way round the ring.
+        let way_of = |route| plan.ways().iter().position(|r| *r == route);
+        let (Some(r), Some(l), 2) =
+            (way_of(Route::RIGHTWARD), way_of(Route::LEFTWARD), plan.ways().len())
+        else {
+            unreachable!("the two-stream link runs plans of one rightward and one leftward way")
+        };
+        let mut right = Way::new(r, plan);
+        let mut left = Way::new(l, plan);
         let result = self.drive(plan, &mut right, &mut left);
         let (failed, error) = match result {
             Ok(()) => {
@@ -499,8 +505,7 @@ mod tests {
 
     use super::*;
     use crate::frame::{Dir, Header};
-    use crate::ring::Sink;
-    use crate::ring::run::Moved;
+    use crate::ring::seam::{Progress, Sink};
     use std::io::Read;
 
     /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
@@ -547,34 +552,40 @@ mod tests {
         OneHop { header, payload, sinks: [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)] }
     }
 
-    impl Plan for OneHop<'_> {
+    /// Way 0 rightward, way 1 leftward.
+    const DIRS: [Dir; 2] = [Dir::Right, Dir::Left];
+
+    impl FramePlan for OneHop<'_> {
         fn call(&self) -> Call {
             Call { rank: 1, world: 3, op: Op::AllgatherBytes, seq: self.header.seq }
         }
-        fn frames(&self, _: Dir) -> usize {
+        fn ways(&self) -> &[Route] {
+            &[Route::RIGHTWARD, Route::LEFTWARD]
+        }
+        fn frames(&self, _: usize) -> usize {
             1
         }
-        fn header(&self, dir: Dir, _: usize) -> Header {
-            self.header.carrying(dir, 1)
+        fn header(&self, way: usize, _: usize) -> Header {
+            self.header.carrying(DIRS[way], 1)
         }
-        fn expect(&self, dir: Dir, _: usize) -> Header {
-            let from = if dir == Dir::Right { 0 } else { 2 };
-            self.header.carrying(dir, from)
+        fn expect(&self, way: usize, _: usize) -> Header {
+            let from = if way == 0 { 0 } else { 2 };
+            self.header.carrying(DIRS[way], from)
         }
-        fn ready(&self, _: Dir, _: Moved) -> bool {
+        fn ready(&self, _: usize, _: Progress<'_>) -> bool {
             true
         }
-        fn may_receive(&self, _: Dir, _: Moved) -> bool {
+        fn may_receive(&self, _: usize, _: Progress<'_>) -> bool {
             true
         }
-        fn payload(&self, _: Dir, _: usize) -> &[u8] {
+        fn payload(&self, _: usize, _: usize) -> &[u8] {
             self.payload
         }
-        fn space(&mut self, dir: Dir, _: usize) -> &mut [u8] {
-            self.sinks[usize::from(dir == Dir::Left)].space()
+        fn space(&mut self, way: usize, _: usize) -> &mut [u8] {
+            self.sinks[way].space()
         }
-        fn commit(&mut self, dir: Dir, _: usize, n: usize) {
-            self.sinks[usize::from(dir == Dir::Left)].commit(n);
+        fn commit(&mut self, way: usize, _: usize, n: usize) {
+            self.sinks[way].commit(n);
         }
     }
 

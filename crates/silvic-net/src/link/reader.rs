@@ -1,5 +1,5 @@
 //! Reading frames from a ring stream, generic over [`Read`]: one data frame at a time
-//! ([`Incoming`]), the control frames between data frames ([`next_control`]), and a pure look at
+//! ([`FrameIn`]), the control frames between data frames ([`next_control`]), and a pure look at
 //! buffered bytes ([`parse_control`]). Both streams are read the same way: data travels both
 //! ways round the ring.
 //!
@@ -15,7 +15,7 @@ use std::io::{self, Read};
 use silvic_core::CollectiveError;
 
 use crate::frame::{Abort, FrameError, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, Waiting};
-use crate::ring::Sink;
+use crate::ring::seam::Sink;
 use crate::wait::nonblocking;
 
 /// A control frame: what a neighbour says besides data.
@@ -85,7 +85,7 @@ pub(super) fn parse_control(
 
 /// What comes next on a stream read between data frames.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Next {
+pub(super) enum Between {
     /// A whole control frame, consumed.
     Control(Control),
     /// A data frame starts here; nothing of it is consumed.
@@ -101,19 +101,19 @@ pub(super) fn next_control<R: Read>(
     src: &mut R,
     peer: usize,
     world: usize,
-) -> Result<Next, CollectiveError> {
+) -> Result<Between, CollectiveError> {
     loop {
         let need = match parse_control(ahead.buffered(), peer, world)? {
-            Parsed::Data => return Ok(Next::Data),
+            Parsed::Data => return Ok(Between::Data),
             Parsed::Control(control, len) => {
                 ahead.consume(len);
-                return Ok(Next::Control(control));
+                return Ok(Between::Control(control));
             }
             Parsed::Incomplete(need) => need,
         };
         match ahead.fill(src, need) {
             Ok(true) => {}
-            Ok(false) => return Ok(Next::Blocked),
+            Ok(false) => return Ok(Between::Blocked),
             Err(e) => return Err(stream_error(peer, &e)),
         }
     }
@@ -123,7 +123,7 @@ pub(super) fn next_control<R: Read>(
 /// then its payload into a sink. Waiting notices before it are taken and reported; an abort
 /// fails.
 #[derive(Debug)]
-pub(super) struct Incoming {
+pub(super) struct FrameIn {
     head: [u8; HEADER_LEN],
     got: usize,
     state: State,
@@ -138,14 +138,9 @@ enum State {
     Done,
 }
 
-impl Incoming {
+impl FrameIn {
     pub(super) fn new() -> Self {
-        Incoming {
-            head: [0; HEADER_LEN],
-            got: 0,
-            state: State::Header,
-            control: [0; MAX_ABORT_LEN],
-        }
+        FrameIn { head: [0; HEADER_LEN], got: 0, state: State::Header, control: [0; MAX_ABORT_LEN] }
     }
 
     pub(super) fn done(&self) -> bool {
@@ -379,7 +374,7 @@ mod tests {
         let bytes = [notice(2), notice(3), expect.encode().to_vec(), b"hello".to_vec()].concat();
         for step in [1, 7, 1000] {
             let mut src = Trickle::new(bytes.clone(), step);
-            let (mut ahead, mut incoming) = (ReadAhead::new(0), Incoming::new());
+            let (mut ahead, mut incoming) = (ReadAhead::new(0), FrameIn::new());
             let mut sink = VecSink(vec![0; 5], 0);
             let mut heard = None;
             let mut turns = 0;
@@ -399,7 +394,7 @@ mod tests {
     fn notices_alone_are_no_progress() {
         let expect = Header::data(Op::AllgatherBytes, 4, 5, 5);
         let mut src = Trickle::new([notice(2), notice(3)].concat(), 1000);
-        let (mut ahead, mut incoming) = (ReadAhead::new(0), Incoming::new());
+        let (mut ahead, mut incoming) = (ReadAhead::new(0), FrameIn::new());
         let mut sink = VecSink(vec![0; 5], 0);
         let mut heard = None;
         let moved = incoming
@@ -420,7 +415,7 @@ mod tests {
         let cause = CollectiveError::PeerClosed { peer: 3 };
         let bytes = [notice(3), abort_frame(2, cause.clone(), 4)].concat();
         let mut src = Trickle::new(bytes, 5);
-        let (mut ahead, mut incoming) = (ReadAhead::new(0), Incoming::new());
+        let (mut ahead, mut incoming) = (ReadAhead::new(0), FrameIn::new());
         let mut sink = VecSink(vec![0; 8], 0);
         let mut heard = None;
         let error = loop {
@@ -433,14 +428,14 @@ mod tests {
 
         let later = Header::data(Op::AllreduceSumF64, 5, 8, 8).encode().to_vec();
         let mut src = Trickle::new(later, 64);
-        let mut incoming = Incoming::new();
+        let mut incoming = FrameIn::new();
         let error = incoming
             .read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
             .unwrap_err();
         assert!(matches!(error, CollectiveError::OutOfStep { peer: 1, got_seq: 5, .. }));
         let mut closed = Trickle::new(vec![], 1);
         closed.closed = true;
-        let error = Incoming::new()
+        let error = FrameIn::new()
             .read_from(&mut closed, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
             .unwrap_err();
         assert_eq!(error, CollectiveError::PeerClosed { peer: 1 });
@@ -457,9 +452,9 @@ mod tests {
         let mut turns = 0;
         loop {
             match next_control(&mut ahead, &mut src, 2, 4).unwrap() {
-                Next::Control(c) => seen.push(c),
-                Next::Blocked => {}
-                Next::Data => break,
+                Between::Control(c) => seen.push(c),
+                Between::Blocked => {}
+                Between::Data => break,
             }
             turns += 1;
             assert!(turns < 1000);
@@ -474,10 +469,10 @@ mod tests {
             }
         );
         // The data frame is still there for the data reader, and stays there.
-        assert_eq!(next_control(&mut ahead, &mut src, 2, 4), Ok(Next::Data));
+        assert_eq!(next_control(&mut ahead, &mut src, 2, 4), Ok(Between::Data));
         let mut sink = VecSink(vec![0; 1], 0);
         let expect = Header::data(Op::AllgatherBytes, 10, 1, 1);
-        let mut incoming = Incoming::new();
+        let mut incoming = FrameIn::new();
         src.bytes.push(b'x');
         while !incoming.done() {
             incoming

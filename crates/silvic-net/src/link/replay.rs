@@ -10,9 +10,8 @@ use std::io::Read;
 use silvic_core::CollectiveError;
 
 use super::READ_AHEAD;
-use super::reader::{Incoming, ReadAhead};
-use crate::frame::Dir;
-use crate::ring::{Link, Plan, Receiving};
+use super::reader::{FrameIn, ReadAhead};
+use crate::ring::seam::{FramePlan, Link, Receiving, Route};
 
 /// Rank `rank` of a world of `world`, reading its left neighbour's frames from `left` and its
 /// right neighbour's from `right`.
@@ -31,21 +30,26 @@ impl<R: Read> SliceLink<R> {
         SliceLink {
             streams: [left, right],
             ahead: [ReadAhead::new(READ_AHEAD), ReadAhead::new(READ_AHEAD)],
-            peers: [(rank + world - 1) % world, (rank + 1) % world],
+            peers: [
+                Route::RIGHTWARD.receives_from(rank, world),
+                Route::LEFTWARD.receives_from(rank, world),
+            ],
             world,
         }
     }
 }
 
 impl<R: Read> Link for SliceLink<R> {
-    fn run(&mut self, plan: &mut dyn Plan) -> Result<(), CollectiveError> {
-        for (side, dir) in [Dir::Right, Dir::Left].into_iter().enumerate() {
+    fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
+        for way in 0..plan.ways().len() {
+            // A way's frames come from the left stream if it runs rightward, else the right.
+            let side = usize::from(plan.ways()[way].offset < 0);
             let (stream, ahead, peer) =
                 (&mut self.streams[side], &mut self.ahead[side], self.peers[side]);
-            for frame in 0..plan.frames(dir) {
-                let expect = plan.expect(dir, frame);
-                let mut sink = Receiving { plan: &mut *plan, dir, frame };
-                let mut incoming = Incoming::new();
+            for frame in 0..plan.frames(way) {
+                let expect = plan.expect(way, frame);
+                let mut sink = Receiving { plan: &mut *plan, way, frame };
+                let mut incoming = FrameIn::new();
                 let mut heard = None;
                 // A reader that never blocks: each call reads until the frame is in or fails; a
                 // reader that would block ends the frame as if the stream had closed.

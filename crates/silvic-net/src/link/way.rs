@@ -7,16 +7,16 @@ use std::net::TcpStream;
 
 use silvic_core::CollectiveError;
 
-use crate::frame::{Dir, HEADER_LEN, Waiting};
-use crate::ring::run::{Moved, way};
-use crate::ring::{Plan, Receiving};
+use crate::frame::{HEADER_LEN, Waiting};
+use crate::ring::seam::{FramePlan, Progress, Receiving};
 use crate::wait::nonblocking;
 
-use super::reader::{Incoming, ReadAhead};
+use super::reader::{FrameIn, ReadAhead};
 
 /// Where one way of a plan stands: frames out, frames in, and the ones in between.
 pub(super) struct Way {
-    dir: Dir,
+    /// The plan's index of this way.
+    way: usize,
     frames: usize,
     /// Outgoing frames all written, and bytes of the next one written (its header included).
     sent: usize,
@@ -24,19 +24,19 @@ pub(super) struct Way {
     head: [u8; HEADER_LEN],
     /// Incoming frames all read, and the one being read.
     received: usize,
-    pub(super) incoming: Incoming,
+    pub(super) incoming: FrameIn,
 }
 
 impl Way {
-    pub(super) fn new(dir: Dir, plan: &dyn Plan) -> Self {
+    pub(super) fn new(way: usize, plan: &dyn FramePlan) -> Self {
         Way {
-            dir,
-            frames: plan.frames(dir),
+            way,
+            frames: plan.frames(way),
             sent: 0,
             written: 0,
             head: [0; HEADER_LEN],
             received: 0,
-            incoming: Incoming::new(),
+            incoming: FrameIn::new(),
         }
     }
 
@@ -53,20 +53,21 @@ impl Way {
         self.received
     }
 
-    /// How far the plan has moved, this way and `other`, the other way.
-    fn moved(&self, other: &Way) -> Moved {
-        let mut moved = Moved::default();
+    /// How far the plan has moved, this way and `other`, the other way: frames out and frames
+    /// in, indexed by the plan's ways.
+    fn moved(&self, other: &Way) -> ([usize; 2], [usize; 2]) {
+        let (mut sent, mut received) = ([0; 2], [0; 2]);
         for w in [self, other] {
-            (moved.sent[way(w.dir)], moved.received[way(w.dir)]) = (w.sent, w.received);
+            (sent[w.way], received[w.way]) = (w.sent, w.received);
         }
-        moved
+        (sent, received)
     }
 
     /// Whether the next outgoing frame may start now and carries at most `bytes` of payload.
-    pub(super) fn next_out_at_most(&self, plan: &dyn Plan, other: &Way, bytes: usize) -> bool {
+    pub(super) fn next_out_at_most(&self, plan: &dyn FramePlan, other: &Way, bytes: usize) -> bool {
         self.written == 0
             && self.wants_write(plan, other)
-            && plan.payload(self.dir, self.sent).len() <= bytes
+            && plan.payload(self.way, self.sent).len() <= bytes
     }
 
     /// Whether no outgoing frame is partly written: a control frame may go next.
@@ -75,13 +76,16 @@ impl Way {
     }
 
     /// Whether a frame is partly written or may start now (`other` is the other way).
-    pub(super) fn wants_write(&self, plan: &dyn Plan, other: &Way) -> bool {
-        self.written > 0 || (!self.out_done() && plan.ready(self.dir, self.moved(other)))
+    pub(super) fn wants_write(&self, plan: &dyn FramePlan, other: &Way) -> bool {
+        let (sent, received) = self.moved(other);
+        let progress = Progress { sent: &sent, received: &received };
+        self.written > 0 || (!self.out_done() && plan.ready(self.way, progress))
     }
 
     /// Whether the next incoming frame may be read now (`other` is the other way).
-    pub(super) fn wants_read(&self, plan: &dyn Plan, other: &Way) -> bool {
-        !self.in_done() && plan.may_receive(self.dir, self.moved(other))
+    pub(super) fn wants_read(&self, plan: &dyn FramePlan, other: &Way) -> bool {
+        let (sent, received) = self.moved(other);
+        !self.in_done() && plan.may_receive(self.way, Progress { sent: &sent, received: &received })
     }
 
     /// Writes what `stream` takes, counting the bytes in `sent_bytes`: the frame partly
@@ -89,7 +93,7 @@ impl Way {
     /// header and payload in one vectored write. Returns whether a byte moved.
     pub(super) fn write_to(
         &mut self,
-        plan: &dyn Plan,
+        plan: &dyn FramePlan,
         other: &Way,
         mut stream: &TcpStream,
         sent_bytes: &mut u64,
@@ -101,9 +105,9 @@ impl Way {
                 if !more || !self.wants_write(plan, other) {
                     return Ok(moved);
                 }
-                self.head = plan.header(self.dir, self.sent).encode();
+                self.head = plan.header(self.way, self.sent).encode();
             }
-            let payload = plan.payload(self.dir, self.sent);
+            let payload = plan.payload(self.way, self.sent);
             let written = nonblocking(|| {
                 if self.written < HEADER_LEN {
                     let parts = [IoSlice::new(&self.head[self.written..]), IoSlice::new(payload)];
@@ -124,10 +128,10 @@ impl Way {
 
     /// Reads what `src` has, through `ahead`, into the frames the plan lets in (`other` is the
     /// other way), from `peer` of a world of `world`. Returns whether data moved; a waiting
-    /// notice read on the way is put in `heard` (see [`Incoming::read_from`]).
+    /// notice read on the way is put in `heard` (see [`FrameIn::read_from`]).
     pub(super) fn read_from<R: Read>(
         &mut self,
-        plan: &mut dyn Plan,
+        plan: &mut dyn FramePlan,
         other: &Way,
         src: &mut R,
         ahead: &mut ReadAhead,
@@ -136,15 +140,15 @@ impl Way {
     ) -> Result<bool, CollectiveError> {
         let mut moved = false;
         while self.wants_read(plan, other) {
-            let expect = plan.expect(self.dir, self.received);
-            let mut sink = Receiving { plan: &mut *plan, dir: self.dir, frame: self.received };
+            let expect = plan.expect(self.way, self.received);
+            let mut sink = Receiving { plan: &mut *plan, way: self.way, frame: self.received };
             moved |=
                 self.incoming.read_from(src, ahead, (peer, world), &expect, &mut sink, heard)?;
             if !self.incoming.done() {
                 break;
             }
             self.received += 1;
-            self.incoming = Incoming::new();
+            self.incoming = FrameIn::new();
         }
         Ok(moved)
     }

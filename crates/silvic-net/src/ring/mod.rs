@@ -1,16 +1,30 @@
 //! The ring algorithms: which bytes move in which frame, and how they are folded.
 //!
+//! A new algorithm is one new file: a [`seam::FramePlan`] and the call that builds it. The
+//! modules, by concept:
+//!
+//! - [`seam`]: what a link imports (the plan and link traits, per-way [`seam::Progress`], the
+//!   rule that keeps gates from waiting in a circle, and how a driver runs a plan);
+//! - [`element`]: the element codec, the numbers as the bytes payloads carry;
+//! - [`gather`]: the gather plan (the two-way allgather), `allgather_bytes` and the allreduce's
+//!   gather path;
+//! - [`ring_path`]: the ring plan, the allreduce's reduce-scatter and gather of slices;
+//! - [`records`]: the reduce-scatter of the caller's blocks with the caller's fold over
+//!   records, and the record allreduce made of it and a gather;
+//! - [`varlen`]: the allgather of blocks of any length and the broadcast, gathers that learn
+//!   the lengths first;
+//! - [`schedule`] and [`twoway`]: the pure arithmetic both plans are built on;
+//! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank.
+//!
 //! Invariants this module keeps, whatever carries the bytes:
 //!
-//! - **Plans of frames.** A collective is a fixed [`Plan`]: per way round the ring, the frames
-//!   a rank sends to one neighbour and receives from the other, in order, with gates that say
+//! - **Plans of frames.** A collective is a fixed plan: per way round the ring, the frames a
+//!   rank sends to one neighbour and receives from the other, in order, with gates that say
 //!   when each may move: a frame out once the frames it forwards are in, a frame in once the
-//!   frames that sent what it overwrites are out. A gate may look at the other way (the ring
-//!   path's leftward frames wait on its rightward reduce-scatter), but never at its own frame or
-//!   a later one of its way, and the rightward way never waits on the leftward one, so a link
-//!   that moves whatever its gates let through never deadlocks. Every frame names the op, the
-//!   sequence number, the buffer length, its direction and its block, and is checked before
-//!   its payload is used.
+//!   frames that sent what it overwrites are out. Gates keep the seam's rule (a gate looks only
+//!   at earlier frames of its way and at earlier ways), so a link that moves whatever its gates
+//!   let through never deadlocks. Every frame names the op, the sequence number, the buffer
+//!   length, its direction and its block, and is checked before its payload is used.
 //! - **Fold order.** Element `i` is folded over ranks in [`schedule::fold_order`] of its segment,
 //!   `j, j + 1, …, j - 1` (mod world), left to right with silvic-core's combiners. That depends
 //!   on `(i, len, world)` alone, and both paths use it, so results are bitwise identical on every
@@ -26,13 +40,266 @@
 //!   forwards a slice as soon as it has folded it, while the next slice sets off behind it. The
 //!   gather path is one two-way allgather of whole buffers (`floor(n/2)` hops, each block
 //!   forwarded as soon as it is in); it holds `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4
-//!   KiB)`, kept in [`run::Scratch`] so that a steady state allocates nothing per call.
+//!   KiB)`, kept in [`Scratch`] so that a steady state allocates nothing per call.
 //!
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
-//! over poll(2), and the tests plug in an in-memory ring.
+//! over poll(2), and the tests plug in the in-memory driver.
 
-pub(crate) mod run;
+pub(crate) mod element;
+pub(crate) mod gather;
+#[cfg(test)]
+pub(crate) mod mem;
+pub(crate) mod records;
+pub(crate) mod ring_path;
 pub(crate) mod schedule;
+pub(crate) mod seam;
 pub(crate) mod twoway;
+pub(crate) mod varlen;
 
-pub(crate) use run::{Link, Plan, Receiving, Sink};
+use silvic_core::{CollectiveError, Numbers, Reduction, fold};
+
+pub(crate) use element::Element;
+pub(crate) use gather::allgather;
+pub(crate) use seam::{Call, Link};
+
+use crate::frame::Dir;
+use seam::Route;
+
+/// The two ways of both plans: way [`RIGHTWARD`] to the right neighbour, then way [`LEFTWARD`].
+/// A gate of the leftward way may look at the rightward way, never the other way round (the
+/// seam's rule).
+const TWO_WAYS: [Route; 2] = [Route::RIGHTWARD, Route::LEFTWARD];
+const RIGHTWARD: usize = 0;
+const LEFTWARD: usize = 1;
+
+/// The direction a frame of `way` (of [`TWO_WAYS`]) names in its header.
+fn wire_dir(way: usize) -> Dir {
+    match way {
+        RIGHTWARD => Dir::Right,
+        _ => Dir::Left,
+    }
+}
+
+/// Reusable memory of a ring, kept between calls so steady-state collectives do not allocate.
+///
+/// It grows to the largest call seen and stays there: `fold` is the ring path's fold scratch,
+/// and `gathered` holds the gather path's `world × bytes`, at most
+/// `max(GATHER_MAX_BYTES, world × 4 KiB)` ([`schedule::GATHER_MAX_BYTES`]).
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    fold: Vec<u8>,
+    gathered: Vec<u8>,
+}
+
+/// Replaces `buf` with its reduction over the ring, `combine` folding in fold order, on the
+/// path [`schedule::uses_gather`] picks.
+pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
+    link: &mut dyn Link,
+    call: Call,
+    buf: &mut [T],
+    combine: C,
+    scratch: &mut Scratch,
+) -> Result<(), CollectiveError> {
+    if schedule::uses_gather(std::mem::size_of_val(buf), call.world) {
+        gather::gather_allreduce(link, call, buf, combine, scratch)
+    } else {
+        ring_path::ring_allreduce(link, call, buf, combine, scratch)
+    }
+}
+
+/// [`allreduce`] of a typed buffer with `reduction`'s combiner for its element type.
+pub(crate) fn allreduce_numbers(
+    link: &mut dyn Link,
+    call: Call,
+    buf: Numbers<'_>,
+    reduction: Reduction,
+    scratch: &mut Scratch,
+) -> Result<(), CollectiveError> {
+    use Reduction::{Max, Min, Sum};
+    let (l, c, s) = (link, call, scratch);
+    match (buf, reduction) {
+        (Numbers::F32(b), Sum) => allreduce(l, c, b, fold::sum_f32, s),
+        (Numbers::F32(b), Min) => allreduce(l, c, b, fold::min_f32, s),
+        (Numbers::F32(b), Max) => allreduce(l, c, b, fold::max_f32, s),
+        (Numbers::F64(b), Sum) => allreduce(l, c, b, fold::sum_f64, s),
+        (Numbers::F64(b), Min) => allreduce(l, c, b, fold::min_f64, s),
+        (Numbers::F64(b), Max) => allreduce(l, c, b, fold::max_f64, s),
+        (Numbers::I32(b), Sum) => allreduce(l, c, b, fold::sum_i32, s),
+        (Numbers::I32(b), Min) => allreduce(l, c, b, fold::min_int, s),
+        (Numbers::I32(b), Max) => allreduce(l, c, b, fold::max_int, s),
+        (Numbers::I64(b), Sum) => allreduce(l, c, b, fold::sum_i64, s),
+        (Numbers::I64(b), Min) => allreduce(l, c, b, fold::min_int, s),
+        (Numbers::I64(b), Max) => allreduce(l, c, b, fold::max_int, s),
+        (Numbers::U64(b), Sum) => allreduce(l, c, b, fold::sum_u64, s),
+        (Numbers::U64(b), Min) => allreduce(l, c, b, fold::min_int, s),
+        (Numbers::U64(b), Max) => allreduce(l, c, b, fold::max_int, s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mem::{Driver, bits, input, on_ring, reference};
+    use silvic_core::Op;
+
+    /// Runs `world` ranks over `inputs` with `combine`, each rank both paths in turn, then the
+    /// dispatcher (which must take `expect_gather`'s path); returns each rank's three results.
+    fn three_ways(
+        inputs: &[Vec<f64>],
+        combine: fn(f64, f64) -> f64,
+        expect_gather: Option<bool>,
+    ) -> Vec<[Vec<u64>; 3]> {
+        let world = inputs.len();
+        on_ring(Driver::new(world), |r, link| {
+            let mut scratch = Scratch::default();
+            let call = |seq| Call { rank: r, world, op: Op::AllreduceSumF64, seq };
+            let mut small = inputs[r].clone();
+            gather::gather_allreduce(link, call(0), &mut small, combine, &mut scratch).unwrap();
+            let mut ring = inputs[r].clone();
+            ring_path::ring_allreduce(link, call(1), &mut ring, combine, &mut scratch).unwrap();
+            let mut chosen = inputs[r].clone();
+            if let Some(gather) = expect_gather {
+                assert_eq!(
+                    schedule::uses_gather(chosen.len() * 8, world),
+                    gather,
+                    "world {world} len {}",
+                    chosen.len()
+                );
+            }
+            allreduce(link, call(2), &mut chosen, combine, &mut scratch).unwrap();
+            [bits(&small), bits(&ring), bits(&chosen)]
+        })
+    }
+
+    #[test]
+    fn both_paths_give_the_same_bits_for_every_length_and_world() {
+        for world in 1..=16 {
+            let mut lengths: Vec<usize> = (0..=2 * world + 1).collect();
+            lengths.extend([100, 255, 511, 512, 513, 600]);
+            for len in lengths {
+                let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
+                for (combine, name) in [
+                    (fold::sum_f64 as fn(f64, f64) -> f64, "sum"),
+                    (fold::max_f64 as fn(f64, f64) -> f64, "max"),
+                ] {
+                    let expected = bits(&reference(&inputs, combine));
+                    for [small, ring, chosen] in three_ways(&inputs, combine, None) {
+                        assert_eq!(small, expected, "{name} small world {world} len {len}");
+                        assert_eq!(ring, expected, "{name} ring world {world} len {len}");
+                        assert_eq!(chosen, expected, "{name} chosen world {world} len {len}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every cut the cost model can choose: at the edge of the gather path for each world, the
+    /// last length it takes and the first the ring takes give the oracle's bits on both paths.
+    #[test]
+    fn every_cut_of_the_model_gives_the_oracle_bits() {
+        for world in 1..=16 {
+            let edge = schedule::gather_limit(world) / 8; // the last gathered length
+            for (len, gather) in [(edge - 1, true), (edge, true), (edge + 1, false)] {
+                let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
+                let expected = bits(&reference(&inputs, fold::sum_f64));
+                for [small, ring, chosen] in three_ways(&inputs, fold::sum_f64, Some(gather)) {
+                    assert_eq!(small, expected, "small world {world} len {len}");
+                    assert_eq!(ring, expected, "ring world {world} len {len}");
+                    assert_eq!(chosen, expected, "chosen world {world} len {len}");
+                }
+            }
+        }
+    }
+
+    /// No allocation per call in steady state: once a rank has made one call of each size,
+    /// more calls of those sizes (the gather path below and above 4 KiB, the ring path with
+    /// several slices) allocate nothing on its thread, link included.
+    #[test]
+    fn steady_state_calls_allocate_nothing() {
+        let world = 4;
+        let lengths = [1, 100, schedule::gather_limit(world) / 8, 3 * world * 32768 + 5];
+        assert!(schedule::uses_gather(lengths[2] * 8, world) && lengths[2] * 8 > 4096);
+        assert!(schedule::slices(lengths[3], world, 8) > 1);
+        let counts = on_ring(Driver::new(world), |r, link| {
+            let mut scratch = Scratch::default();
+            let mut buffers: Vec<Vec<f64>> = lengths.iter().map(|&len| input(r, len)).collect();
+            let mut seq = 0;
+            let mut calls = |buffers: &mut Vec<Vec<f64>>| {
+                for buf in buffers.iter_mut() {
+                    let call = Call { rank: r, world, op: Op::AllreduceSumF64, seq };
+                    seq += 1;
+                    allreduce(link, call, buf, fold::sum_f64, &mut scratch).unwrap();
+                }
+            };
+            calls(&mut buffers);
+            allocation_counter::measure(|| {
+                for _ in 0..3 {
+                    calls(&mut buffers);
+                }
+            })
+            .count_total
+        });
+        assert_eq!(counts, vec![0; world], "allocations per rank in 12 steady-state calls");
+    }
+
+    #[test]
+    fn integer_sums_wrap_and_max_propagates_nan_over_the_ring() {
+        let world = 3;
+        let results = on_ring(Driver::new(world), |r, link| {
+            let mut ints = vec![i64::MAX; 1000];
+            ints[1] = r as i64;
+            let mut scratch = Scratch::default();
+            allreduce(
+                link,
+                Call { rank: r, world, op: Op::AllreduceSumI64, seq: 0 },
+                &mut ints,
+                fold::sum_i64,
+                &mut scratch,
+            )
+            .unwrap();
+            let mut maxes = vec![r as f64; 600];
+            if r == 2 {
+                maxes[599] = f64::NAN;
+            }
+            allreduce(
+                link,
+                Call { rank: r, world, op: Op::AllreduceMaxF64, seq: 1 },
+                &mut maxes,
+                fold::max_f64,
+                &mut scratch,
+            )
+            .unwrap();
+            (ints, maxes)
+        });
+        for (ints, maxes) in results {
+            assert_eq!(ints[0], i64::MAX.wrapping_mul(3));
+            assert_eq!(ints[1], 3);
+            assert_eq!(maxes[0], 2.0);
+            assert!(maxes[599].is_nan());
+        }
+    }
+
+    #[test]
+    fn mismatched_lengths_are_caught_at_the_first_frame() {
+        // World 2: a 1000-element buffer's segment is 4000 bytes, the same as a whole 500-element
+        // buffer on the small path; the frame's total still tells them apart.
+        let results = on_ring(Driver::new(2).sends_first(), |r, link| {
+            let mut buf = vec![1.0; if r == 0 { 1000 } else { 500 }];
+            allreduce(
+                link,
+                Call { rank: r, world: 2, op: Op::AllreduceSumF64, seq: 0 },
+                &mut buf,
+                fold::sum_f64,
+                &mut Scratch::default(),
+            )
+        });
+        assert_eq!(
+            results[0],
+            Err(CollectiveError::LengthMismatch { peer: 1, expected: 8000, got: 4000 })
+        );
+        assert_eq!(
+            results[1],
+            Err(CollectiveError::LengthMismatch { peer: 0, expected: 4000, got: 8000 })
+        );
+    }
+}

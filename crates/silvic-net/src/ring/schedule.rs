@@ -2,7 +2,7 @@
 //! at which step, and the order in which every element is folded.
 //!
 //! Everything here is arithmetic on `(rank, world, step, length)`: no sockets, no clocks, no
-//! state. [`super::run`] executes it and the tests check it.
+//! state. The plans ([`super::gather`], [`super::ring_path`]) execute it and the tests check it.
 
 use std::ops::Range;
 

@@ -6,7 +6,7 @@
 //!
 //! Invariants, checked by the tests below for worlds 1..=16:
 //! - At hop `h` a way sends what it received at hop `h - 1` (its own block at hop 0), so a rank
-//!   can forward a block the moment it is in ([`super::run`] does), and never sends a block it
+//!   can forward a block the moment it is in ([`super::gather`] does), and never sends a block it
 //!   lacks. The two ways do not wait for each other: a hop is a number, not a barrier.
 //! - The rightward way runs `ceil((world - 1) / 2)` hops and the leftward way
 //!   `floor((world - 1) / 2)`: together they bring each of the other `world - 1` blocks exactly

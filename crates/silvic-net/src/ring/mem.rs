@@ -1,0 +1,539 @@
+//! The tests' in-memory driver: a ring of ranks, each on its own thread making real calls
+//! through a [`Link`], whose frames move one at a time in an order drawn from a seeded
+//! generator. The same seed gives the same order, the same pieces and the same result on every
+//! run, so a failure found once is found again.
+//!
+//! How it keeps to one order: a rank inside [`Link::run`] publishes which of its plan's gates
+//! are open and waits. Only when every rank is waiting (or has left the ring) does the driver
+//! draw one move among all that the gates and the frames in flight allow (a frame out, if its
+//! stream holds fewer than the driver's capacity; a frame in, if one is in flight to it; or the
+//! end of a stream whose sender has left and sent nothing more) and hand it to that rank's
+//! thread, which makes it and waits again. A rank between calls is waited for, so what it does
+//! there (its local fold) never races a move. If ranks wait and no move is possible, the gates
+//! wait in a circle: every waiting rank's call fails at once, never a hang.
+//!
+//! Frames are the bytes a TCP link would send, header encoded; payloads are handed to the plan
+//! in pieces of random size, to exercise partial commits. A stream holds its frames across
+//! calls, as a socket does.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use silvic_core::CollectiveError;
+
+use super::schedule::{self, segment_of};
+use super::seam::{FramePlan, Link, Progress, Receiving, Route, Sink};
+use crate::frame::{HEADER_LEN, Header};
+
+/// The most ways a plan may have in this driver (gates are kept as bit masks).
+const MAX_WAYS: usize = 64;
+
+/// A small deterministic generator (xorshift64).
+#[derive(Debug, Clone)]
+pub(crate) struct Dice(pub(crate) u64);
+
+impl Dice {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// How a ring is driven: its size, the seed of its order, how many frames a stream holds, the
+/// largest piece a payload is handed over in, and whether sends go before receives.
+#[derive(Debug, Clone)]
+pub(crate) struct Driver {
+    world: usize,
+    seed: u64,
+    capacity: usize,
+    piece: usize,
+    sends_first: bool,
+}
+
+impl Driver {
+    /// A ring of `world` whose streams hold one frame, pieces of up to 4 KiB, any order.
+    pub(crate) fn new(world: usize) -> Self {
+        Driver { world, seed: 0x9e37_79b9_7f4a_7c15, capacity: 1, piece: 4099, sends_first: false }
+    }
+    pub(crate) fn seed(self, seed: u64) -> Self {
+        Driver { seed: seed | 1, ..self }
+    }
+    /// Frames a stream holds in flight (a socket's buffers).
+    pub(crate) fn capacity(self, capacity: usize) -> Self {
+        Driver { capacity: capacity.max(1), ..self }
+    }
+    pub(crate) fn piece(self, piece: usize) -> Self {
+        Driver { piece: piece.max(1), ..self }
+    }
+    /// Draws a receive only when no send may go: the order of a link that writes what it may
+    /// before it reads, so a rank that fails on its first frame in has sent its own first.
+    pub(crate) fn sends_first(self) -> Self {
+        Driver { sends_first: true, ..self }
+    }
+}
+
+/// One rank of a driven ring.
+pub(crate) struct MemLink {
+    rank: usize,
+    ring: Arc<Ring>,
+    /// This call's progress, kept so that a call allocates nothing.
+    progress_sent: Vec<usize>,
+    progress_received: Vec<usize>,
+    /// Frames sent per way so far, over every call.
+    pub(crate) sent: Vec<usize>,
+}
+
+struct Ring {
+    state: Mutex<State>,
+    /// One per rank: woken when that rank is handed a move.
+    turn: Vec<Condvar>,
+}
+
+impl Ring {
+    /// The state; a rank's thread that panicked (a failed assertion) leaves it usable.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Outside a call, or making a move: the driver waits for it.
+    Busy,
+    /// Inside a call, its gates published.
+    Waiting,
+    /// Its link is dropped.
+    Gone,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Move {
+    Send(usize),
+    Receive(usize),
+    Closed(usize),
+}
+
+struct RankState {
+    phase: Phase,
+    /// Per way of the call it waits in: the offset of the way's route.
+    offsets: Vec<isize>,
+    /// Bit `w`: frame out on way `w` may go; frame in on way `w` may come.
+    send: u64,
+    receive: u64,
+}
+
+/// Frames in flight on one stream, with the buffers of frames already taken, kept for reuse.
+#[derive(Default)]
+struct Stream {
+    frames: VecDeque<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+}
+
+struct State {
+    world: usize,
+    config: Driver,
+    dice: Dice,
+    ranks: Vec<RankState>,
+    /// Streams by (sender, route offset), found by [`State::stream`].
+    streams: Vec<((usize, isize), Stream)>,
+    granted: Option<(usize, Move)>,
+    stuck: bool,
+    /// A hash of every move and piece drawn so far.
+    trace: u64,
+}
+
+impl State {
+    fn mix(&mut self, value: usize) {
+        self.trace = (self.trace.rotate_left(7) ^ value as u64).wrapping_mul(0x100_0000_01b3);
+    }
+
+    /// A piece size for a payload, drawn and traced.
+    fn piece(&mut self) -> usize {
+        let n = 1 + self.dice.below(self.config.piece);
+        self.mix(n);
+        n
+    }
+
+    fn stream(&mut self, sender: usize, offset: isize) -> &mut Stream {
+        let at = match self.streams.iter().position(|(k, _)| *k == (sender, offset)) {
+            Some(at) => at,
+            None => {
+                self.streams.push(((sender, offset), Stream::default()));
+                self.streams.len() - 1
+            }
+        };
+        &mut self.streams[at].1
+    }
+
+    fn in_flight(&self, sender: usize, offset: isize) -> usize {
+        let found = self.streams.iter().find(|(k, _)| *k == (sender, offset));
+        found.map_or(0, |(_, s)| s.frames.len())
+    }
+
+    /// The sender of way `w`'s frames to `rank`.
+    fn source(&self, rank: usize, w: usize) -> (usize, isize) {
+        let offset = self.ranks[rank].offsets[w];
+        (Route { offset }.receives_from(rank, self.world), offset)
+    }
+
+    /// Every move possible now, in a fixed order; `visit` sees each.
+    fn moves(&self, mut visit: impl FnMut(usize, Move)) {
+        for (r, rank) in self.ranks.iter().enumerate().filter(|(_, s)| s.phase == Phase::Waiting) {
+            for w in 0..rank.offsets.len() {
+                if rank.send & (1 << w) != 0
+                    && self.in_flight(r, rank.offsets[w]) < self.config.capacity
+                {
+                    visit(r, Move::Send(w));
+                }
+                if rank.receive & (1 << w) != 0 {
+                    let (from, offset) = self.source(r, w);
+                    if self.in_flight(from, offset) > 0 {
+                        visit(r, Move::Receive(w));
+                    } else if self.ranks[from].phase == Phase::Gone {
+                        visit(r, Move::Closed(w));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands out the next move once every rank waits or is gone.
+    fn schedule(&mut self, ring: &Ring) {
+        if self.granted.is_some() || self.stuck {
+            return;
+        }
+        if self.ranks.iter().any(|r| r.phase == Phase::Busy) {
+            return;
+        }
+        let sends_only = self.config.sends_first && {
+            let mut any = false;
+            self.moves(|_, m| any |= matches!(m, Move::Send(_)));
+            any
+        };
+        let counts = |m: &Move| !sends_only || matches!(m, Move::Send(_));
+        let mut n = 0;
+        self.moves(|_, m| n += usize::from(counts(&m)));
+        if n == 0 {
+            if self.ranks.iter().any(|r| r.phase == Phase::Waiting) {
+                self.stuck = true;
+                ring.turn.iter().for_each(Condvar::notify_one);
+            }
+            return;
+        }
+        let mut pick = self.dice.below(n);
+        let mut chosen = None;
+        self.moves(|r, m| {
+            if counts(&m) {
+                if pick == 0 && chosen.is_none() {
+                    chosen = Some((r, m));
+                }
+                pick = pick.wrapping_sub(1);
+            }
+        });
+        self.granted = chosen;
+        if let Some((r, m)) = chosen {
+            let (kind, w) = match m {
+                Move::Send(w) => (1, w),
+                Move::Receive(w) => (2, w),
+                Move::Closed(w) => (3, w),
+            };
+            self.mix((r * MAX_WAYS + w) * 4 + kind);
+            ring.turn[r].notify_one();
+        }
+    }
+}
+
+/// A handle on a ring's trace (see [`MemLink::tracer`]).
+pub(crate) struct Tracer(Arc<Ring>);
+
+impl Tracer {
+    pub(crate) fn trace(&self) -> u64 {
+        self.0.lock().trace
+    }
+}
+
+/// A driven ring of `driver`'s world: one link per rank.
+pub(crate) fn mem_ring(driver: Driver) -> Vec<MemLink> {
+    let world = driver.world;
+    let ranks = (0..world)
+        .map(|_| RankState { phase: Phase::Busy, offsets: Vec::new(), send: 0, receive: 0 })
+        .collect();
+    let state = State {
+        world,
+        dice: Dice(driver.seed),
+        config: driver,
+        ranks,
+        streams: Vec::new(),
+        granted: None,
+        stuck: false,
+        trace: 0,
+    };
+    let turn = (0..world).map(|_| Condvar::new()).collect();
+    let ring = Arc::new(Ring { state: Mutex::new(state), turn });
+    (0..world)
+        .map(|rank| MemLink {
+            rank,
+            ring: ring.clone(),
+            progress_sent: Vec::new(),
+            progress_received: Vec::new(),
+            sent: Vec::new(),
+        })
+        .collect()
+}
+
+impl MemLink {
+    /// The ring's trace of every move and piece drawn, readable once the ring is done.
+    pub(crate) fn tracer(&self) -> Tracer {
+        Tracer(self.ring.clone())
+    }
+
+    /// Makes move `m` of `plan`; the lock is held, so no other rank moves meanwhile.
+    fn make(
+        &mut self,
+        state: &mut State,
+        plan: &mut dyn FramePlan,
+        m: Move,
+    ) -> Result<(), CollectiveError> {
+        let me = self.rank;
+        match m {
+            Move::Send(w) => {
+                let i = self.progress_sent[w];
+                let offset = plan.ways()[w].offset;
+                let stream = state.stream(me, offset);
+                let mut frame = stream.spare.pop().unwrap_or_default();
+                frame.clear();
+                frame.extend_from_slice(&plan.header(w, i).encode());
+                frame.extend_from_slice(plan.payload(w, i));
+                stream.frames.push_back(frame);
+                self.progress_sent[w] += 1;
+                self.sent[w] += 1;
+            }
+            Move::Receive(w) => {
+                let j = self.progress_received[w];
+                let (from, offset) = state.source(me, w);
+                let frame = state.stream(from, offset).frames.pop_front().expect("in flight");
+                let head = Header::decode(frame[..HEADER_LEN].try_into().expect("a header"));
+                let checked = head
+                    .map_err(|e| CollectiveError::MalformedFrame {
+                        peer: from,
+                        reason: e.to_string(),
+                    })
+                    .and_then(|head| head.expect(&plan.expect(w, j), from));
+                if let Err(error) = checked {
+                    state.stream(from, offset).spare.push(frame);
+                    return Err(error);
+                }
+                let mut sink = Receiving { plan: &mut *plan, way: w, frame: j };
+                let mut rest = &frame[HEADER_LEN..];
+                while !rest.is_empty() {
+                    let space = sink.space();
+                    let n = space.len().min(rest.len()).min(state.piece());
+                    assert!(n > 0, "rank {me}: payload longer than its frame's space");
+                    space[..n].copy_from_slice(&rest[..n]);
+                    sink.commit(n);
+                    rest = &rest[n..];
+                }
+                assert!(sink.space().is_empty(), "rank {me}: payload shorter than its frame");
+                state.stream(from, offset).spare.push(frame);
+                self.progress_received[w] += 1;
+            }
+            Move::Closed(w) => {
+                return Err(CollectiveError::PeerClosed { peer: state.source(me, w).0 });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Link for MemLink {
+    fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
+        let ways = plan.ways().len();
+        assert!(ways <= MAX_WAYS, "a plan of {ways} ways");
+        for v in [&mut self.progress_sent, &mut self.progress_received] {
+            v.clear();
+            v.resize(ways, 0);
+        }
+        if self.sent.len() < ways {
+            self.sent.resize(ways, 0);
+        }
+        let ring = self.ring.clone();
+        let mut state = ring.lock();
+        let me = self.rank;
+        let result = loop {
+            let progress =
+                Progress { sent: &self.progress_sent, received: &self.progress_received };
+            let (mut send, mut receive, mut done) = (0u64, 0u64, true);
+            for w in 0..ways {
+                let frames = plan.frames(w);
+                if progress.sent[w] < frames && plan.ready(w, progress) {
+                    send |= 1 << w;
+                }
+                if progress.received[w] < frames && plan.may_receive(w, progress) {
+                    receive |= 1 << w;
+                }
+                done &= progress.sent[w] == frames && progress.received[w] == frames;
+            }
+            if done {
+                break Ok(());
+            }
+            let rank = &mut state.ranks[me];
+            rank.offsets.clear();
+            rank.offsets.extend(plan.ways().iter().map(|r| r.offset));
+            (rank.phase, rank.send, rank.receive) = (Phase::Waiting, send, receive);
+            state.schedule(&ring);
+            while !state.stuck && !matches!(state.granted, Some((r, _)) if r == me) {
+                state = ring.turn[me].wait(state).unwrap_or_else(|e| e.into_inner());
+            }
+            state.ranks[me].phase = Phase::Busy;
+            let Some((_, m)) = state.granted.take() else {
+                // Gates that wait in a circle fail the call instead of hanging the test.
+                let (peer, _) = state.source(me, 0);
+                break Err(CollectiveError::Timeout { peer, waited: Duration::ZERO });
+            };
+            if let Err(error) = self.make(&mut state, plan, m) {
+                break Err(error);
+            }
+        };
+        state.ranks[me].phase = Phase::Busy;
+        drop(state);
+        result
+    }
+}
+
+impl Drop for MemLink {
+    fn drop(&mut self) {
+        let ring = self.ring.clone();
+        let mut state = ring.lock();
+        state.ranks[self.rank].phase = Phase::Gone;
+        state.schedule(&ring);
+    }
+}
+
+/// Runs `f` on every rank of a ring driven by `driver`, one thread each.
+pub(crate) fn on_ring<R: Send>(
+    driver: Driver,
+    f: impl Fn(usize, &mut MemLink) -> R + Sync,
+) -> Vec<R> {
+    let links = mem_ring(driver);
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = links
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut link)| s.spawn(move || f(r, &mut link)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Asserts the seam's rule on `plan` (see [`super::seam`]): the gates of frame `i` of way `w`
+/// open once every frame of the ways before `w` and the frames before `i` of way `w` have moved,
+/// with nothing of a later way. Gates only open as frames move, so one that opens here waits on
+/// nothing else.
+pub(crate) fn assert_gates_keep_the_rule(plan: &dyn FramePlan, case: &str) {
+    let ways = plan.ways().len();
+    let frames: Vec<usize> = (0..ways).map(|w| plan.frames(w)).collect();
+    for w in 0..ways {
+        for i in 0..frames[w] {
+            let mut moved: Vec<usize> =
+                (0..ways).map(|v| if v < w { frames[v] } else { 0 }).collect();
+            moved[w] = i;
+            let progress = Progress { sent: &moved, received: &moved };
+            assert!(plan.ready(w, progress), "{case}: frame {i} out on way {w} waits on more");
+            assert!(plan.may_receive(w, progress), "{case}: frame {i} in on way {w} waits on more");
+        }
+    }
+}
+
+/// Inputs whose f64 sums depend on the fold order, so a wrong order shows in the bits.
+pub(crate) fn input(rank: usize, len: usize) -> Vec<f64> {
+    (0..len).map(|i| ((i * 7 + rank * 13) % 17) as f64 * 0.1 + 1e16 * (rank % 2) as f64).collect()
+}
+
+/// The oracle: element `i` folded in fold order of its segment, straight from the schedule.
+pub(crate) fn reference(inputs: &[Vec<f64>], combine: fn(f64, f64) -> f64) -> Vec<f64> {
+    let (world, len) = (inputs.len(), inputs[0].len());
+    (0..len)
+        .map(|i| {
+            let mut order = schedule::fold_order(segment_of(i, len, world), world);
+            let first = order.next().unwrap();
+            order.fold(inputs[first][i], |acc, r| combine(acc, inputs[r][i]))
+        })
+        .collect()
+}
+
+pub(crate) fn bits(v: &[f64]) -> Vec<u64> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::seam::Call;
+    use silvic_core::Op;
+
+    /// A plan whose only gate waits on its own frame in: the driver fails it at once.
+    struct Circular;
+
+    impl FramePlan for Circular {
+        fn call(&self) -> Call {
+            Call { rank: 0, world: 2, op: Op::AllgatherBytes, seq: 0 }
+        }
+        fn ways(&self) -> &[Route] {
+            &[Route::RIGHTWARD]
+        }
+        fn frames(&self, _: usize) -> usize {
+            1
+        }
+        fn header(&self, _: usize, _: usize) -> Header {
+            Header::data(Op::AllgatherBytes, 0, 0, 0)
+        }
+        fn expect(&self, w: usize, i: usize) -> Header {
+            self.header(w, i)
+        }
+        fn ready(&self, w: usize, progress: Progress<'_>) -> bool {
+            progress.received[w] > 0
+        }
+        fn may_receive(&self, _: usize, _: Progress<'_>) -> bool {
+            true
+        }
+        fn payload(&self, _: usize, _: usize) -> &[u8] {
+            &[]
+        }
+        fn space(&mut self, _: usize, _: usize) -> &mut [u8] {
+            &mut []
+        }
+        fn commit(&mut self, _: usize, _: usize, _: usize) {}
+    }
+
+    #[test]
+    fn gates_that_wait_in_a_circle_fail_every_rank_at_once() {
+        let results = on_ring(Driver::new(2), |_, link| link.run(&mut Circular));
+        for result in results {
+            assert!(matches!(result, Err(CollectiveError::Timeout { .. })), "{result:?}");
+        }
+    }
+
+    /// The trace of every move and piece drawn: the same seed gives the same one on every run,
+    /// another seed another.
+    #[test]
+    fn a_seed_gives_the_same_order_on_every_run() {
+        let trace = |seed| {
+            let tracers = on_ring(Driver::new(5).seed(seed).capacity(3).piece(64), |r, link| {
+                let mut buf = input(r, 5000);
+                let call = Call { rank: r, world: 5, op: Op::AllreduceSumF64, seq: 0 };
+                let scratch = &mut crate::ring::Scratch::default();
+                crate::ring::allreduce(link, call, &mut buf, silvic_core::fold::sum_f64, scratch)
+                    .unwrap();
+                link.tracer()
+            });
+            // Every rank's link is dropped: the trace is whole.
+            tracers[0].trace()
+        };
+        assert_eq!(trace(7), trace(7));
+        assert_ne!(trace(7), trace(9));
+    }
+}
