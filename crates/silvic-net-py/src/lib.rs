@@ -33,12 +33,12 @@
 // Only `lightgbm`, the boundary LightGBM's C++ calls across, reads raw pointers.
 #![deny(unsafe_code)]
 
+mod arguments;
 mod buffers;
 mod errors;
 mod lightgbm;
 mod trainer;
-
-use std::time::Duration;
+mod watch;
 
 use numpy::Element;
 use pyo3::exceptions::PyValueError;
@@ -46,7 +46,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use silvic_net::Collective;
 
+use arguments::{port_range, seconds};
 use buffers::{ReadOnlyWhileInUse, writeable};
+use watch::RingWatch;
 
 /// A bound listening socket, to be handed to TcpCollective.connect once.
 ///
@@ -96,76 +98,6 @@ impl TcpCollective {
     fn ring_ref(&self) -> PyResult<&silvic_net::TcpCollective> {
         self.inner.as_ref().ok_or_else(lightgbm::lent)
     }
-}
-
-/// A ring's progress, readable from any thread while its collective runs; from
-/// TcpCollective.watch().
-///
-/// progress() is what a hang detector polls: the ring's own thread may be blocked in a
-/// collective meanwhile (the TcpCollective itself is then borrowed and refuses other threads).
-#[pyclass(module = "silvic_net", frozen)]
-#[derive(Debug)]
-struct RingWatch {
-    inner: silvic_net::RingWatch,
-}
-
-#[pymethods]
-impl RingWatch {
-    /// Where the ring stands now, as a dict: "entered" and "completed" (collectives begun and
-    /// returned Ok since connect), "index" and "op" of the collective running now and
-    /// "in_call" (seconds it has run), all None between calls, "since_return" (seconds since
-    /// the last call returned; None before the first) and "failed" (a call failed: the ring is
-    /// closed).
-    fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let p = self.inner.progress();
-        let now = std::time::Instant::now();
-        let out = PyDict::new(py);
-        out.set_item("entered", p.entered)?;
-        out.set_item("completed", p.completed)?;
-        out.set_item("index", p.current.map(|call| call.index))?;
-        out.set_item("op", p.current.map(|call| call.op.name()))?;
-        let in_call = p.current.map(|call| now.saturating_duration_since(call.since));
-        out.set_item("in_call", in_call.map(|d| d.as_secs_f64()))?;
-        let since_return = p.last_returned.map(|at| now.saturating_duration_since(at));
-        out.set_item("since_return", since_return.map(|d| d.as_secs_f64()))?;
-        out.set_item("failed", p.failed)?;
-        Ok(out)
-    }
-
-    fn __repr__(&self) -> String {
-        let p = self.inner.progress();
-        format!("RingWatch(entered={}, completed={})", p.entered, p.completed)
-    }
-}
-
-/// A duration in seconds from Python, refusing what `Duration` cannot hold.
-fn seconds(name: &str, value: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(value).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{name} must be a finite, non-negative number of seconds, got {value}"
-        ))
-    })
-}
-
-/// A `range` (step 1, not empty) or an inclusive `(first, last)` tuple of ports.
-fn port_range(ports: &Bound<'_, PyAny>) -> PyResult<std::ops::RangeInclusive<u16>> {
-    let bad = || {
-        PyValueError::new_err(format!(
-            "ports must be a range of ports with step 1, or a (first, last) tuple: {ports}"
-        ))
-    };
-    if ports.is_instance_of::<pyo3::types::PyRange>() {
-        let get = |name: &str| -> PyResult<i64> { ports.getattr(name)?.extract() };
-        let (start, stop, step) = (get("start")?, get("stop")?, get("step")?);
-        if step != 1 || stop <= start {
-            return Err(bad());
-        }
-        let first = u16::try_from(start).map_err(|_| bad())?;
-        let last = u16::try_from(stop - 1).map_err(|_| bad())?;
-        return Ok(first..=last);
-    }
-    let (first, last): (u16, u16) = ports.extract().map_err(|_| bad())?;
-    Ok(first..=last)
 }
 
 impl TcpCollective {
