@@ -164,11 +164,20 @@ def test_a_rank_whose_lightgbm_calls_differ_fails_every_rank_out_of_step(tmp_pat
     # Rank 3 grows trees of 4 leaves, the others of 15: after its first tree its LightGBM calls
     # another collective than theirs. Every rank raises at that call instead of mixing data.
     done = run(tmp_path, "silvic", odd=(3, 4))
+    errors = []
     for r, (code, result) in enumerate(done):
         assert code == 0 and "error" in result, f"rank {r}: {result}"
-        assert "is out of step" in result["error"], f"rank {r}: {result['error']}"
-        if r != 3:
-            assert "rank 3 is out of step" in result["error"], f"rank {r}: {result['error']}"
+        errors.append(result["error"])
+    assert "is out of step" in errors[3], errors[3]
+    # Every other rank names rank 3, and the cause where it heard it. Rank 3's abort goes out
+    # behind the last whole frame on each stream (best effort): a neighbour it is halfway
+    # through writing a histogram to sees the stream end ("rank 3 closed the connection")
+    # unless the abort travelling round the other way reaches it first.
+    for r in (0, 1, 2):
+        named = "rank 3 is out of step" in errors[r] or "rank 3 failed: " in errors[r]
+        closed = "rank 3 closed the connection" in errors[r]
+        assert named or closed, f"rank {r}: {errors[r]}"
+        assert "out of step" in errors[r] or closed, f"rank {r}: {errors[r]}"
 
 
 def test_a_lent_ring_refuses_python_calls_until_the_block_ends() -> None:
