@@ -19,8 +19,10 @@
 
 use byteorder::{BigEndian, ByteOrder};
 
-/// The protocol version. Ranks of different versions reject each other.
-pub const VERSION: u16 = 5;
+/// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
+/// speaks the same messages. Ranks of different versions reject each other. 6: a Proof and a
+/// Welcome must repeat the claims of the Hello and the Challenge.
+pub const VERSION: u16 = 6;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.

@@ -20,7 +20,9 @@
 //! Invariants: the token never leaves the process, only MACs over both sides' fresh nonces, so a
 //! replayed handshake fails; the connector proves first, so a stranger learns nothing computed
 //! from the token; the two labels differ, so one side's proof is never valid as the other's;
-//! MACs are compared in constant time. The MACs cover the roster digest, so two ranks handed
+//! MACs are compared in constant time. The Proof and the Welcome must repeat
+//! the version, world and rank of the Hello and the Challenge, which the MACs cover, so no field
+//! of a proven message is unbound. The MACs cover the roster digest, so two ranks handed
 //! different address lists never form a link, and the acceptor compares the Hello's digest
 //! first, so they fail with that reason rather than as a token mismatch. The roster digest is
 //! not secret (who connects to whom is visible on the network anyway). Each role checks what
@@ -249,11 +251,14 @@ impl<'t> Connector<'t> {
                 }
             }
             (ConnectorState::AwaitWelcome, MessageKind::Welcome) => {
-                if t.verify(ACCEPT_LABEL, &m.mac) {
+                if let Err(reason) = check_claims(m, t.world, t.acceptor) {
+                    refuse(reason)
+                } else if t.verify(ACCEPT_LABEL, &m.mac) {
                     self.state = ConnectorState::Finished;
                     return Next::Done;
+                } else {
+                    refuse(RejectReason::TokenMismatch)
                 }
-                refuse(RejectReason::TokenMismatch)
             }
             _ => Next::Fail(Failure::Protocol("unexpected handshake message"), None),
         };
@@ -327,13 +332,18 @@ impl<'t> Acceptor<'t> {
                 }
             }
             (AcceptorState::AwaitProof, MessageKind::Proof) => {
-                if t.verify(CONNECT_LABEL, &m.mac) {
+                // The MAC covers the Hello's claims; the Proof must repeat them, so no field of
+                // it is left for a stranger on the path to rewrite.
+                if let Err(reason) = check_claims(m, t.world, t.connector) {
+                    refuse(reason)
+                } else if t.verify(CONNECT_LABEL, &m.mac) {
                     let mut welcome = Message::new(MessageKind::Welcome, t.world, t.acceptor);
                     welcome.mac = t.prove(ACCEPT_LABEL);
                     self.state = AcceptorState::Finished;
                     return Next::SendAndDone(welcome);
+                } else {
+                    refuse(RejectReason::TokenMismatch)
                 }
-                refuse(RejectReason::TokenMismatch)
             }
             (_, MessageKind::Reject(reason)) => Next::Fail(Failure::RefusedBy(reason), None),
             _ => Next::Fail(Failure::Protocol("unexpected handshake message"), None),
@@ -516,6 +526,31 @@ mod tests {
         let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
         let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
         assert_eq!(acc.on_message(&proof), refuse(RejectReason::TokenMismatch));
+    }
+
+    #[test]
+    fn a_proof_or_welcome_that_does_not_repeat_the_claims_is_refused_though_its_mac_verifies() {
+        for rewrite in [
+            |m: &mut Message| m.rank = u32::MAX,
+            |m: &mut Message| m.rank = 3,
+            |m: &mut Message| m.world = 9,
+            |m: &mut Message| m.version = VERSION + 1,
+        ] {
+            let (mut conn, hello) = Connector::start(b"t", ROSTER, 4, 1, 2, [1; 16]);
+            let mut acc = Acceptor::new(b"t", ROSTER, 4, 2, 1, [2; 16]);
+            let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
+            let Next::Send(mut proof) = conn.on_message(&challenge) else { panic!() };
+            // A twin of the acceptor, fed the honest proof, gives the honest Welcome.
+            let mut twin = Acceptor::new(b"t", ROSTER, 4, 2, 1, [2; 16]);
+            twin.on_message(&hello);
+            let Next::SendAndDone(mut welcome) = twin.on_message(&proof) else { panic!() };
+            rewrite(&mut proof);
+            let next = acc.on_message(&roundtrip(&proof));
+            assert!(matches!(next, Next::Fail(Failure::Refused(_), Some(_))), "{next:?}");
+            rewrite(&mut welcome);
+            let next = conn.on_message(&roundtrip(&welcome));
+            assert!(matches!(next, Next::Fail(Failure::Refused(_), Some(_))), "{next:?}");
+        }
     }
 
     #[test]

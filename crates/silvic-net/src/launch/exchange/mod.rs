@@ -45,7 +45,7 @@ mod tests {
 
     use super::wire::{ADDRESS_LEN, DUPLICATE, NO_ROSTER, encode_address, exchange_key};
     use crate::error::ConnectError;
-    use crate::handshake::{Connector, MESSAGE_LEN, Message, Next};
+    use crate::handshake::{Connector, MESSAGE_LEN, Message, MessageKind, Next};
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().unwrap()
@@ -111,6 +111,45 @@ mod tests {
         }
         stream.write_all(&encode_address(own)).unwrap();
         stream
+    }
+
+    /// A token holder (or anyone on the path) that rewrites the Proof's rank field: the Hello
+    /// claims `hello_rank`, the Proof says `proof_rank`. Returns what rank 0 answered.
+    fn rewritten_proof(server: SocketAddr, hello_rank: u32, proof_rank: u32) -> Vec<u8> {
+        let key = exchange_key(b"t");
+        let mut stream = TcpStream::connect(server).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let (mut connector, hello) = Connector::start(&key, NO_ROSTER, 3, hello_rank, 0, [6; 16]);
+        stream.write_all(&hello.encode()).unwrap();
+        let mut inbox = [0u8; MESSAGE_LEN];
+        stream.read_exact(&mut inbox).unwrap();
+        let Next::Send(mut proof) = connector.on_message(&Message::decode(&inbox).unwrap()) else {
+            panic!("no challenge")
+        };
+        proof.rank = proof_rank;
+        stream.write_all(&proof.encode()).unwrap();
+        let _ = stream.write_all(&encode_address(addr("10.6.6.6:666")));
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        answer
+    }
+
+    #[test]
+    fn a_proof_whose_rank_differs_from_the_hellos_is_refused_and_never_listed() {
+        let (at, server) = server(3, Duration::from_secs(20));
+        for (hello_rank, proof_rank) in [(1, u32::MAX), (1, 2), (2, 1), (1, 3)] {
+            let answer = rewritten_proof(at, hello_rank, proof_rank);
+            let refusal = Message::decode(answer[..MESSAGE_LEN].try_into().unwrap()).unwrap();
+            assert!(matches!(refusal.kind, MessageKind::Reject(_)), "{refusal:?}");
+            assert_eq!(answer.len(), MESSAGE_LEN, "nothing after the refusal");
+        }
+        // Rank 0 is still serving, and lists only the real ranks.
+        let one = joiner(at, 1, 3, addr("10.0.0.2:200"), b"t");
+        let two = joiner(at, 2, 3, addr("10.0.0.3:300"), b"t");
+        let expected = vec![addr("10.0.0.1:100"), addr("10.0.0.2:200"), addr("10.0.0.3:300")];
+        assert_eq!(server.join().expect("rank 0 does not panic").unwrap(), expected);
+        assert_eq!(one.join().unwrap().unwrap(), expected);
+        assert_eq!(two.join().unwrap().unwrap(), expected);
     }
 
     #[test]

@@ -24,8 +24,8 @@ const MAX_PENDING: usize = 256;
 enum Stage<'k> {
     /// Waiting for a Hello (which names the rank the acceptor then expects).
     Hello,
-    /// Challenge sent, waiting for the proof.
-    Proving(Acceptor<'k>),
+    /// Challenge sent, waiting for the proof of the rank the Hello claimed.
+    Proving(Acceptor<'k>, usize),
     /// Proven as `rank`; waiting for its address.
     Address(usize),
     /// Sending a last message (a reject), then closing.
@@ -357,19 +357,22 @@ fn step<'k>(p: &mut Pending<'k>, key: &'k [u8; 32], world: usize) -> Outcome {
                 let Ok(nonce) = fresh_nonce() else { return Outcome::Drop("no random nonce") };
                 let mut acceptor = Acceptor::new(key, NO_ROSTER, world as u32, 0, expected, nonce);
                 let next = acceptor.on_message(&message);
-                p.stage = Stage::Proving(acceptor);
+                p.stage = Stage::Proving(acceptor, claimed);
                 next
             }
-            Stage::Proving(acceptor) => acceptor.on_message(&message),
+            Stage::Proving(acceptor, _) => acceptor.on_message(&message),
             Stage::Address(_) | Stage::Closing => unreachable!("handled above"),
         };
         match next {
             Next::Send(reply) => p.queue(&reply.encode()),
+            // The rank proven is the Hello's, which the MAC covers (the acceptor refuses a
+            // Proof that does not repeat it), never a field of a later message.
             Next::SendAndDone(reply) => {
                 p.queue(&reply.encode());
-                p.stage = Stage::Address(message.rank as usize);
+                let Stage::Proving(_, rank) = p.stage else { unreachable!("welcomed in Proving") };
+                p.stage = Stage::Address(rank);
             }
-            Next::Done => p.stage = Stage::Address(message.rank as usize),
+            Next::Done => return Outcome::Drop("an acceptor never ends without a Welcome"),
             Next::Fail(failure, reply) => {
                 warn!(peer = %p.peer, ?failure, rank = message.rank, "exchange: refused a connection");
                 match reply {
