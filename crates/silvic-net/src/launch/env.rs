@@ -70,6 +70,11 @@ impl std::fmt::Debug for Launch {
     }
 }
 
+/// The largest world `from_env` starts: rank 0 of the address exchange holds a connection per
+/// rank, and every rank a list of them, so a world size beyond any real job (a typo, a stray
+/// variable) is refused before anything is sized by it.
+pub(crate) const MAX_WORLD: usize = 1 << 16;
+
 pub(crate) fn env_error(variable: &str, message: impl Into<String>) -> ConnectError {
     ConnectError::Environment { variable: variable.to_string(), message: message.into() }
 }
@@ -180,8 +185,11 @@ impl Launch {
         if world == 0 {
             return Err(env_error(world_var, "a world of 0 ranks"));
         }
-        if u32::try_from(world).is_err() {
-            return Err(env_error(world_var, format!("a world of {world} ranks is too large")));
+        if world > MAX_WORLD {
+            return Err(env_error(
+                world_var,
+                format!("a world of {world} ranks is more than the {MAX_WORLD} from_env starts"),
+            ));
         }
         if rank >= world {
             return Err(env_error(
@@ -286,6 +294,15 @@ mod tests {
             message(&with(&[("RANK", "0"), ("WORLD_SIZE", "0")])),
             "WORLD_SIZE: a world of 0 ranks"
         );
+        for huge in ["4294967295", "65537"] {
+            assert_eq!(
+                message(&with(&[("SILVIC_RANK", "0"), ("SILVIC_WORLD_SIZE", huge)])),
+                format!(
+                    "SILVIC_WORLD_SIZE: a world of {huge} ranks is more than the 65536 from_env starts"
+                )
+            );
+        }
+        assert_eq!(parse(&with(&[("RANK", "0"), ("WORLD_SIZE", "65536")])).unwrap().world, 65536);
         assert_eq!(
             message(&with(&[("OMPI_COMM_WORLD_SIZE", "2")])),
             "OMPI_COMM_WORLD_RANK: missing, while OMPI_COMM_WORLD_SIZE is set"

@@ -85,7 +85,7 @@ fn read(file: &Path) -> io::Result<String> {
 /// Waits until every rank's file is in `dir` and returns the addresses in rank order; past
 /// `timeout`, an error naming the first rank still missing (and all of them).
 pub fn gather(dir: &Path, world: usize, timeout: Duration) -> Result<Vec<String>, ConnectError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = super::deadline_after(Instant::now(), timeout);
     let mut addresses: Vec<Option<String>> = vec![None; world];
     loop {
         for (rank, slot) in addresses.iter_mut().enumerate().filter(|(_, a)| a.is_none()) {

@@ -56,6 +56,13 @@ impl TcpCollective {
     }
 }
 
+/// `timeout` after `now`; a timeout too long for an `Instant` (`Duration::MAX`, as `connect`
+/// takes it) is a century, which no launch outlives.
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(timeout).or_else(|| now.checked_add(CENTURY)).unwrap_or(now)
+}
+
 /// Resolves the rendezvous host, retrying until `deadline`: a launcher's DNS name (a
 /// Kubernetes headless service) may appear only after the ranks start.
 fn resolve_meeting(
@@ -161,7 +168,7 @@ fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, Conn
         return TcpCollective::connect(listener, 0, &addresses, &launch.token, timeout);
     }
     let started = Instant::now();
-    let deadline = started + timeout;
+    let deadline = deadline_after(started, timeout);
     let addresses: Vec<String>;
     let listener;
     match &launch.meeting {
@@ -246,4 +253,73 @@ fn leave_folder(
             std::io::Error::other(format!("the ring formed but its first collective failed: {e}"));
         ConnectError::io(peer, addresses.get(peer).cloned().unwrap_or_default(), &failed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn launch(rank: usize, world: usize, meeting: Meeting) -> Launch {
+        Launch {
+            rank,
+            world,
+            rank_variables: ("SILVIC_RANK", "SILVIC_WORLD_SIZE"),
+            meeting,
+            token: "a-launch-test-token-0123456789".into(),
+            interface: Some("lo".into()),
+            ports: None,
+        }
+    }
+
+    /// Starts every rank of `world` in a thread with `timeout`; returns each rank's outcome
+    /// (an allgather of its rank), failing the test if any takes longer than `bound`.
+    fn ring(world: usize, meeting: Meeting, timeout: Duration, bound: Duration) -> Vec<Vec<u8>> {
+        let (tx, rx) = mpsc::channel();
+        for rank in 0..world {
+            let (tx, meeting) = (tx.clone(), meeting.clone());
+            std::thread::spawn(move || {
+                let outcome = launch_ring(&launch(rank, world, meeting), timeout)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut ring| {
+                        let all = ring.allgather_bytes(&[rank as u8]).map_err(|e| e.to_string())?;
+                        Ok(all.concat())
+                    });
+                let _ = tx.send((rank, outcome));
+            });
+        }
+        drop(tx); // a rank that panics then ends the wait at once
+        let until = Instant::now() + bound;
+        let mut out = vec![Vec::new(); world];
+        for _ in 0..world {
+            let left = until.saturating_duration_since(Instant::now());
+            let (rank, outcome) =
+                rx.recv_timeout(left).expect("a rank panicked or did not return in time");
+            out[rank] = outcome.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        }
+        out
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn a_timeout_too_long_for_an_instant_forms_the_ring_as_connect_does() {
+        let dir = std::env::temp_dir().join(format!("silvic-launch-max-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let bound = Duration::from_secs(60);
+        let folder = ring(2, Meeting::Folder(dir.clone()), Duration::MAX, bound);
+        assert_eq!(folder, [vec![0, 1], vec![0, 1]]);
+        let tcp = Meeting::Tcp {
+            host: "127.0.0.1".into(),
+            port: free_port(),
+            variable: "SILVIC_RENDEZVOUS",
+        };
+        assert_eq!(
+            ring(3, tcp, Duration::MAX, bound),
+            [vec![0, 1, 2], vec![0, 1, 2], vec![0, 1, 2]]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
