@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::ConnectError;
+use crate::wait::Backoff;
 
 const MAGIC: &str = "silvic-net rendezvous 1";
 /// How often a waiting rank looks at the folder again.
@@ -87,6 +88,7 @@ fn read(file: &Path) -> io::Result<String> {
 pub fn gather(dir: &Path, world: usize, timeout: Duration) -> Result<Vec<String>, ConnectError> {
     let deadline = super::deadline_after(Instant::now(), timeout);
     let mut addresses: Vec<Option<String>> = vec![None; world];
+    let mut backoff = Backoff::new((POLL, POLL));
     loop {
         for (rank, slot) in addresses.iter_mut().enumerate().filter(|(_, a)| a.is_none()) {
             let file = path(dir, rank);
@@ -110,7 +112,7 @@ pub fn gather(dir: &Path, world: usize, timeout: Duration) -> Result<Vec<String>
                 waiting_for: format!("to write its address (ranks {missing:?} are missing)"),
             });
         }
-        std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+        backoff.sleep(deadline);
     }
 }
 

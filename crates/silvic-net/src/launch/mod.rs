@@ -26,6 +26,7 @@ use tracing::info;
 use crate::bind::{self, BindOptions};
 use crate::error::ConnectError;
 use crate::tcp::{RingListener, TcpCollective};
+use crate::wait::Backoff;
 use env::{Launch, Meeting, env_error};
 
 // Here rather than in tcp.rs: launching builds on the ring, so this module imports `tcp` and
@@ -71,7 +72,7 @@ fn resolve_meeting(
     variable: &str,
     deadline: Instant,
 ) -> Result<SocketAddr, ConnectError> {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new((Duration::from_millis(50), Duration::from_secs(1)));
     loop {
         let error = match (host, port).to_socket_addrs() {
             Ok(mut found) => match found.next() {
@@ -80,15 +81,13 @@ fn resolve_meeting(
             },
             Err(e) => e.to_string(),
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if Instant::now() >= deadline {
             return Err(env_error(
                 variable,
                 format!("cannot resolve the rendezvous host {host:?}: {error}"),
             ));
         }
-        std::thread::sleep(backoff.min(left));
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        backoff.sleep(deadline);
     }
 }
 

@@ -10,9 +10,7 @@ use super::wire::{
 };
 use crate::error::{ConnectError, RejectReason};
 use crate::handshake::{Claims, Connector, Failure, MESSAGE_LEN, Message, Next, fresh_nonce};
-
-const FIRST_RETRY: Duration = Duration::from_millis(20);
-const MAX_RETRY: Duration = Duration::from_millis(500);
+use crate::wait::Backoff;
 
 /// What rank `rank` needs to join the exchange.
 #[derive(Debug)]
@@ -38,15 +36,14 @@ enum Attempt {
 /// until rank 0 serves the exchange or the deadline passes.
 pub(crate) fn join(plan: &Join<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
     let key = exchange_key(plan.token);
-    let mut backoff = FIRST_RETRY;
+    let mut backoff = Backoff::new(Backoff::CONNECT);
     loop {
         let last_error = match attempt(plan, &key) {
             Ok(list) => return Ok(list),
             Err(Attempt::Fatal(e)) => return Err(e),
             Err(Attempt::Retry(why)) => why,
         };
-        let left = plan.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if Instant::now() >= plan.deadline {
             return Err(ConnectError::Timeout {
                 peer: 0,
                 address: plan.server.to_string(),
@@ -54,8 +51,7 @@ pub(crate) fn join(plan: &Join<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
                 waiting_for: format!("to serve the address exchange (last error: {last_error})"),
             });
         }
-        std::thread::sleep(backoff.min(left));
-        backoff = (backoff * 2).min(MAX_RETRY);
+        backoff.sleep(plan.deadline);
     }
 }
 
