@@ -267,11 +267,15 @@ impl<'t> Connector<'t> {
     }
 }
 
-/// The accepting side: rank `r + 1` taking a connection that claims to be its left neighbour.
+/// The accepting side: rank `r + 1` taking a connection that claims to be its left neighbour
+/// ([`Acceptor::new`]), or rank 0 of the address exchange taking any other rank
+/// ([`Acceptor::any_other_rank`]).
 #[derive(Debug)]
 pub struct Acceptor<'t> {
     transcript: Transcript<'t>,
     state: AcceptorState,
+    /// The connector may be any rank of the world but this one: its Hello names it.
+    any_peer: bool,
     /// What the other side said about itself in its Hello, once it sent one.
     pub peer_claims: Option<Claims>,
 }
@@ -303,7 +307,33 @@ impl<'t> Acceptor<'t> {
             nonce_c: [0; NONCE_LEN],
             nonce_a: nonce,
         };
-        Acceptor { transcript, state: AcceptorState::AwaitHello, peer_claims: None }
+        Acceptor {
+            transcript,
+            state: AcceptorState::AwaitHello,
+            any_peer: false,
+            peer_claims: None,
+        }
+    }
+
+    /// Waits for a Hello as `rank` of `world` from any other rank of the world, which the
+    /// Hello names; [`Acceptor::peer`] then says which.
+    pub fn any_other_rank(
+        token: &'t [u8],
+        roster: [u8; MAC_LEN],
+        world: u32,
+        rank: u32,
+        nonce: [u8; NONCE_LEN],
+    ) -> Self {
+        let mut acceptor = Acceptor::new(token, roster, world, rank, rank, nonce);
+        acceptor.any_peer = true;
+        acceptor
+    }
+
+    /// The rank the connector proves: the one given to [`Acceptor::new`], or, for
+    /// [`Acceptor::any_other_rank`], the one its accepted Hello named (before that, this
+    /// side's own rank, which no connector can be).
+    pub fn peer(&self) -> u32 {
+        self.transcript.connector
     }
 
     /// Whether the other side sent a Hello this side accepted and was challenged. Weak
@@ -318,10 +348,18 @@ impl<'t> Acceptor<'t> {
         let next = match (self.state, m.kind) {
             (AcceptorState::AwaitHello, MessageKind::Hello) => {
                 self.peer_claims = Some(Claims::of(m));
-                match check_claims(m, t.world, t.connector) {
+                // Any other rank of the world may connect: expect the one it names, if it may
+                // (else a rank it is not, so the check refuses it in its place in the order).
+                let expected = match self.any_peer {
+                    true if m.rank < t.world && m.rank != t.acceptor => m.rank,
+                    true => m.rank.wrapping_add(1),
+                    false => t.connector,
+                };
+                match check_claims(m, t.world, expected) {
                     Err(reason) => refuse(reason),
                     Ok(()) if m.mac != t.roster => refuse(RejectReason::AddressMismatch),
                     Ok(()) => {
+                        t.connector = expected;
                         t.nonce_c = m.nonce;
                         let mut challenge =
                             Message::new(MessageKind::Challenge, t.world, t.acceptor);
@@ -551,6 +589,27 @@ mod tests {
             let next = conn.on_message(&roundtrip(&welcome));
             assert!(matches!(next, Next::Fail(Failure::Refused(_), Some(_))), "{next:?}");
         }
+    }
+
+    #[test]
+    fn an_acceptor_of_any_other_rank_proves_the_rank_its_hello_names_and_no_other() {
+        for (claimed, expected) in [(1, Some(1)), (3, Some(3)), (0, None), (4, None)] {
+            let (mut conn, hello) = Connector::start(b"t", ROSTER, 4, claimed, 0, [1; 16]);
+            let mut acc = Acceptor::any_other_rank(b"t", ROSTER, 4, 0, [2; 16]);
+            let next = acc.on_message(&hello);
+            let Some(rank) = expected else {
+                assert_eq!(next, refuse(RejectReason::WrongRank), "claimed {claimed}");
+                continue;
+            };
+            let Next::Send(challenge) = next else { panic!("{next:?}") };
+            let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
+            assert!(matches!(acc.on_message(&proof), Next::SendAndDone(_)));
+            assert_eq!(acc.peer(), rank);
+        }
+        let mut hello = Connector::start(b"t", ROSTER, 4, 1, 0, [1; 16]).1;
+        hello.rank = u32::MAX;
+        let mut acc = Acceptor::any_other_rank(b"t", ROSTER, 4, 0, [2; 16]);
+        assert_eq!(acc.on_message(&hello), refuse(RejectReason::WrongRank));
     }
 
     #[test]
