@@ -79,6 +79,15 @@ pub enum ConnectError {
         second: String,
     },
 
+    /// Rank 0 gave up the address exchange, for `reason`, while this rank waited for the list.
+    #[error("rank 0 at {address} gave up the address exchange: {reason}")]
+    ExchangeAbandoned {
+        /// Rank 0's exchange address.
+        address: String,
+        /// Rank 0's own error.
+        reason: String,
+    },
+
     /// A handshake with a ring neighbour was refused, by either side, for `reason`.
     #[error("{reason} with rank {peer} at {address}{detail}")]
     Rejected {
@@ -162,6 +171,7 @@ impl ConnectError {
             | ConnectError::Timeout { peer, .. }
             | ConnectError::Io { peer, .. } => Some(*peer),
             ConnectError::DuplicateRank { rank, .. } => Some(*rank),
+            ConnectError::ExchangeAbandoned { .. } => Some(0),
             ConnectError::InvalidArgument(_)
             | ConnectError::Bind { .. }
             | ConnectError::PortsTaken { .. }

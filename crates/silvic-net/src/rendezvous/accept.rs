@@ -713,7 +713,8 @@ mod tests {
             arrival(&server, &mut keep, "[::ffff:10.0.0.9]:1000"),
         ];
         assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
-        let preferred: Vec<bool> = lobby.held.iter().map(|p| p.standing(u64::MAX).preferred).collect();
+        let preferred: Vec<bool> =
+            lobby.held.iter().map(|p| p.standing(u64::MAX).preferred).collect();
         assert_eq!(preferred, [true, false]);
     }
 }

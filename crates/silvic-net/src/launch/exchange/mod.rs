@@ -9,24 +9,36 @@
 //!  k -> 0  Proof { mac_k }                      HMAC-SHA256(job token, EXCHANGE_LABEL) so that
 //!  0 -> k  Welcome { mac_0 }                    no exchange proof is valid on a ring port
 //!  k -> 0  Address                              k's ring address
+//!  0 -> k  PING          k -> 0  PING           (another process claims rank k: still there?)
 //!  0 -> k  LIST, world x Address                once every rank has sent one
 //!       or DUPLICATE, Address, Address          two live processes claim rank k
+//!       or ABORT, len: u16 BE, len bytes UTF-8  rank 0 gave up, and why (len <= 1024)
 //!
 //!  Address (19 bytes): | family: 4 or 6 | ip: 16 bytes, IPv4 in the first 4 | port: u16 BE |
 //! ```
 //!
+//! The exchange speaks the handshake's [`VERSION`](crate::handshake::VERSION): a change to this
+//! wire bumps it.
+//!
 //! Invariants:
-//! - Rank 0 drives every connection from one poll loop, each with its own short handshake
-//!   deadline: silent, slow or garbage-sending strangers are dropped without delaying anyone,
-//!   and at most `serve::MAX_PENDING` are held at once.
-//! - A rank is listed only after it proved the token, so a stranger can neither claim a rank
-//!   nor learn the list.
-//! - A second process claiming a rank whose first claimant's connection is still open is a
-//!   duplicate: both are told, and rank 0 fails naming the rank. If the first one's connection
-//!   has closed (a rank that restarted before the list was complete), the newcomer takes its
-//!   place.
-//! - Every wait ends at the caller's deadline; lengths are fixed, so nothing read sizes an
-//!   allocation.
+//! - Rank 0 proves connections with the ring's own lobby (`rendezvous::accept`): the same
+//!   handshake deadline, caps (in all, per source, per turn), eviction rule and rest when
+//!   descriptors run out. The sources of ranks already admitted are preferred. Silent, slow or
+//!   garbage-sending strangers cost a slot, never a real rank's place.
+//! - A rank is listed only after it proved the token, as the rank its Hello named (which the
+//!   MACs cover), so a stranger can neither claim a rank nor learn the list.
+//! - A second process claiming a held rank is a duplicate only if the first still answers a
+//!   PING within the handshake deadline: both are told, and rank 0 fails naming the rank.
+//!   A first claimant that has closed, or does not answer (a dead host, a half-open
+//!   connection), is replaced by the newcomer. Member connections have TCP keepalive.
+//! - The list is sent only after every member is looked at once more, to all at once, on
+//!   non-blocking sockets: one stalled rank delays no other.
+//! - When rank 0 fails (timeout, duplicate) it tells every waiting rank why (ABORT); its
+//!   timeout names each missing rank and the last refusal of a connection claiming it.
+//! - A joining rank retries a connection lost before the list arrives (rank 0 restarting, or
+//!   dropping it for room); a refusal, a duplicate or an abort is final.
+//! - Every wait ends at the caller's deadline; lengths are fixed or bounded (an abort's reason),
+//!   so nothing read sizes an allocation beyond [`wire::MAX_ABORT_TEXT`].
 
 mod join;
 mod serve;
@@ -43,9 +55,9 @@ mod tests {
     use std::thread;
     use std::time::{Duration, Instant};
 
-    use super::wire::{ADDRESS_LEN, DUPLICATE, NO_ROSTER, encode_address, exchange_key};
+    use super::wire::{ADDRESS_LEN, DUPLICATE, NO_ROSTER, PING, encode_address, exchange_key};
     use crate::error::ConnectError;
-    use crate::handshake::{Connector, MESSAGE_LEN, Message, MessageKind, Next};
+    use crate::handshake::{Acceptor, Connector, MESSAGE_LEN, Message, MessageKind, Next};
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().unwrap()
@@ -165,10 +177,28 @@ mod tests {
         assert_eq!(rank2.join().unwrap().unwrap(), expected);
     }
 
+    /// A rank waiting for the list by hand that answers rank 0's pings (a live process), until
+    /// anything else arrives; returns what that was, to the end.
+    fn answering_pings(mut stream: TcpStream) -> thread::JoinHandle<Vec<u8>> {
+        thread::spawn(move || {
+            let mut byte = [0u8; 1];
+            loop {
+                stream.read_exact(&mut byte).unwrap();
+                if byte[0] != PING {
+                    break;
+                }
+                stream.write_all(&[PING]).unwrap();
+            }
+            let mut rest = byte.to_vec();
+            let _ = stream.read_to_end(&mut rest);
+            rest
+        })
+    }
+
     #[test]
     fn a_live_second_claimant_is_refused_with_the_first_and_both_are_told() {
         let (at, server) = server(3, Duration::from_secs(20));
-        let mut first = claim_by_hand(at, 2, 3, addr("10.0.0.3:300"));
+        let first = answering_pings(claim_by_hand(at, 2, 3, addr("10.0.0.3:300")));
         let second = joiner(at, 2, 3, addr("10.0.0.4:400"), b"t");
         let e = second.join().unwrap().unwrap_err();
         assert_eq!(
@@ -177,9 +207,93 @@ mod tests {
              started once"
         );
         assert_eq!(server.join().unwrap().unwrap_err(), e);
-        let mut answer = [0u8; 1 + 2 * ADDRESS_LEN];
-        first.read_exact(&mut answer).unwrap();
-        assert_eq!(answer[0], DUPLICATE);
+        let answer = first.join().unwrap();
+        assert_eq!((answer[0], answer.len()), (DUPLICATE, 1 + 2 * ADDRESS_LEN));
+    }
+
+    /// Finding 6: a first life whose connection stays open but says nothing (its host died, the
+    /// connection is half-open; or the process is frozen) does not keep its rank.
+    #[test]
+    fn a_first_life_that_no_longer_answers_is_replaced_by_the_rank_that_restarted() {
+        let (at, server) = server(3, Duration::from_secs(30));
+        let mut half_open = claim_by_hand(at, 1, 3, addr("10.0.0.2:200"));
+        let second_life = joiner(at, 1, 3, addr("10.0.0.2:201"), b"t");
+        // Rank 0 asks the first life whether it is there; it never answers. Rank 2 starts only
+        // then, so the list cannot be complete before the contest for rank 1.
+        let mut asked = [0u8; 1];
+        half_open.read_exact(&mut asked).unwrap();
+        assert_eq!(asked[0], PING);
+        let rank2 = joiner(at, 2, 3, addr("10.0.0.3:300"), b"t");
+        let expected = vec![addr("10.0.0.1:100"), addr("10.0.0.2:201"), addr("10.0.0.3:300")];
+        assert_eq!(server.join().unwrap().unwrap(), expected);
+        assert_eq!(second_life.join().unwrap().unwrap(), expected);
+        assert_eq!(rank2.join().unwrap().unwrap(), expected);
+    }
+
+    /// Finding 13: rank 0 names the rank it refused and why, and the rank that waited is told
+    /// why rank 0 gave up rather than that it closed.
+    #[test]
+    fn rank_0_names_the_ranks_it_refused_and_tells_every_waiting_rank_why_it_gave_up() {
+        let (at, server) = server(3, Duration::from_secs(2));
+        let one = joiner(at, 1, 3, addr("10.0.0.2:200"), b"t");
+        let e = joiner(at, 2, 3, addr("10.0.0.3:300"), b"other").join().unwrap().unwrap_err();
+        assert!(e.to_string().contains("check SILVIC_JOB_TOKEN"), "{e}");
+        let e = server.join().unwrap().unwrap_err();
+        let text = e.to_string();
+        assert_eq!(e.peer(), Some(2));
+        assert!(text.contains("ranks [2] are missing"), "{text}");
+        assert!(text.contains("a connection claiming rank 2 (from 127.0.0.1:"), "{text}");
+        assert!(text.contains("was refused: job token mismatch"), "{text}");
+        let told = one.join().unwrap().unwrap_err();
+        assert_eq!(
+            told,
+            ConnectError::ExchangeAbandoned { address: at.to_string(), reason: text.clone() }
+        );
+        assert!(told.to_string().starts_with("rank 0 at "), "{told}");
+    }
+
+    /// Finding 2 (`join`): a connection rank 0 drops after its Challenge (for room, under a
+    /// flood), or after the address (rank 0 restarted), is tried again, not fatal.
+    #[test]
+    fn a_rank_whose_connection_rank_0_drops_before_the_list_tries_again() {
+        for drop_after_address in [false, true] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let at = listener.local_addr().unwrap();
+            let one = joiner(at, 1, 2, addr("10.0.0.2:200"), b"t");
+            let (mut first, _) = listener.accept().unwrap();
+            let key = exchange_key(b"t");
+            let mut acceptor = Acceptor::any_other_rank(&key, NO_ROSTER, 2, 0, [3; 16]);
+            let mut inbox = [0u8; MESSAGE_LEN];
+            first.read_exact(&mut inbox).unwrap();
+            let Next::Send(challenge) = acceptor.on_message(&Message::decode(&inbox).unwrap())
+            else {
+                panic!("the joiner's Hello")
+            };
+            first.write_all(&challenge.encode()).unwrap();
+            first.read_exact(&mut inbox).unwrap();
+            if drop_after_address {
+                let Next::SendAndDone(welcome) =
+                    acceptor.on_message(&Message::decode(&inbox).unwrap())
+                else {
+                    panic!("the joiner's Proof")
+                };
+                first.write_all(&welcome.encode()).unwrap();
+                first.read_exact(&mut [0u8; ADDRESS_LEN]).unwrap();
+            }
+            drop(first); // rank 0 dies, or drops the connection for room
+            let timeout = Duration::from_secs(20);
+            let list = serve(&Serve {
+                listener: &listener,
+                world: 2,
+                own: addr("10.0.0.1:100"),
+                token: b"t",
+                deadline: Instant::now() + timeout,
+                timeout,
+            })
+            .unwrap();
+            assert_eq!(list, [addr("10.0.0.1:100"), addr("10.0.0.2:200")]);
+            assert_eq!(one.join().unwrap().unwrap(), list, "after address: {drop_after_address}");
+        }
     }
 
     #[test]
