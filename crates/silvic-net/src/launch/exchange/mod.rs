@@ -107,8 +107,12 @@ mod tests {
     /// Proves the token as `rank` and sends `own`, then returns the open stream (a rank that
     /// joined and waits for the list).
     fn claim_by_hand(server: SocketAddr, rank: u32, world: u32, own: SocketAddr) -> TcpStream {
+        prove_by_hand(TcpStream::connect(server).unwrap(), rank, world, own)
+    }
+
+    /// [`claim_by_hand`] on a connection already made.
+    fn prove_by_hand(mut stream: TcpStream, rank: u32, world: u32, own: SocketAddr) -> TcpStream {
         let key = exchange_key(b"t");
-        let mut stream = TcpStream::connect(server).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let (mut connector, hello) = Connector::start(&key, NO_ROSTER, world, rank, 0, [5; 16]);
         stream.write_all(&hello.encode()).unwrap();
@@ -123,6 +127,51 @@ mod tests {
         }
         stream.write_all(&encode_address(own)).unwrap();
         stream
+    }
+
+    /// A stranger from `source` that sends a valid Hello (right version and world, a rank of
+    /// the world) to `server` and then holds the connection.
+    fn stranger(source: &str, server: SocketAddr, rank: u32) -> socket2::Socket {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket.bind(&format!("{source}:0").parse::<SocketAddr>().unwrap().into()).unwrap();
+        socket.connect(&server.into()).unwrap();
+        let hello = Connector::start(b"no-key", NO_ROSTER, 2, rank, 0, [7; 16]).1;
+        (&socket).write_all(&hello.encode()).unwrap();
+        socket
+    }
+
+    /// Finding 2: a real rank that arrives in one burst with hundreds of strangers sending
+    /// valid Hellos from one other host keeps its connection: it is never the one dropped for
+    /// room (the rule took "the oldest without a Hello", which a rank accepted in the same
+    /// batch always was), so it joins on its first connection, not after retries.
+    #[test]
+    fn a_rank_in_a_burst_of_strangers_from_another_host_is_never_dropped_for_room() {
+        let listener = crate::bind::listen("127.0.0.1", addr("127.0.0.1:0")).unwrap();
+        let at = listener.local_addr().unwrap();
+        // All of them wait in the listener's backlog before rank 0 accepts one.
+        let mut strangers: Vec<_> = (0..300).map(|_| stranger("127.0.0.2", at, 1)).collect();
+        let real = TcpStream::connect(at).unwrap();
+        strangers.extend((0..300).map(|_| stranger("127.0.0.2", at, 1)));
+        let rank1 = thread::spawn(move || {
+            let mut stream = prove_by_hand(real, 1, 2, addr("10.0.0.2:200"));
+            let mut answer = Vec::new();
+            stream.read_to_end(&mut answer).map(|_| answer)
+        });
+        let timeout = Duration::from_secs(20);
+        let list = serve(&Serve {
+            listener: &listener,
+            world: 2,
+            own: addr("10.0.0.1:100"),
+            token: b"t",
+            deadline: Instant::now() + timeout,
+            timeout,
+        })
+        .unwrap();
+        assert_eq!(list, [addr("10.0.0.1:100"), addr("10.0.0.2:200")]);
+        let answer = rank1.join().expect("rank 1 kept its one connection").unwrap();
+        assert_eq!(answer.len(), 1 + 2 * ADDRESS_LEN, "rank 1 got the list on that connection");
+        drop(strangers);
     }
 
     /// A token holder (or anyone on the path) that rewrites the Proof's rank field: the Hello
