@@ -180,9 +180,9 @@ fn one_rank(config: &Config, rank: usize, dir: &Path) -> Result<u64, Failure> {
         None => host_address()?,
     };
     let listener = bind(config, &host)?;
-    folder::publish(dir, rank, config.world, &listener.address())?;
-    let addresses = folder::gather(dir, config.world, config.timeout)?;
     let token = std::env::var(TOKEN_VAR).unwrap_or_else(|_| DEFAULT_TOKEN.into());
+    folder::publish(dir, rank, config.world, &listener.address(), token.as_bytes())?;
+    let addresses = folder::gather(dir, config.world, token.as_bytes(), config.timeout)?;
     let mut ring = TcpCollective::connect(listener, rank, &addresses, &token, config.timeout)
         .map_err(|e| format!("rank {rank}: {e}"))?;
     // Every rank has read every file once all have joined the ring; only then may they go.

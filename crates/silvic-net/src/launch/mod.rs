@@ -206,12 +206,8 @@ fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, Conn
         }
         Meeting::Folder(dir) => {
             listener = bind_ring(launch, None)?;
-            std::fs::create_dir_all(dir).map_err(|e| ConnectError::Folder {
-                path: dir.display().to_string(),
-                message: e.to_string(),
-            })?;
-            folder::publish(dir, rank, world, &listener.address())?;
-            addresses = match folder::gather(dir, world, timeout) {
+            folder::publish(dir, rank, world, &listener.address(), token)?;
+            addresses = match folder::gather(dir, world, token, timeout) {
                 Ok(list) => list,
                 Err(e) => {
                     folder::withdraw(dir, rank);
