@@ -13,7 +13,7 @@
 //! in an error or a log line.
 
 mod env;
-mod exchange;
+pub(crate) mod exchange;
 pub mod folder;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
