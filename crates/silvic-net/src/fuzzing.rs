@@ -155,7 +155,8 @@ pub fn exchange_rank0(
             })
         })
         .collect();
-    let served = serve(&Serve { listener: &listener, world, own: address(0), token, deadline, timeout });
+    let served =
+        serve(&Serve { listener: &listener, world, own: address(0), token, deadline, timeout });
     drop(held);
     let joined = joiners.into_iter().map(|j| j.join().expect("a joiner does not panic")).collect();
     (served, joined)

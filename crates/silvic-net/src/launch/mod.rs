@@ -53,6 +53,9 @@ impl TcpCollective {
     /// rank that restarts before every rank has joined takes its place again.
     pub fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
         let launch = Launch::parse(|name| std::env::var(name).ok())?;
+        for note in &launch.notes {
+            tracing::warn!("from_env: {note}");
+        }
         launch_ring(&launch, timeout)
     }
 }
@@ -88,6 +91,40 @@ fn resolve_meeting(
             ));
         }
         backoff.sleep(deadline);
+    }
+}
+
+/// Rank 0's exchange listener: on the rendezvous host's own address, where this host has it
+/// (so the exchange is reachable only where the variable says), else on every interface (a
+/// name that resolves to a NAT or load balancer address). Errors name the address tried.
+fn listen_for_exchange(
+    meeting: SocketAddr,
+    variable: &str,
+) -> Result<std::net::TcpListener, ConnectError> {
+    let cannot = |address: SocketAddr, e: ConnectError| {
+        let why = match e {
+            ConnectError::Bind { kind: std::io::ErrorKind::AddrInUse, message, .. } => format!(
+                "{message}: another program (or another job's rank 0) holds port {}; choose \
+                 another port in {variable}",
+                address.port()
+            ),
+            ConnectError::Bind { message, .. } => message,
+            other => other.to_string(),
+        };
+        env_error(variable, format!("rank 0 cannot serve the address exchange on {address}: {why}"))
+    };
+    match bind::listen(&meeting.to_string(), meeting) {
+        Ok(listener) => Ok(listener),
+        Err(ConnectError::Bind { kind: std::io::ErrorKind::AddrNotAvailable, .. }) => {
+            let any: IpAddr = match meeting {
+                SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+            };
+            let every = SocketAddr::new(any, meeting.port());
+            info!(%meeting, "the rendezvous host's address is not this host's: the exchange listens on {every}");
+            bind::listen(&every.to_string(), every).map_err(|e| cannot(every, e))
+        }
+        Err(e) => Err(cannot(meeting, e)),
     }
 }
 
@@ -150,7 +187,18 @@ fn bind_ring(launch: &Launch, meeting: Option<SocketAddr>) -> Result<RingListene
     };
     TcpCollective::bind_with(&options.ports(ports)).map_err(|e| match e {
         ConnectError::NoInterface { .. } => env_error("SILVIC_SOCKET_IFNAME", e.to_string()),
-        ConnectError::PortsTaken { .. } => env_error("SILVIC_PORTS", e.to_string()),
+        ConnectError::PortsTaken { first, last, .. } => {
+            let hint = if first == last {
+                format!(
+                    "; ranks that share a host need a port each: give a range, such as \
+                     {first}-{}",
+                    first.saturating_add(99)
+                )
+            } else {
+                String::new()
+            };
+            env_error("SILVIC_PORTS", format!("{e}{hint}"))
+        }
         other => other,
     })
 }
@@ -173,16 +221,13 @@ fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, Conn
     match &launch.meeting {
         Meeting::Tcp { host, port, variable } => {
             let meeting = resolve_meeting(host, *port, variable, deadline)?;
+            // Rank 0 takes the exchange's port first, so that its ring listener (an ephemeral
+            // port, or a range) cannot.
+            let served =
+                if rank == 0 { Some(listen_for_exchange(meeting, variable)?) } else { None };
             listener = bind_ring(launch, Some(meeting))?;
             let own: SocketAddr = listener.address().parse().expect("a listener's own address");
-            let list = if rank == 0 {
-                let any: IpAddr = match meeting {
-                    SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
-                    SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
-                };
-                let served = bind::listen(host, SocketAddr::new(any, *port)).map_err(|e| {
-                    env_error(variable, format!("rank 0 cannot serve the address exchange: {e}"))
-                })?;
+            let list = if let Some(served) = served {
                 exchange::serve(&exchange::Serve {
                     listener: &served,
                     world,
@@ -264,6 +309,7 @@ mod tests {
             token: "a-launch-test-token-0123456789".into(),
             interface: Some("lo".into()),
             ports: None,
+            notes: Vec::new(),
         }
     }
 
@@ -293,6 +339,51 @@ mod tests {
             out[rank] = outcome.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
         }
         out
+    }
+
+    fn tcp(port: u16) -> Meeting {
+        Meeting::Tcp { host: "127.0.0.1".into(), port, variable: "SILVIC_RENDEZVOUS" }
+    }
+
+    /// Finding 8: rank 0's exchange listens on the rendezvous host's address, not on every
+    /// interface.
+    #[test]
+    fn the_exchange_listens_on_the_rendezvous_hosts_address_only() {
+        let port = free_port();
+        let rank0 = std::thread::spawn(move || {
+            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3)).map(drop)
+        });
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "rank 0 never listened");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let other = std::net::TcpStream::connect(("127.0.0.2", port)).map(drop);
+        assert_eq!(other.map_err(|e| e.kind()), Err(std::io::ErrorKind::ConnectionRefused));
+        let e = rank0.join().unwrap().unwrap_err();
+        assert!(matches!(e, ConnectError::Timeout { peer: 1, .. }), "{e}");
+    }
+
+    /// Finding 14: bind errors name the address and port, and say what to do.
+    #[test]
+    fn a_port_that_is_taken_is_named_with_what_to_do() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let e =
+            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3)).map(drop).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "SILVIC_RENDEZVOUS: rank 0 cannot serve the address exchange on 127.0.0.1:{port}"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!("holds port {port}")), "{text}");
+        let mut ring_on_held = launch(1, 2, tcp(free_port()));
+        ring_on_held.ports = Some(port..=port);
+        let e = bind_ring(&ring_on_held, None).map(drop).unwrap_err().to_string();
+        assert!(e.starts_with("SILVIC_PORTS: every port of"), "{e}");
+        assert!(e.contains(&format!("give a range, such as {port}-")), "{e}");
     }
 
     fn free_port() -> u16 {

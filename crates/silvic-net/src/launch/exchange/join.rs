@@ -13,6 +13,7 @@ use super::wire::{
 };
 use crate::error::{ConnectError, RejectReason};
 use crate::handshake::{Claims, Connector, Failure, MESSAGE_LEN, Message, Next, fresh_nonce};
+use crate::rendezvous::accept::HANDSHAKE_DEADLINE;
 use crate::wait::Backoff;
 
 /// What rank `rank` needs to join the exchange.
@@ -119,7 +120,21 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
         Attempt::Fatal(ConnectError::Handshake { peer: 0, address: server.clone(), reason })
     };
     loop {
-        read(&mut stream, &mut inbox, "to answer the exchange handshake")?;
+        // Rank 0 answers at once; a port that stays silent is another program's (or a rank 0
+        // too busy to take this connection): try again, and say so if time runs out.
+        stream
+            .set_read_timeout(Some(left().min(HANDSHAKE_DEADLINE)))
+            .map_err(|e| io_failure(e, "at once"))?;
+        match stream.read_exact(&mut inbox) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(Attempt::Retry(format!(
+                    "no exchange handshake answer within {HANDSHAKE_DEADLINE:?}: is another \
+                     program listening on that port?"
+                )));
+            }
+            Err(e) => return Err(io_failure(e, "during the handshake")),
+        }
         let message = Message::decode(&inbox).map_err(|e| handshake(e.to_string()))?;
         match connector.on_message(&message) {
             Next::Send(reply) => stream
@@ -225,7 +240,9 @@ fn detail(reason: RejectReason, claims: &Claims, plan: &Join<'_>) -> String {
         RejectReason::WrongRank => {
             format!(": rank {} is outside the world of {}", plan.rank, plan.world)
         }
-        RejectReason::TokenMismatch => ": check SILVIC_JOB_TOKEN".to_string(),
+        RejectReason::TokenMismatch => ": check SILVIC_JOB_TOKEN (the same on every rank of \
+            the job), and that this port is your job's rank 0's, not another job's"
+            .to_string(),
         _ => String::new(),
     }
 }

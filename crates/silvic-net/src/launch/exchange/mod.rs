@@ -354,7 +354,11 @@ mod tests {
         let e = joiner(at, 1, 3, addr("10.0.0.2:200"), b"u").join().unwrap().unwrap_err();
         assert_eq!(
             e.to_string(),
-            format!("job token mismatch with rank 0 at {at}: check SILVIC_JOB_TOKEN")
+            format!(
+                "job token mismatch with rank 0 at {at}: check SILVIC_JOB_TOKEN (the same on \
+                 every rank of the job), and that this port is your job's rank 0's, not another \
+                 job's"
+            )
         );
         let e = joiner(at, 5, 3, addr("10.0.0.2:200"), b"t").join().unwrap().unwrap_err();
         assert_eq!(
@@ -367,6 +371,81 @@ mod tests {
         assert_eq!(server.join().unwrap().unwrap().len(), 3);
         assert_eq!(one.join().unwrap().unwrap().len(), 3);
         assert_eq!(two.join().unwrap().unwrap().len(), 3);
+    }
+
+    /// Finding 13: while rank 0 waits, it says for whom, at the warning level.
+    #[test]
+    fn rank_0_says_whom_it_waits_for_while_it_waits() {
+        #[derive(Clone, Default)]
+        struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl Write for Capture {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        let timeout = Duration::from_secs(7);
+        let rank0 = thread::spawn(move || {
+            tracing::subscriber::with_default(subscriber, || {
+                serve(&Serve {
+                    listener: &listener,
+                    world: 3,
+                    own: addr("10.0.0.1:100"),
+                    token: b"t",
+                    deadline: Instant::now() + timeout,
+                    timeout,
+                })
+            })
+        });
+        let one = joiner(at, 1, 3, addr("10.0.0.2:200"), b"t");
+        assert!(rank0.join().unwrap().is_err(), "rank 2 never came");
+        assert!(one.join().unwrap().is_err());
+        let logged = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
+        assert!(logged.contains("WARN"), "{logged}");
+        assert!(logged.contains("waiting for ranks [2]: 2 of 3 joined"), "{logged}");
+    }
+
+    /// Finding 14: the last real error is kept (rank 0 never started: the connection was
+    /// refused), and a port that answers nothing is named as perhaps another program's.
+    #[test]
+    fn a_joiner_that_gives_up_says_what_went_wrong_last() {
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let e = join(&Join {
+            server: closed,
+            rank: 1,
+            world: 2,
+            own: addr("10.0.0.2:200"),
+            token: b"t",
+            deadline: Instant::now() + Duration::from_millis(300),
+            timeout: Duration::from_millis(300),
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("(last error: Connection refused"), "{e}");
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap(); // accepts (the backlog), never answers
+        let timeout = Duration::from_secs(6);
+        let e = join(&Join {
+            server: silent.local_addr().unwrap(),
+            rank: 1,
+            world: 2,
+            own: addr("10.0.0.2:200"),
+            token: b"t",
+            deadline: Instant::now() + timeout,
+            timeout,
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("is another program listening on that port?"), "{e}");
     }
 
     #[test]

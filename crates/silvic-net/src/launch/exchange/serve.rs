@@ -18,10 +18,11 @@ use crate::error::ConnectError;
 use crate::rendezvous::accept::{
     ACCEPT_PAUSE, Accepted, Admission, HANDSHAKE_DEADLINE, Joined, Lobby, Refused,
 };
-use crate::wait::{nonblocking, wait as poll_wait};
+use crate::wait::{Backoff, nonblocking, wait as poll_wait};
 
-/// How often the exchange says whom it still waits for.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// When the exchange says whom it still waits for: after 5 s, then at doubling gaps up to a
+/// minute (a rank 0 given half an hour says so about 35 times).
+const PROGRESS: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(60));
 /// Keepalive on a member's connection: a rank whose host died is noticed within about
 /// `idle + retries x interval`, rather than holding its rank until the deadline.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
@@ -107,6 +108,7 @@ struct Server<'a> {
     refusals: Vec<Option<String>>,
     accept_paused_until: Option<Instant>,
     next_progress: Instant,
+    progress: Backoff,
 }
 
 /// What polled ready in one turn.
@@ -137,8 +139,10 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
         members: (0..plan.world).map(|_| None).collect(),
         refusals: vec![None; plan.world],
         accept_paused_until: None,
-        next_progress: Instant::now() + PROGRESS_EVERY,
+        next_progress: Instant::now() + PROGRESS.0,
+        progress: Backoff::new(PROGRESS),
     };
+    server.progress.next_gap();
     let outcome = server.run();
     if let Err(e) = &outcome {
         server.abandon(&e.to_string());
@@ -158,7 +162,7 @@ impl Server<'_> {
                 return Err(self.timeout_error());
             }
             if now >= self.next_progress {
-                self.next_progress = now + PROGRESS_EVERY;
+                self.next_progress = now + self.progress.next_gap();
                 let missing = self.missing();
                 let joined = self.plan.world - missing.len();
                 warn!(
@@ -563,6 +567,7 @@ mod tests {
             refusals: vec![None; 3],
             accept_paused_until: None,
             next_progress: Instant::now() + timeout,
+            progress: Backoff::new(PROGRESS),
         };
         assert!(server.complete() && server.still_complete().unwrap());
         drop(far_ends.remove(0)); // rank 1's process ends
