@@ -72,6 +72,9 @@ pub fn roster_digest(addresses: &[std::net::SocketAddr]) -> [u8; MAC_LEN] {
 #[derive(Clone)]
 struct Transcript<'t> {
     token: &'t [u8],
+    /// The connector's version: this side's own, except for a blind acceptor, which proves
+    /// against the Hello's claims before it judges them.
+    version: u16,
     roster: [u8; MAC_LEN],
     world: u32,
     connector: u32,
@@ -85,7 +88,7 @@ impl Transcript<'_> {
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.token)
             .expect("HMAC takes keys of any length");
         mac.update(label);
-        mac.update(&VERSION.to_be_bytes());
+        mac.update(&self.version.to_be_bytes());
         mac.update(&self.world.to_be_bytes());
         mac.update(&self.connector.to_be_bytes());
         mac.update(&self.acceptor.to_be_bytes());
@@ -180,11 +183,29 @@ fn check_claims(m: &Message, world: u32, expected_rank: u32) -> Result<(), Rejec
     }
 }
 
+/// A blind acceptor's judgement of a proven connector's claims (see
+/// [`Acceptor::any_other_rank`]): the first that is wrong, in the order the ring checks them.
+fn judge(t: &Transcript<'_>, (world, roster): (u32, [u8; MAC_LEN])) -> Option<RejectReason> {
+    if t.version != VERSION {
+        Some(RejectReason::VersionMismatch)
+    } else if t.world != world {
+        Some(RejectReason::WorldMismatch)
+    } else if t.connector >= world || t.connector == t.acceptor {
+        Some(RejectReason::WrongRank)
+    } else if t.roster != roster {
+        Some(RejectReason::AddressMismatch)
+    } else {
+        None
+    }
+}
+
 /// The connecting side: rank `r` joining its right neighbour `r + 1`.
 #[derive(Debug)]
 pub struct Connector<'t> {
     transcript: Transcript<'t>,
     state: ConnectorState,
+    /// The Challenge claims nothing (see [`Connector::blind`]).
+    blind: bool,
     /// What the other side said about itself in its Challenge, once it sent one.
     pub peer_claims: Option<Claims>,
 }
@@ -209,6 +230,7 @@ impl<'t> Connector<'t> {
     ) -> (Self, Message) {
         let transcript = Transcript {
             token,
+            version: VERSION,
             roster,
             world,
             connector: rank,
@@ -219,8 +241,21 @@ impl<'t> Connector<'t> {
         let mut hello = Message::new(MessageKind::Hello, world, rank);
         hello.nonce = nonce;
         hello.mac = roster;
-        let me = Connector { transcript, state: ConnectorState::AwaitChallenge, peer_claims: None };
+        let me = Connector {
+            transcript,
+            state: ConnectorState::AwaitChallenge,
+            blind: false,
+            peer_claims: None,
+        };
         (me, hello)
+    }
+
+    /// The connecting side of the address exchange, whose rank 0 answers every Hello with a
+    /// Challenge that claims nothing ([`Acceptor::any_other_rank`]): its claims are judged by
+    /// the Welcome, or by the refusal that comes after the proof.
+    pub fn blind(mut self) -> Self {
+        self.blind = true;
+        self
     }
 
     /// Whether this side has sent its proof and waits only for the Welcome: the other side
@@ -238,8 +273,11 @@ impl<'t> Connector<'t> {
             }
             (_, MessageKind::Reject(reason)) => Next::Fail(Failure::RefusedBy(reason), None),
             (ConnectorState::AwaitChallenge, MessageKind::Challenge) => {
-                self.peer_claims = Some(Claims::of(m));
-                match check_claims(m, t.world, t.acceptor) {
+                let claims = if self.blind { Ok(()) } else { check_claims(m, t.world, t.acceptor) };
+                if !self.blind {
+                    self.peer_claims = Some(Claims::of(m));
+                }
+                match claims {
                     Err(reason) => refuse(reason),
                     Ok(()) => {
                         t.nonce_a = m.nonce;
@@ -274,8 +312,12 @@ impl<'t> Connector<'t> {
 pub struct Acceptor<'t> {
     transcript: Transcript<'t>,
     state: AcceptorState,
-    /// The connector may be any rank of the world but this one: its Hello names it.
+    /// The connector may be any rank of the world but this one: its Hello names it, and its
+    /// claims are judged only once it has proven the token (see [`Acceptor::any_other_rank`]).
     any_peer: bool,
+    /// This side's own world and roster, for judging a blind connector's claims after its
+    /// proof.
+    own: (u32, [u8; MAC_LEN]),
     /// What the other side said about itself in its Hello, once it sent one.
     pub peer_claims: Option<Claims>,
 }
@@ -300,6 +342,7 @@ impl<'t> Acceptor<'t> {
     ) -> Self {
         let transcript = Transcript {
             token,
+            version: VERSION,
             roster,
             world,
             connector: peer,
@@ -311,12 +354,17 @@ impl<'t> Acceptor<'t> {
             transcript,
             state: AcceptorState::AwaitHello,
             any_peer: false,
+            own: (world, roster),
             peer_claims: None,
         }
     }
 
     /// Waits for a Hello as `rank` of `world` from any other rank of the world, which the
-    /// Hello names; [`Acceptor::peer`] then says which.
+    /// Hello names; [`Acceptor::peer`] then says which. Blind: every Hello is answered with a
+    /// Challenge that claims nothing (version, world and rank zero), and the Hello's version,
+    /// world, rank and roster are judged only after a valid proof, so a connection without the
+    /// token learns nothing, not even this side's world or version, from the answers. The
+    /// connector must be [`Connector::blind`].
     pub fn any_other_rank(
         token: &'t [u8],
         roster: [u8; MAC_LEN],
@@ -346,20 +394,23 @@ impl<'t> Acceptor<'t> {
     pub fn on_message(&mut self, m: &Message) -> Next {
         let t = &mut self.transcript;
         let next = match (self.state, m.kind) {
+            (AcceptorState::AwaitHello, MessageKind::Hello) if self.any_peer => {
+                self.peer_claims = Some(Claims::of(m));
+                // Prove against what the Hello claims; judge it after the proof.
+                (t.version, t.world, t.connector) = (m.version, m.world, m.rank);
+                (t.roster, t.nonce_c) = (m.mac, m.nonce);
+                let mut challenge = Message::new(MessageKind::Challenge, 0, 0);
+                challenge.version = 0;
+                challenge.nonce = t.nonce_a;
+                self.state = AcceptorState::AwaitProof;
+                return Next::Send(challenge);
+            }
             (AcceptorState::AwaitHello, MessageKind::Hello) => {
                 self.peer_claims = Some(Claims::of(m));
-                // Any other rank of the world may connect: expect the one it names, if it may
-                // (else a rank it is not, so the check refuses it in its place in the order).
-                let expected = match self.any_peer {
-                    true if m.rank < t.world && m.rank != t.acceptor => m.rank,
-                    true => m.rank.wrapping_add(1),
-                    false => t.connector,
-                };
-                match check_claims(m, t.world, expected) {
+                match check_claims(m, t.world, t.connector) {
                     Err(reason) => refuse(reason),
                     Ok(()) if m.mac != t.roster => refuse(RejectReason::AddressMismatch),
                     Ok(()) => {
-                        t.connector = expected;
                         t.nonce_c = m.nonce;
                         let mut challenge =
                             Message::new(MessageKind::Challenge, t.world, t.acceptor);
@@ -372,15 +423,19 @@ impl<'t> Acceptor<'t> {
             (AcceptorState::AwaitProof, MessageKind::Proof) => {
                 // The MAC covers the Hello's claims; the Proof must repeat them, so no field of
                 // it is left for a stranger on the path to rewrite.
-                if let Err(reason) = check_claims(m, t.world, t.connector) {
+                let repeated =
+                    m.version == t.version && m.world == t.world && m.rank == t.connector;
+                if !repeated {
+                    refuse(RejectReason::WrongRank)
+                } else if !t.verify(CONNECT_LABEL, &m.mac) {
+                    refuse(RejectReason::TokenMismatch)
+                } else if let Some(reason) = self.any_peer.then(|| judge(t, self.own)).flatten() {
                     refuse(reason)
-                } else if t.verify(CONNECT_LABEL, &m.mac) {
+                } else {
                     let mut welcome = Message::new(MessageKind::Welcome, t.world, t.acceptor);
                     welcome.mac = t.prove(ACCEPT_LABEL);
                     self.state = AcceptorState::Finished;
                     return Next::SendAndDone(welcome);
-                } else {
-                    refuse(RejectReason::TokenMismatch)
                 }
             }
             (_, MessageKind::Reject(reason)) => Next::Fail(Failure::RefusedBy(reason), None),
@@ -591,25 +646,65 @@ mod tests {
         }
     }
 
+    /// Plays the exchange's handshake: a blind connector claiming (`version`, `world`, `rank`)
+    /// with `token`, and rank 0 of a world of 4 holding "t". Returns what rank 0 answered each
+    /// message and how it ended.
+    fn play_blind(token: &[u8], version: u16, world: u32, rank: u32) -> (Vec<Message>, Next) {
+        let (conn, mut hello) = Connector::start(token, ROSTER, world, rank, 0, [1; 16]);
+        let mut conn = conn.blind();
+        hello.version = version;
+        conn.transcript.version = version;
+        let mut acc = Acceptor::any_other_rank(b"t", ROSTER, 4, 0, [2; 16]);
+        let Next::Send(challenge) = acc.on_message(&hello) else { panic!("no challenge") };
+        let Next::Send(mut proof) = conn.on_message(&challenge) else { panic!("no proof") };
+        proof.version = version;
+        let last = acc.on_message(&proof);
+        let answer = match &last {
+            Next::SendAndDone(m) | Next::Fail(_, Some(m)) => *m,
+            other => panic!("{other:?}"),
+        };
+        (vec![challenge, answer], last)
+    }
+
     #[test]
     fn an_acceptor_of_any_other_rank_proves_the_rank_its_hello_names_and_no_other() {
-        for (claimed, expected) in [(1, Some(1)), (3, Some(3)), (0, None), (4, None)] {
-            let (mut conn, hello) = Connector::start(b"t", ROSTER, 4, claimed, 0, [1; 16]);
-            let mut acc = Acceptor::any_other_rank(b"t", ROSTER, 4, 0, [2; 16]);
-            let next = acc.on_message(&hello);
-            let Some(rank) = expected else {
-                assert_eq!(next, refuse(RejectReason::WrongRank), "claimed {claimed}");
-                continue;
-            };
-            let Next::Send(challenge) = next else { panic!("{next:?}") };
-            let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
-            assert!(matches!(acc.on_message(&proof), Next::SendAndDone(_)));
-            assert_eq!(acc.peer(), rank);
+        for rank in [1, 3] {
+            let (answers, last) = play_blind(b"t", VERSION, 4, rank);
+            assert!(matches!(last, Next::SendAndDone(_)), "{last:?}");
+            assert_eq!(answers[1].kind, MessageKind::Welcome);
         }
-        let mut hello = Connector::start(b"t", ROSTER, 4, 1, 0, [1; 16]).1;
-        hello.rank = u32::MAX;
-        let mut acc = Acceptor::any_other_rank(b"t", ROSTER, 4, 0, [2; 16]);
-        assert_eq!(acc.on_message(&hello), refuse(RejectReason::WrongRank));
+        for (version, world, rank, reason) in [
+            (VERSION, 4, 0, RejectReason::WrongRank),
+            (VERSION, 4, 4, RejectReason::WrongRank),
+            (VERSION, 4, u32::MAX, RejectReason::WrongRank),
+            (VERSION, 5, 1, RejectReason::WorldMismatch),
+            (VERSION + 1, 4, 1, RejectReason::VersionMismatch),
+        ] {
+            let (_, last) = play_blind(b"t", version, world, rank);
+            assert_eq!(last, refuse(reason), "{version} {world} {rank}");
+        }
+    }
+
+    /// Finding 7: without the token, a connection learns nothing from rank 0's answers: not its
+    /// world, not its version, not which ranks exist. Every Hello is challenged alike, with
+    /// nothing claimed, and every proof refused alike.
+    #[test]
+    fn without_the_token_every_claim_gets_the_same_answers_from_the_exchange() {
+        let honest = play_blind(b"wrong", VERSION, 4, 1).0;
+        assert_eq!((honest[0].version, honest[0].world, honest[0].rank), (0, 0, 0));
+        assert_eq!(honest[1].kind, MessageKind::Reject(RejectReason::TokenMismatch));
+        for (version, world, rank) in
+            [(VERSION, 5, 1), (VERSION, 2, 1), (VERSION + 1, 4, 1), (1, 4, 1), (VERSION, 4, 9)]
+        {
+            let answers = play_blind(b"wrong", version, world, rank).0;
+            let shape = |m: &Message| (m.version, m.kind, m.world, m.rank);
+            let shapes: Vec<_> = answers.iter().map(shape).collect();
+            assert_eq!(
+                shapes,
+                honest.iter().map(shape).collect::<Vec<_>>(),
+                "{version} {world} {rank}"
+            );
+        }
     }
 
     #[test]

@@ -112,8 +112,9 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
     let _ = stream.set_write_timeout(Some(left()));
     let nonce =
         fresh_nonce().map_err(|e| Attempt::Fatal(ConnectError::io(0, server.clone(), &e)))?;
-    let (mut connector, hello) =
+    let (connector, hello) =
         Connector::start(key, NO_ROSTER, plan.world as u32, plan.rank as u32, 0, nonce);
+    let mut connector = connector.blind();
     stream.write_all(&hello.encode()).map_err(|e| io_failure(e, "during the handshake"))?;
     let mut inbox = [0u8; MESSAGE_LEN];
     let handshake = |reason: String| {

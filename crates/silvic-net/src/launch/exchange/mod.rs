@@ -114,7 +114,8 @@ mod tests {
     fn prove_by_hand(mut stream: TcpStream, rank: u32, world: u32, own: SocketAddr) -> TcpStream {
         let key = exchange_key(b"t");
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let (mut connector, hello) = Connector::start(&key, NO_ROSTER, world, rank, 0, [5; 16]);
+        let (connector, hello) = Connector::start(&key, NO_ROSTER, world, rank, 0, [5; 16]);
+        let mut connector = connector.blind();
         stream.write_all(&hello.encode()).unwrap();
         let mut inbox = [0u8; MESSAGE_LEN];
         loop {
@@ -180,7 +181,8 @@ mod tests {
         let key = exchange_key(b"t");
         let mut stream = TcpStream::connect(server).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let (mut connector, hello) = Connector::start(&key, NO_ROSTER, 3, hello_rank, 0, [6; 16]);
+        let (connector, hello) = Connector::start(&key, NO_ROSTER, 3, hello_rank, 0, [6; 16]);
+        let mut connector = connector.blind();
         stream.write_all(&hello.encode()).unwrap();
         let mut inbox = [0u8; MESSAGE_LEN];
         stream.read_exact(&mut inbox).unwrap();
@@ -371,6 +373,36 @@ mod tests {
         assert_eq!(server.join().unwrap().unwrap().len(), 3);
         assert_eq!(one.join().unwrap().unwrap().len(), 3);
         assert_eq!(two.join().unwrap().unwrap().len(), 3);
+    }
+
+    /// Finding 7: a stranger cannot learn rank 0's world size or version, one connection per
+    /// guess, from which Hello it refuses first: every Hello gets the same answer.
+    #[test]
+    fn a_stranger_learns_neither_world_nor_version_from_rank_0s_first_answer() {
+        let (at, server) = server(3, Duration::from_secs(20));
+        let answer = |version: u16, world: u32, rank: u32| {
+            let mut stream = TcpStream::connect(at).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut hello = Connector::start(b"guess", NO_ROSTER, world, rank, 0, [8; 16]).1;
+            hello.version = version;
+            stream.write_all(&hello.encode()).unwrap();
+            let mut inbox = [0u8; MESSAGE_LEN];
+            stream.read_exact(&mut inbox).unwrap();
+            let m = Message::decode(&inbox).unwrap();
+            (m.version, m.kind, m.world, m.rank)
+        };
+        let version = crate::handshake::VERSION;
+        let right = answer(version, 3, 1);
+        for (v, world, rank) in
+            [(version, 4, 1), (version, 2, 1), (version + 1, 3, 1), (version, 3, 7)]
+        {
+            assert_eq!(answer(v, world, rank), right, "version {v}, world {world}, rank {rank}");
+        }
+        assert_eq!(right, (0, MessageKind::Challenge, 0, 0), "the Challenge claims nothing");
+        let one = joiner(at, 1, 3, addr("10.0.0.2:200"), b"t");
+        let two = joiner(at, 2, 3, addr("10.0.0.3:300"), b"t");
+        assert_eq!(server.join().unwrap().unwrap().len(), 3);
+        assert!(one.join().unwrap().is_ok() && two.join().unwrap().is_ok());
     }
 
     /// Finding 13: while rank 0 waits, it says for whom, at the warning level.
