@@ -10,7 +10,35 @@
 //! [`folder`] is public for launchers of their own (silvic-bench's `--rendezvous DIR` uses it).
 //!
 //! Invariants: every error names the variable or the rank at fault; the job token never appears
-//! in an error or a log line.
+//! in an error or a log line; no environment value sizes an allocation beyond a world of
+//! 65,536 ranks, and no timeout overflows a deadline.
+//!
+//! # Threat model
+//!
+//! Who is trusted, and what each meeting place protects (docs/rendezvous.md says the same for
+//! users, with what to do):
+//!
+//! - **Token holders are fully trusted.** Any process with `SILVIC_JOB_TOKEN` is a rank of the
+//!   job: it can claim any rank (and so make rank 0 fail with a duplicate, or take a rank that
+//!   restarted), send any address (misdirecting the ring), make other ranks blame a rank of its
+//!   choosing, or hold a call open with waiting notices. Keep the token as secret as the job.
+//! - **Strangers at the exchange port** (no token) cannot claim a rank, learn the address list,
+//!   or learn the world size, protocol version or which ranks exist: rank 0 answers every Hello
+//!   alike and judges claims only after a valid proof. Nothing they send panics rank 0 or sizes
+//!   an allocation. They can cost rank 0 descriptors and handshake slots, within the lobby's
+//!   caps (in all, per source address, per turn), never a real rank's place unless they connect
+//!   from that rank's own address; out of descriptors, rank 0 rests rather than spins.
+//! - **On the path** (no token), a peer can see the addresses, drop or delay connections, and
+//!   so delay or fail the start, but not rewrite a proven rank or address into another: every
+//!   field of the handshake is bound by its MACs. The address list itself travels in the clear
+//!   after the proof, unauthenticated, like the ring's streams: on an untrusted network, run
+//!   under WireGuard or IPsec.
+//! - **The folder** is trusted as far as its permissions: every rank refuses one writable by
+//!   other users or owned by another, and creates its own 0700. Files are opened without following
+//!   links or blocking, bounded in size, and carry a job identity and a MAC keyed by the token,
+//!   so another job's (an earlier run's) or a forged file is ignored, never dialled. Claiming a
+//!   rank is atomic (a hard link): two processes never both hold one. Anyone who can write in
+//!   the folder can still delete files (delaying the start) or fill it.
 
 mod env;
 pub(crate) mod exchange;
@@ -40,7 +68,8 @@ impl TcpCollective {
     ///   Slurm's `SLURM_PROCID`/`SLURM_NTASKS`, OpenMPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`;
     /// - `SILVIC_RENDEZVOUS=tcp://HOST:PORT`: rank 0 (on `HOST`) serves an address exchange on
     ///   `PORT`, every other rank sends it its address and gets the whole list back (the job
-    ///   token proven as in the ring handshake); else `MASTER_ADDR`/`MASTER_PORT`; or
+    ///   token proven as in the ring handshake); else `MASTER_ADDR`/`MASTER_PORT` (under
+    ///   torchrun, whose own store holds `MASTER_PORT`, the port after it); or
     ///   `SILVIC_RENDEZVOUS=file:///PATH`, a folder every rank sees, one file per rank;
     /// - `SILVIC_JOB_TOKEN`: the job's secret (required);
     /// - `SILVIC_SOCKET_IFNAME` (optional): the interface to listen on and advertise; by
