@@ -580,6 +580,74 @@ mod tests {
         assert!(server.members[1].is_none() && server.members[2].is_some());
     }
 
+    const BUDGET_CHILD: &str = "launch::exchange::serve::tests::descriptor_budget_child";
+    /// The ranks joining the child's exchange, and the descriptors it has for them: one each.
+    const BUDGET_WORLD: usize = 5;
+
+    /// Finding 3: a proven rank costs rank 0 one descriptor, not two (the stream was cloned):
+    /// with exactly one descriptor per waiting rank, every rank is listed.
+    #[test]
+    fn rank_0_needs_one_descriptor_per_waiting_rank() {
+        use crate::launch::exchange::{Join, join};
+        let limit = Instant::now() + Duration::from_secs(60);
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command.args(["--exact", BUDGET_CHILD, "--ignored", "--nocapture", "--test-threads=1"]);
+        command.env("SILVIC_BUDGET_CHILD", "1");
+        let mut child = LineChild::spawn("the serving process", command).unwrap();
+        let line = child.wait_for(&["PORT "], limit).unwrap().text;
+        let port: u16 = line["PORT ".len()..].trim().parse().unwrap();
+        let server: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let timeout = Duration::from_secs(20);
+        let joiners: Vec<_> = (1..BUDGET_WORLD)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    join(&Join {
+                        server,
+                        rank,
+                        world: BUDGET_WORLD,
+                        own: ([10, 0, 0, rank as u8], 100).into(),
+                        token: b"t",
+                        deadline: Instant::now() + timeout,
+                        timeout,
+                    })
+                })
+            })
+            .collect();
+        for (i, j) in joiners.into_iter().enumerate() {
+            let list = j.join().unwrap();
+            assert!(list.is_ok(), "rank {}: {list:?}", i + 1);
+        }
+        let line = child.wait_for(&["SERVED "], limit).unwrap().text;
+        assert!(line.starts_with("SERVED Ok"), "{line}");
+    }
+
+    #[test]
+    #[ignore = "the serving process of rank_0_needs_one_descriptor_per_waiting_rank"]
+    fn descriptor_budget_child() {
+        assert!(std::env::var("SILVIC_BUDGET_CHILD").is_ok(), "started by its parent test");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        println!();
+        println!("PORT {}", listener.local_addr().unwrap().port());
+        let mut taken = Vec::new();
+        while let Ok(file) = std::fs::File::open("/dev/null") {
+            taken.push(file);
+            assert!(taken.len() < 1 << 20, "no descriptor limit");
+        }
+        // One descriptor for each rank that will wait for the list, and none more.
+        taken.truncate(taken.len() - (BUDGET_WORLD - 1));
+        let timeout = Duration::from_secs(15);
+        let served = serve(&Serve {
+            listener: &listener,
+            world: BUDGET_WORLD,
+            own: "10.0.0.0:100".parse().unwrap(),
+            token: b"t",
+            deadline: Instant::now() + timeout,
+            timeout,
+        });
+        println!("SERVED {served:?}");
+        std::process::exit(0);
+    }
+
     fn thread_serve(listener: TcpListener, timeout: Duration) {
         std::thread::spawn(move || {
             let plan = Serve {
