@@ -32,7 +32,8 @@
 //!   A first claimant that has closed, or does not answer (a dead host, a half-open
 //!   connection), is replaced by the newcomer. Member connections have TCP keepalive.
 //! - The list is sent only after every member is looked at once more, to all at once, on
-//!   non-blocking sockets: one stalled rank delays no other.
+//!   non-blocking sockets: one stalled rank delays no other, and one that has not taken it
+//!   within the handshake deadline is left behind.
 //! - When rank 0 fails (timeout, duplicate) it tells every waiting rank why (ABORT); its
 //!   timeout names each missing rank and the last refusal of a connection claiming it.
 //! - A joining rank retries a connection lost before the list arrives (rank 0 restarting, or
@@ -403,6 +404,61 @@ mod tests {
         let two = joiner(at, 2, 3, addr("10.0.0.3:300"), b"t");
         assert_eq!(server.join().unwrap().unwrap().len(), 3);
         assert!(one.join().unwrap().is_ok() && two.join().unwrap().is_ok());
+    }
+
+    /// Finding 12: a rank that does not read the list (stalled) holds up no other rank, and
+    /// rank 0 does not wait on it for the rest of its time. The world is large enough for the
+    /// list (95 KB) to overflow the stalled rank's buffers and rank 0's send buffer, which the
+    /// stalled rank's small segment size keeps small.
+    #[test]
+    fn a_rank_that_stalls_on_the_list_holds_up_no_other() {
+        const WORLD: u32 = 5000;
+        // Both ends of every rank's connection are in this process: raise the soft limit.
+        use rustix::process::{Resource, getrlimit, setrlimit};
+        let mut limit = getrlimit(Resource::Nofile);
+        let needed = 2 * u64::from(WORLD) + 256;
+        if limit.current.is_some_and(|current| current < needed) {
+            limit.current = Some(needed);
+            // The hard limit too, where it is lower (root may raise it).
+            limit.maximum = limit.maximum.map(|max| max.max(needed));
+            let raised = setrlimit(Resource::Nofile, limit);
+            assert!(raised.is_ok(), "this test needs {needed} descriptors: {raised:?}");
+        }
+        let timeout = Duration::from_secs(60);
+        let (at, server) = server(WORLD as usize, timeout);
+        let started = Instant::now();
+        // Rank 1 stalls: a tiny receive buffer, and it never reads.
+        let stalled = {
+            let socket =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            socket.set_recv_buffer_size(1).unwrap();
+            socket.set_tcp_mss(536).unwrap();
+            socket.connect(&at.into()).unwrap();
+            prove_by_hand(socket.into(), 1, WORLD, addr("10.0.0.2:200"))
+        };
+        let mut others: Vec<TcpStream> = (2..WORLD)
+            .map(|r| {
+                claim_by_hand(
+                    at,
+                    r,
+                    WORLD,
+                    SocketAddr::from(([10, 1, (r >> 8) as u8, r as u8], 300)),
+                )
+            })
+            .collect();
+        // The last rank's list arrives whole while rank 1 still has not read a byte.
+        let last = others.last_mut().unwrap();
+        let mut list = vec![0u8; 1 + WORLD as usize * ADDRESS_LEN];
+        last.read_exact(&mut list).unwrap();
+        assert_eq!(list[0], super::wire::LIST);
+        let got = server.join().unwrap().unwrap();
+        assert_eq!(got.len(), WORLD as usize);
+        assert!(
+            started.elapsed() < timeout / 2,
+            "rank 0 spent its timeout on the stalled rank: {:?}",
+            started.elapsed()
+        );
+        drop(stalled);
     }
 
     /// Finding 13: while rank 0 waits, it says for whom, at the warning level.

@@ -397,8 +397,11 @@ impl Server<'_> {
         Ok(self.complete())
     }
 
-    /// Sends the list to every member at once, none waiting on another.
+    /// Sends the list to every member at once, none waiting on another. A rank that has not
+    /// taken it within the handshake deadline is stalled or gone: rank 0 goes on without it
+    /// (that rank's ring connect fails and says so) rather than spend the ring's time on it.
     fn send_list(&mut self) -> Result<Vec<SocketAddr>, ConnectError> {
+        let until = self.plan.deadline.min(Instant::now() + HANDSHAKE_DEADLINE);
         let mut addresses = vec![self.plan.own];
         addresses.extend(self.members.iter().skip(1).flatten().map(|m| m.address));
         let mut list = vec![LIST];
@@ -429,7 +432,7 @@ impl Server<'_> {
             if outbox.is_empty() {
                 break;
             }
-            if Instant::now() >= self.plan.deadline {
+            if Instant::now() >= until {
                 for (rank, member, _) in &outbox {
                     warn!(rank, address = %member.address, "the address list was not taken in time");
                 }
@@ -437,7 +440,7 @@ impl Server<'_> {
             }
             let mut fds: Vec<PollFd<'_>> =
                 outbox.iter().map(|(_, m, _)| PollFd::new(&m.stream, PollFlags::OUT)).collect();
-            poll_wait(&mut fds, Some(self.plan.deadline))
+            poll_wait(&mut fds, Some(until))
                 .map_err(|e| ConnectError::io(0, &self.listen_address, &e))?;
         }
         Ok(addresses)
