@@ -16,7 +16,7 @@ seconds="${1:-20}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(frame_decode abort_decode handshake_decode handshake_roles ring_frames)
+    targets=(frame_decode abort_decode handshake_decode handshake_roles ring_frames exchange_rank0)
 fi
 export RUSTC_BOOTSTRAP=1 CARGO_TERM_COLOR=never
 
@@ -40,10 +40,11 @@ for target in "${targets[@]}"; do
     log="target/fuzz-$target.log"
     status=0
     # -timeout: an input taking this long is a hang (ring_frames forms a loopback ring per input,
-    # so it gets longer). -malloc_limit_mb: one allocation above 64 MiB is a crash, so no length a
+    # exchange_rank0 a loopback exchange, so they get longer). -malloc_limit_mb: one allocation above 64 MiB is a crash, so no length a
     # peer claims can size an allocation. -rss_limit_mb: memory bounded.
     timeout=1
     [ "$target" = ring_frames ] && timeout=10
+    [ "$target" = exchange_rank0 ] && timeout=10
     cargo fuzz run --debug-assertions "$target" "target/corpus/$target" "corpus/$target" -- \
         -max_total_time="$seconds" -max_len=8192 -timeout="$timeout" -malloc_limit_mb=64 \
         -rss_limit_mb=1024 -print_final_stats=1 >"$log" 2>&1 || status=$?

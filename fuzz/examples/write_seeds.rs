@@ -288,5 +288,32 @@ fn main() {
         write(&ring, &format!("broadcast-{len}-from-{root}"), &input.concat());
     }
 
+    // Rank 0's exchange: a world byte, then strangers as (flags, length, bytes); flags bit 0
+    // opens with a valid Hello for rank flags >> 1.
+    let exchange = root.join("exchange_rank0");
+    let stranger = |flags: u8, bytes: &[u8]| [&[flags, bytes.len() as u8][..], bytes].concat();
+    let honest_hello = Connector::start(b"k", [0; 32], 3, 1, 0, [1; 16]).1.encode();
+    let mut wrong_proof = Message::decode(&honest_hello).unwrap();
+    wrong_proof.kind = MessageKind::Proof;
+    wrong_proof.rank = u32::MAX;
+    let proof = wrong_proof.encode();
+    write(&exchange, "no-strangers", &[1]);
+    write(&exchange, "garbage", &[&[0u8][..], &stranger(0, &[0x16; 40])].concat());
+    write(&exchange, "hello-then-silence", &[&[1u8][..], &stranger(1 | 2 << 1, &[])].concat());
+    write(
+        &exchange,
+        "hello-then-forged-proof",
+        &[&[1u8][..], &stranger(1 | 1 << 1, &proof)].concat(),
+    );
+    write(&exchange, "hello-for-rank-0", &[&[2u8][..], &stranger(1, &proof[..20])].concat());
+    write(&exchange, "hello-outside-the-world", &[&[0u8][..], &stranger(1 | 2 << 1, &[])].concat());
+    write(
+        &exchange,
+        "raw-hello-and-address",
+        &[&[1u8][..], &stranger(0, &[&honest_hello[..], &[4; 19]].concat())].concat(),
+    );
+    let many: Vec<u8> = (0..8u8).flat_map(|i| stranger(i, &[i; 7])).collect();
+    write(&exchange, "eight-strangers", &[&[3u8][..], &many].concat());
+
     println!("seeds written under {}", root.display());
 }

@@ -22,9 +22,15 @@
 //!   reader, in memory, in a world of two or three (either path, leftward frames included),
 //!   whose neighbours' streams are the fuzzer's bytes, returns with a typed error or with what
 //!   the frames said (see `ring.rs`).
+//! - [`exchange_rank0`]: rank 0's side of `from_env`'s address exchange, on loopback, against
+//!   strangers sending the fuzzer's bytes (some after a valid Hello) while honest ranks join:
+//!   no panic, and the strangers neither break the exchange nor claim a rank (see
+//!   `exchange.rs`).
 
+mod exchange;
 mod ring;
 
+pub use exchange::exchange_rank0;
 pub use ring::ring_frames;
 
 use libfuzzer_sys::arbitrary::{Result as ArbitraryResult, Unstructured};

@@ -43,3 +43,8 @@ fn handshake_roles_corpus() {
 fn ring_frames_corpus() {
     replay("ring_frames", silvic_net_fuzz::ring_frames);
 }
+
+#[test]
+fn exchange_rank0_corpus() {
+    replay("exchange_rank0", silvic_net_fuzz::exchange_rank0);
+}

@@ -184,8 +184,8 @@ fn one_rank(config: &Config, rank: usize, dir: &Path, token: &str) -> Result<u64
     let listener = bind(config, &host)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("rendezvous folder {}: cannot create it: {e}", dir.display()))?;
-    folder::publish(dir, rank, config.world, &listener.address())?;
-    let addresses = folder::gather(dir, config.world, config.timeout)?;
+    folder::publish(dir, rank, config.world, &listener.address(), token.as_bytes())?;
+    let addresses = folder::gather(dir, config.world, token.as_bytes(), config.timeout)?;
     let mut ring = TcpCollective::connect(listener, rank, &addresses, token, config.timeout)
         .map_err(|e| format!("rank {rank}: {e}"))?;
     // Every rank has read every file once all have joined the ring; only then may they go.

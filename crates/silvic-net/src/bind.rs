@@ -125,8 +125,13 @@ pub(crate) fn interface_address(name: &str) -> Result<IpAddr, ConnectError> {
     if let Some(ip) = mine().find(IpAddr::is_ipv4).or_else(|| mine().next()) {
         return Ok(ip);
     }
-    let mut available: Vec<String> = interfaces.iter().map(|i| i.name.clone()).collect();
-    available.dedup();
+    // An interface with both an IPv4 and an IPv6 address is listed twice, not side by side.
+    let mut available: Vec<String> = Vec::new();
+    for interface in &interfaces {
+        if !available.contains(&interface.name) {
+            available.push(interface.name.clone());
+        }
+    }
     Err(ConnectError::NoInterface { name: name.to_string(), available })
 }
 
@@ -235,6 +240,10 @@ mod tests {
         let ConnectError::NoInterface { name, available } = &e else { panic!("{e}") };
         assert_eq!(name, "nosuch0");
         assert!(available.iter().any(|n| n == "lo"), "{e}");
+        let mut once = available.clone();
+        once.sort();
+        once.dedup();
+        assert_eq!(once.len(), available.len(), "each interface once: {e}");
         assert!(e.to_string().contains("lo"), "{e}");
     }
 }

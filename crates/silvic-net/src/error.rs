@@ -81,6 +81,15 @@ pub enum ConnectError {
         second: String,
     },
 
+    /// Rank 0 gave up the address exchange, for `reason`, while this rank waited for the list.
+    #[error("rank 0 at {address} gave up the address exchange: {reason}")]
+    ExchangeAbandoned {
+        /// Rank 0's exchange address.
+        address: String,
+        /// Rank 0's own error.
+        reason: String,
+    },
+
     /// A handshake with a ring neighbour was refused, by either side, for `reason`.
     #[error("{reason} with rank {peer} at {address}{detail}")]
     Rejected {
@@ -125,7 +134,7 @@ pub enum ConnectError {
     /// every rank within the timeout. Those ranks gave no address, so none is named.
     #[error(
         "timed out after {} at the rendezvous {rendezvous}: ranks {missing:?} never gave \
-         their addresses",
+         their addresses{detail}",
         RoundedDuration(*waited)
     )]
     RendezvousTimeout {
@@ -135,6 +144,9 @@ pub enum ConnectError {
         missing: Vec<usize>,
         /// The rendezvous timeout.
         waited: Duration,
+        /// What else is known of the missing ranks (a connection claiming one was refused, and
+        /// why), each part starting with "; " or " ("; empty if nothing.
+        detail: String,
     },
 
     /// A socket operation failed.
@@ -206,6 +218,7 @@ impl ConnectError {
             ConnectError::Environment { .. } => "environment",
             ConnectError::Folder { .. } => "folder",
             ConnectError::DuplicateRank { .. } => "duplicate_rank",
+            ConnectError::ExchangeAbandoned { .. } => "exchange_abandoned",
             ConnectError::Rejected { .. } => "rejected",
             ConnectError::Handshake { .. } => "handshake",
             ConnectError::Timeout { .. } | ConnectError::RendezvousTimeout { .. } => "timeout",
@@ -220,7 +233,8 @@ impl ConnectError {
             ConnectError::Rejected { address, .. }
             | ConnectError::Handshake { address, .. }
             | ConnectError::Timeout { address, .. }
-            | ConnectError::Io { address, .. } => Some(address),
+            | ConnectError::Io { address, .. }
+            | ConnectError::ExchangeAbandoned { address, .. } => Some(address),
             ConnectError::InvalidArgument(_)
             | ConnectError::Bind { .. }
             | ConnectError::PortsTaken { .. }
@@ -242,6 +256,7 @@ impl ConnectError {
             | ConnectError::Io { peer, .. } => Some(*peer),
             ConnectError::DuplicateRank { rank, .. } => Some(*rank),
             ConnectError::RendezvousTimeout { missing, .. } => missing.first().copied(),
+            ConnectError::ExchangeAbandoned { .. } => Some(0),
             ConnectError::InvalidArgument(_)
             | ConnectError::Bind { .. }
             | ConnectError::PortsTaken { .. }
@@ -283,6 +298,11 @@ mod tests {
                 rendezvous: "/tmp/meet".into(),
                 missing: vec![3, 5],
                 waited: Duration::from_secs(1),
+                detail: String::new(),
+            },
+            ConnectError::ExchangeAbandoned {
+                address: "10.0.0.7:41231".into(),
+                reason: "timed out".into(),
             },
             ConnectError::io(2, addressed, &io::Error::from(io::ErrorKind::ConnectionReset)),
         ]
@@ -305,6 +325,7 @@ mod tests {
                 "handshake",
                 "timeout",
                 "timeout",
+                "exchange_abandoned",
                 "io"
             ]
         );
@@ -316,7 +337,8 @@ mod tests {
             match e.address() {
                 Some(address) => {
                     assert_eq!(address, "10.0.0.7:41231", "{e:?}");
-                    assert_eq!(e.peer(), Some(2), "{e:?}");
+                    let rank_0 = matches!(e, ConnectError::ExchangeAbandoned { .. });
+                    assert_eq!(e.peer(), Some(if rank_0 { 0 } else { 2 }), "{e:?}");
                 }
                 None => assert!(!e.to_string().contains("10.0.0.7"), "{e:?}"),
             }

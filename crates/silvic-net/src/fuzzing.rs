@@ -4,6 +4,8 @@
 //! frame reader, in memory: each neighbour's stream is a byte slice (its end is a close), and
 //! what rank 0 sends is dropped. No socket, no clock.
 //! [`gather_limit`] tells the tests where the cost model cuts between the two paths.
+//! [`exchange_rank0`] runs rank 0's side of `from_env`'s address exchange on loopback against
+//! strangers that send given bytes and honest ranks that join.
 
 use silvic_core::{CollectiveError, Numbers, Op, Reduction, fold};
 
@@ -149,4 +151,69 @@ fn reduce<T: Element, C: Fn(T, T) -> T + Copy>(
 /// both sides of the cut over TCP ask here rather than copy the cost model.
 pub fn gather_limit(world: usize) -> usize {
     crate::ring::schedule::gather_limit(world)
+}
+
+/// What [`exchange_rank0`] saw: rank 0's outcome and each honest rank's, in rank order from 1.
+pub type ExchangeOutcome = (
+    Result<Vec<std::net::SocketAddr>, crate::ConnectError>,
+    Vec<Result<Vec<std::net::SocketAddr>, crate::ConnectError>>,
+);
+
+/// Rank 0 of a world of `world` (2 to 8) serves the address exchange on loopback, with job
+/// token `token`, for `timeout`. First each of `strangers` connects (from 127.0.0.1, as the
+/// ranks do) and sends its bytes, all waiting in the listener's backlog, then ranks 1 to
+/// `world - 1` join honestly (threads) with addresses `10.0.0.R:R+1`; the strangers' connections
+/// stay open until rank 0 returns. Rank 0's own address is `10.0.0.0:1`.
+///
+/// # Panics
+///
+/// If `world` is outside 2 to 8, or loopback sockets cannot be opened.
+pub fn exchange_rank0(
+    world: usize,
+    token: &[u8],
+    strangers: &[&[u8]],
+    timeout: std::time::Duration,
+) -> ExchangeOutcome {
+    use std::io::Write;
+    use std::net::{SocketAddr, TcpStream};
+    use std::time::Instant;
+
+    use crate::launch::exchange::{Join, Serve, join, serve};
+
+    assert!((2..=8).contains(&world), "a world of 2 to 8");
+    let listener = crate::bind::listen("127.0.0.1", "127.0.0.1:0".parse().expect("an address"))
+        .expect("a loopback listener");
+    let at = listener.local_addr().expect("its address");
+    let held: Vec<TcpStream> = strangers
+        .iter()
+        .filter_map(|bytes| {
+            let mut stream = TcpStream::connect(at).ok()?;
+            // A stranger's bytes go out at once; the kernel's buffers take these few KiB.
+            let _ = stream.write_all(bytes);
+            Some(stream)
+        })
+        .collect();
+    let address = |rank: usize| SocketAddr::from(([10, 0, 0, rank as u8], rank as u16 + 1));
+    let deadline = Instant::now() + timeout;
+    let joiners: Vec<_> = (1..world)
+        .map(|rank| {
+            let token = token.to_vec();
+            std::thread::spawn(move || {
+                join(&Join {
+                    server: at,
+                    rank,
+                    world,
+                    own: address(rank),
+                    token: &token,
+                    deadline,
+                    timeout,
+                })
+            })
+        })
+        .collect();
+    let served =
+        serve(&Serve { listener: &listener, world, own: address(0), token, deadline, timeout });
+    drop(held);
+    let joined = joiners.into_iter().map(|j| j.join().expect("a joiner does not panic")).collect();
+    (served, joined)
 }

@@ -1,11 +1,13 @@
-//! The one poll(2) wrapper, which waits on descriptors until a deadline, and the one retry of a
-//! non-blocking call ([`nonblocking`]).
+//! The one poll(2) wrapper, which waits on descriptors until a deadline, the one retry of a
+//! non-blocking call ([`nonblocking`]), and the one backoff of every retry loop ([`Backoff`]:
+//! dialling a neighbour, joining the address exchange, resolving the rendezvous host, polling
+//! the rendezvous folder).
 //!
 //! A leaf: it uses nothing of this crate, so the ring link, the rendezvous and the exchange can
 //! all wait through it without importing each other.
 
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, Timespec, poll};
 
@@ -31,5 +33,52 @@ pub(crate) fn wait(fds: &mut [PollFd<'_>], deadline: Option<Instant>) -> io::Res
     match poll(fds, timeout.as_ref()) {
         Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The gap before each retry: `first`, doubled per retry up to `max`, and never past a
+/// deadline.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// Dialling and joining: 20 ms, doubling to half a second.
+    pub(crate) const CONNECT: (Duration, Duration) =
+        (Duration::from_millis(20), Duration::from_millis(500));
+
+    /// A backoff from `first` doubling to `max`.
+    pub(crate) fn new((first, max): (Duration, Duration)) -> Backoff {
+        Backoff { next: first, max: max.max(first) }
+    }
+
+    /// The gap before the next retry; doubles the one after it.
+    pub(crate) fn next_gap(&mut self) -> Duration {
+        let gap = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max);
+        gap
+    }
+
+    /// Sleeps the next gap, cut short at `deadline`.
+    pub(crate) fn sleep(&mut self, deadline: Instant) {
+        let gap = self.next_gap();
+        std::thread::sleep(gap.min(deadline.saturating_duration_since(Instant::now())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backoff_doubles_to_its_cap_and_sleeps_no_later_than_the_deadline() {
+        let mut b = Backoff::new((Duration::from_millis(20), Duration::from_millis(70)));
+        let gaps: Vec<u64> = (0..4).map(|_| b.next_gap().as_millis() as u64).collect();
+        assert_eq!(gaps, [20, 40, 70, 70]);
+        let started = Instant::now();
+        b.sleep(started);
+        assert!(started.elapsed() < Duration::from_millis(70), "slept past the deadline");
     }
 }

@@ -11,7 +11,14 @@ from typing import Literal, TypedDict
 __all__ = ["CollectiveErrorKind", "ConnectErrorKind", "RejectReasonName", "RingStats"]
 
 CollectiveErrorKind = Literal[
-    "io", "peer_closed", "timeout", "out_of_step", "length_mismatch", "malformed_frame", "aborted"
+    "io",
+    "peer_closed",
+    "timeout",
+    "out_of_step",
+    "length_mismatch",
+    "malformed_frame",
+    "invalid_argument",
+    "aborted",
 ]
 ConnectErrorKind = Literal[
     "invalid_argument",
@@ -21,6 +28,7 @@ ConnectErrorKind = Literal[
     "environment",
     "folder",
     "duplicate_rank",
+    "exchange_abandoned",
     "rejected",
     "handshake",
     "timeout",

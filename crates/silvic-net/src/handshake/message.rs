@@ -19,7 +19,12 @@
 
 use byteorder::{BigEndian, ByteOrder};
 
-/// The protocol version. Ranks of different versions reject each other.
+/// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
+/// speaks the same messages. Ranks of different versions reject each other. 6: a Proof and a
+/// Welcome must repeat the claims of the Hello and the Challenge; the exchange's rank 0 answers
+/// every Hello with a Challenge that claims nothing and judges the claims after the proof, and
+/// speaks PING and ABORT to waiting ranks; frames carry the kinds of the trainers' ops
+/// (`TrainerCollective`) and aborts the cause of a refused argument.
 pub const VERSION: u16 = 6;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;

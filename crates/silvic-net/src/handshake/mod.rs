@@ -20,7 +20,9 @@
 //! Invariants: the token never leaves the process, only MACs over both sides' fresh nonces, so a
 //! replayed handshake fails; the connector proves first, so a stranger learns nothing computed
 //! from the token; the two labels differ, so one side's proof is never valid as the other's;
-//! MACs are compared in constant time. The MACs cover the roster digest, so two ranks handed
+//! MACs are compared in constant time. The Proof and the Welcome must repeat
+//! the version, world and rank of the Hello and the Challenge, which the MACs cover, so no field
+//! of a proven message is unbound. The MACs cover the roster digest, so two ranks handed
 //! different address lists never form a link, and the acceptor compares the Hello's digest
 //! first, so they fail with that reason rather than as a token mismatch. The roster digest is
 //! not secret (who connects to whom is visible on the network anyway). Each role checks what
@@ -72,6 +74,9 @@ pub fn roster_digest(addresses: &[std::net::SocketAddr]) -> [u8; MAC_LEN] {
 #[derive(Clone)]
 struct Transcript<'t> {
     token: &'t [u8],
+    /// The connector's version: this side's own, except for a blind acceptor, which proves
+    /// against the Hello's claims before it judges them.
+    version: u16,
     roster: [u8; MAC_LEN],
     world: u32,
     connector: u32,
@@ -85,7 +90,7 @@ impl Transcript<'_> {
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.token)
             .expect("HMAC takes keys of any length");
         mac.update(label);
-        mac.update(&VERSION.to_be_bytes());
+        mac.update(&self.version.to_be_bytes());
         mac.update(&self.world.to_be_bytes());
         mac.update(&self.connector.to_be_bytes());
         mac.update(&self.acceptor.to_be_bytes());
@@ -180,11 +185,29 @@ fn check_claims(m: &Message, world: u32, expected_rank: u32) -> Result<(), Rejec
     }
 }
 
+/// A blind acceptor's judgement of a proven connector's claims (see
+/// [`Acceptor::any_other_rank`]): the first that is wrong, in the order the ring checks them.
+fn judge(t: &Transcript<'_>, (world, roster): (u32, [u8; MAC_LEN])) -> Option<RejectReason> {
+    if t.version != VERSION {
+        Some(RejectReason::VersionMismatch)
+    } else if t.world != world {
+        Some(RejectReason::WorldMismatch)
+    } else if t.connector >= world || t.connector == t.acceptor {
+        Some(RejectReason::WrongRank)
+    } else if t.roster != roster {
+        Some(RejectReason::AddressMismatch)
+    } else {
+        None
+    }
+}
+
 /// The connecting side: rank `r` joining its right neighbour `r + 1`.
 #[derive(Debug)]
 pub struct Connector<'t> {
     transcript: Transcript<'t>,
     state: ConnectorState,
+    /// The Challenge claims nothing (see [`Connector::blind`]).
+    blind: bool,
     /// What the other side said about itself in its Challenge, once it sent one.
     pub peer_claims: Option<Claims>,
 }
@@ -209,6 +232,7 @@ impl<'t> Connector<'t> {
     ) -> (Self, Message) {
         let transcript = Transcript {
             token,
+            version: VERSION,
             roster,
             world,
             connector: rank,
@@ -219,8 +243,21 @@ impl<'t> Connector<'t> {
         let mut hello = Message::new(MessageKind::Hello, world, rank);
         hello.nonce = nonce;
         hello.mac = roster;
-        let me = Connector { transcript, state: ConnectorState::AwaitChallenge, peer_claims: None };
+        let me = Connector {
+            transcript,
+            state: ConnectorState::AwaitChallenge,
+            blind: false,
+            peer_claims: None,
+        };
         (me, hello)
+    }
+
+    /// The connecting side of the address exchange, whose rank 0 answers every Hello with a
+    /// Challenge that claims nothing ([`Acceptor::any_other_rank`]): its claims are judged by
+    /// the Welcome, or by the refusal that comes after the proof.
+    pub fn blind(mut self) -> Self {
+        self.blind = true;
+        self
     }
 
     /// Whether this side has sent its proof and waits only for the Welcome: the other side
@@ -238,8 +275,11 @@ impl<'t> Connector<'t> {
             }
             (_, MessageKind::Reject(reason)) => Next::Fail(Failure::RefusedBy(reason), None),
             (ConnectorState::AwaitChallenge, MessageKind::Challenge) => {
-                self.peer_claims = Some(Claims::of(m));
-                match check_claims(m, t.world, t.acceptor) {
+                let claims = if self.blind { Ok(()) } else { check_claims(m, t.world, t.acceptor) };
+                if !self.blind {
+                    self.peer_claims = Some(Claims::of(m));
+                }
+                match claims {
                     Err(reason) => refuse(reason),
                     Ok(()) => {
                         t.nonce_a = m.nonce;
@@ -251,11 +291,14 @@ impl<'t> Connector<'t> {
                 }
             }
             (ConnectorState::AwaitWelcome, MessageKind::Welcome) => {
-                if t.verify(ACCEPT_LABEL, &m.mac) {
+                if let Err(reason) = check_claims(m, t.world, t.acceptor) {
+                    refuse(reason)
+                } else if t.verify(ACCEPT_LABEL, &m.mac) {
                     self.state = ConnectorState::Finished;
                     return Next::Done;
+                } else {
+                    refuse(RejectReason::TokenMismatch)
                 }
-                refuse(RejectReason::TokenMismatch)
             }
             _ => Next::Fail(Failure::Protocol("unexpected handshake message"), None),
         };
@@ -264,11 +307,19 @@ impl<'t> Connector<'t> {
     }
 }
 
-/// The accepting side: rank `r + 1` taking a connection that claims to be its left neighbour.
+/// The accepting side: rank `r + 1` taking a connection that claims to be its left neighbour
+/// ([`Acceptor::new`]), or rank 0 of the address exchange taking any other rank
+/// ([`Acceptor::any_other_rank`]).
 #[derive(Debug)]
 pub struct Acceptor<'t> {
     transcript: Transcript<'t>,
     state: AcceptorState,
+    /// The connector may be any rank of the world but this one: its Hello names it, and its
+    /// claims are judged only once it has proven the token (see [`Acceptor::any_other_rank`]).
+    any_peer: bool,
+    /// This side's own world and roster, for judging a blind connector's claims after its
+    /// proof.
+    own: (u32, [u8; MAC_LEN]),
     /// What the other side said about itself in its Hello, once it sent one.
     pub peer_claims: Option<Claims>,
 }
@@ -293,6 +344,7 @@ impl<'t> Acceptor<'t> {
     ) -> Self {
         let transcript = Transcript {
             token,
+            version: VERSION,
             roster,
             world,
             connector: peer,
@@ -300,7 +352,38 @@ impl<'t> Acceptor<'t> {
             nonce_c: [0; NONCE_LEN],
             nonce_a: nonce,
         };
-        Acceptor { transcript, state: AcceptorState::AwaitHello, peer_claims: None }
+        Acceptor {
+            transcript,
+            state: AcceptorState::AwaitHello,
+            any_peer: false,
+            own: (world, roster),
+            peer_claims: None,
+        }
+    }
+
+    /// Waits for a Hello as `rank` of `world` from any other rank of the world, which the
+    /// Hello names; [`Acceptor::peer`] then says which. Blind: every Hello is answered with a
+    /// Challenge that claims nothing (version, world and rank zero), and the Hello's version,
+    /// world, rank and roster are judged only after a valid proof, so a connection without the
+    /// token learns nothing, not even this side's world or version, from the answers. The
+    /// connector must be [`Connector::blind`].
+    pub fn any_other_rank(
+        token: &'t [u8],
+        roster: [u8; MAC_LEN],
+        world: u32,
+        rank: u32,
+        nonce: [u8; NONCE_LEN],
+    ) -> Self {
+        let mut acceptor = Acceptor::new(token, roster, world, rank, rank, nonce);
+        acceptor.any_peer = true;
+        acceptor
+    }
+
+    /// The rank the connector proves: the one given to [`Acceptor::new`], or, for
+    /// [`Acceptor::any_other_rank`], the one its accepted Hello named (before that, this
+    /// side's own rank, which no connector can be).
+    pub fn peer(&self) -> u32 {
+        self.transcript.connector
     }
 
     /// Whether the other side sent a Hello this side accepted and was challenged. Weak
@@ -313,6 +396,17 @@ impl<'t> Acceptor<'t> {
     pub fn on_message(&mut self, m: &Message) -> Next {
         let t = &mut self.transcript;
         let next = match (self.state, m.kind) {
+            (AcceptorState::AwaitHello, MessageKind::Hello) if self.any_peer => {
+                self.peer_claims = Some(Claims::of(m));
+                // Prove against what the Hello claims; judge it after the proof.
+                (t.version, t.world, t.connector) = (m.version, m.world, m.rank);
+                (t.roster, t.nonce_c) = (m.mac, m.nonce);
+                let mut challenge = Message::new(MessageKind::Challenge, 0, 0);
+                challenge.version = 0;
+                challenge.nonce = t.nonce_a;
+                self.state = AcceptorState::AwaitProof;
+                return Next::Send(challenge);
+            }
             (AcceptorState::AwaitHello, MessageKind::Hello) => {
                 self.peer_claims = Some(Claims::of(m));
                 match check_claims(m, t.world, t.connector) {
@@ -329,13 +423,22 @@ impl<'t> Acceptor<'t> {
                 }
             }
             (AcceptorState::AwaitProof, MessageKind::Proof) => {
-                if t.verify(CONNECT_LABEL, &m.mac) {
+                // The MAC covers the Hello's claims; the Proof must repeat them, so no field of
+                // it is left for a stranger on the path to rewrite.
+                let repeated =
+                    m.version == t.version && m.world == t.world && m.rank == t.connector;
+                if !repeated {
+                    refuse(RejectReason::WrongRank)
+                } else if !t.verify(CONNECT_LABEL, &m.mac) {
+                    refuse(RejectReason::TokenMismatch)
+                } else if let Some(reason) = self.any_peer.then(|| judge(t, self.own)).flatten() {
+                    refuse(reason)
+                } else {
                     let mut welcome = Message::new(MessageKind::Welcome, t.world, t.acceptor);
                     welcome.mac = t.prove(ACCEPT_LABEL);
                     self.state = AcceptorState::Finished;
                     return Next::SendAndDone(welcome);
                 }
-                refuse(RejectReason::TokenMismatch)
             }
             (_, MessageKind::Reject(reason)) => Next::Fail(Failure::RefusedBy(reason), None),
             _ => Next::Fail(Failure::Protocol("unexpected handshake message"), None),
@@ -518,6 +621,92 @@ mod tests {
         let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
         let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
         assert_eq!(acc.on_message(&proof), refuse(RejectReason::TokenMismatch));
+    }
+
+    #[test]
+    fn a_proof_or_welcome_that_does_not_repeat_the_claims_is_refused_though_its_mac_verifies() {
+        for rewrite in [
+            |m: &mut Message| m.rank = u32::MAX,
+            |m: &mut Message| m.rank = 3,
+            |m: &mut Message| m.world = 9,
+            |m: &mut Message| m.version = VERSION + 1,
+        ] {
+            let (mut conn, hello) = Connector::start(b"t", ROSTER, 4, 1, 2, [1; 16]);
+            let mut acc = Acceptor::new(b"t", ROSTER, 4, 2, 1, [2; 16]);
+            let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
+            let Next::Send(mut proof) = conn.on_message(&challenge) else { panic!() };
+            // A twin of the acceptor, fed the honest proof, gives the honest Welcome.
+            let mut twin = Acceptor::new(b"t", ROSTER, 4, 2, 1, [2; 16]);
+            twin.on_message(&hello);
+            let Next::SendAndDone(mut welcome) = twin.on_message(&proof) else { panic!() };
+            rewrite(&mut proof);
+            let next = acc.on_message(&roundtrip(&proof));
+            assert!(matches!(next, Next::Fail(Failure::Refused(_), Some(_))), "{next:?}");
+            rewrite(&mut welcome);
+            let next = conn.on_message(&roundtrip(&welcome));
+            assert!(matches!(next, Next::Fail(Failure::Refused(_), Some(_))), "{next:?}");
+        }
+    }
+
+    /// Plays the exchange's handshake: a blind connector claiming (`version`, `world`, `rank`)
+    /// with `token`, and rank 0 of a world of 4 holding "t". Returns what rank 0 answered each
+    /// message and how it ended.
+    fn play_blind(token: &[u8], version: u16, world: u32, rank: u32) -> (Vec<Message>, Next) {
+        let (conn, mut hello) = Connector::start(token, ROSTER, world, rank, 0, [1; 16]);
+        let mut conn = conn.blind();
+        hello.version = version;
+        conn.transcript.version = version;
+        let mut acc = Acceptor::any_other_rank(b"t", ROSTER, 4, 0, [2; 16]);
+        let Next::Send(challenge) = acc.on_message(&hello) else { panic!("no challenge") };
+        let Next::Send(mut proof) = conn.on_message(&challenge) else { panic!("no proof") };
+        proof.version = version;
+        let last = acc.on_message(&proof);
+        let answer = match &last {
+            Next::SendAndDone(m) | Next::Fail(_, Some(m)) => *m,
+            other => panic!("{other:?}"),
+        };
+        (vec![challenge, answer], last)
+    }
+
+    #[test]
+    fn an_acceptor_of_any_other_rank_proves_the_rank_its_hello_names_and_no_other() {
+        for rank in [1, 3] {
+            let (answers, last) = play_blind(b"t", VERSION, 4, rank);
+            assert!(matches!(last, Next::SendAndDone(_)), "{last:?}");
+            assert_eq!(answers[1].kind, MessageKind::Welcome);
+        }
+        for (version, world, rank, reason) in [
+            (VERSION, 4, 0, RejectReason::WrongRank),
+            (VERSION, 4, 4, RejectReason::WrongRank),
+            (VERSION, 4, u32::MAX, RejectReason::WrongRank),
+            (VERSION, 5, 1, RejectReason::WorldMismatch),
+            (VERSION + 1, 4, 1, RejectReason::VersionMismatch),
+        ] {
+            let (_, last) = play_blind(b"t", version, world, rank);
+            assert_eq!(last, refuse(reason), "{version} {world} {rank}");
+        }
+    }
+
+    /// Finding 7: without the token, a connection learns nothing from rank 0's answers: not its
+    /// world, not its version, not which ranks exist. Every Hello is challenged alike, with
+    /// nothing claimed, and every proof refused alike.
+    #[test]
+    fn without_the_token_every_claim_gets_the_same_answers_from_the_exchange() {
+        let honest = play_blind(b"wrong", VERSION, 4, 1).0;
+        assert_eq!((honest[0].version, honest[0].world, honest[0].rank), (0, 0, 0));
+        assert_eq!(honest[1].kind, MessageKind::Reject(RejectReason::TokenMismatch));
+        for (version, world, rank) in
+            [(VERSION, 5, 1), (VERSION, 2, 1), (VERSION + 1, 4, 1), (1, 4, 1), (VERSION, 4, 9)]
+        {
+            let answers = play_blind(b"wrong", version, world, rank).0;
+            let shape = |m: &Message| (m.version, m.kind, m.world, m.rank);
+            let shapes: Vec<_> = answers.iter().map(shape).collect();
+            assert_eq!(
+                shapes,
+                honest.iter().map(shape).collect::<Vec<_>>(),
+                "{version} {world} {rank}"
+            );
+        }
     }
 
     #[test]

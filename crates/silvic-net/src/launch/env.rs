@@ -55,6 +55,8 @@ pub(crate) struct Launch {
     pub(crate) token: String,
     pub(crate) interface: Option<String>,
     pub(crate) ports: Option<RangeInclusive<u16>>,
+    /// What `from_env` should warn about: variables that disagree, choices made for the user.
+    pub(crate) notes: Vec<String>,
 }
 
 impl std::fmt::Debug for Launch {
@@ -66,9 +68,15 @@ impl std::fmt::Debug for Launch {
             .field("meeting", &self.meeting)
             .field("interface", &self.interface)
             .field("ports", &self.ports)
+            .field("notes", &self.notes)
             .finish_non_exhaustive()
     }
 }
+
+/// The largest world `from_env` starts: rank 0 of the address exchange holds a connection per
+/// rank, and every rank a list of them, so a world size beyond any real job (a typo, a stray
+/// variable) is refused before anything is sized by it.
+pub(crate) const MAX_WORLD: usize = 1 << 16;
 
 pub(crate) fn env_error(variable: &str, message: impl Into<String>) -> ConnectError {
     ConnectError::Environment { variable: variable.to_string(), message: message.into() }
@@ -170,6 +178,27 @@ impl Launch {
                 }
             }
         }
+        let mut notes = Vec::new();
+        if let Some((rank, world, rank_var, world_var)) = found {
+            // Another launcher's pair that says otherwise: a wrapper script that set SILVIC_*
+            // for one job inside another's allocation, most likely. The first pair wins.
+            for (other_rank, other_world) in RANK_VARIABLES {
+                let said = |name: &str| var(name).and_then(|v| v.trim().parse::<usize>().ok());
+                if other_rank == rank_var {
+                    continue;
+                }
+                let disagree = |name: &str, mine: &str, value: usize| {
+                    said(name).filter(|&v| v != value).map(|v| {
+                        format!(
+                            "{mine}={value} and {name}={v} disagree; using {mine} (the first \
+                             of SILVIC_*, torchrun's, Slurm's and OpenMPI's variables)"
+                        )
+                    })
+                };
+                notes.extend(disagree(other_rank, rank_var, rank));
+                notes.extend(disagree(other_world, world_var, world));
+            }
+        }
         let Some((rank, world, rank_var, world_var)) = found else {
             return Err(env_error(
                 "SILVIC_RANK",
@@ -180,8 +209,11 @@ impl Launch {
         if world == 0 {
             return Err(env_error(world_var, "a world of 0 ranks"));
         }
-        if u32::try_from(world).is_err() {
-            return Err(env_error(world_var, format!("a world of {world} ranks is too large")));
+        if world > MAX_WORLD {
+            return Err(env_error(
+                world_var,
+                format!("a world of {world} ranks is more than the {MAX_WORLD} from_env starts"),
+            ));
         }
         if rank >= world {
             return Err(env_error(
@@ -192,6 +224,27 @@ impl Launch {
         let meeting = match var("SILVIC_RENDEZVOUS") {
             Some(text) => parse_rendezvous(text.trim())?,
             None => match (var("MASTER_ADDR"), var("MASTER_PORT")) {
+                (Some(host), Some(port)) if var("TORCHELASTIC_RUN_ID").is_some() => {
+                    // torchrun's own store listens on MASTER_PORT on rank 0's host: the
+                    // exchange takes the port after it.
+                    let Meeting::Tcp { host, port, .. } = parse_master(host.trim(), port.trim())?
+                    else {
+                        unreachable!("parse_master gives a tcp meeting")
+                    };
+                    let next = port.checked_add(1).ok_or_else(|| {
+                        env_error(
+                            "MASTER_PORT",
+                            "65535 is torchrun's store, and no port follows it for the \
+                             address exchange: set SILVIC_RENDEZVOUS=tcp://HOST:PORT",
+                        )
+                    })?;
+                    notes.push(format!(
+                        "under torchrun, MASTER_PORT={port} is torch's own store: the address \
+                         exchange uses port {next} (set SILVIC_RENDEZVOUS=tcp://HOST:PORT to \
+                         choose another)"
+                    ));
+                    Meeting::Tcp { host, port: next, variable: "MASTER_PORT" }
+                }
                 (Some(host), Some(port)) => parse_master(host.trim(), port.trim())?,
                 (Some(_), None) => {
                     return Err(env_error("MASTER_PORT", "missing, while MASTER_ADDR is set"));
@@ -217,6 +270,20 @@ impl Launch {
         })?;
         let interface = var("SILVIC_SOCKET_IFNAME").map(|s| s.trim().to_string());
         let ports = var("SILVIC_PORTS").map(|p| parse_ports("SILVIC_PORTS", &p)).transpose()?;
+        if let (Some(ports), Meeting::Tcp { port, variable, .. }) = (&ports, &meeting) {
+            if ports.contains(port) {
+                return Err(env_error(
+                    "SILVIC_PORTS",
+                    format!(
+                        "{}-{} holds {port}, the address exchange's port ({variable}): a rank \
+                         on rank 0's host would listen there and meet itself; give ring ports \
+                         apart from it",
+                        ports.start(),
+                        ports.end()
+                    ),
+                ));
+            }
+        }
         Ok(Launch {
             rank,
             world,
@@ -225,6 +292,7 @@ impl Launch {
             token,
             interface,
             ports,
+            notes,
         })
     }
 }
@@ -271,6 +339,51 @@ mod tests {
         assert!(l.unwrap_err().to_string().starts_with("SILVIC_WORLD_SIZE: missing"));
     }
 
+    /// Finding 11: under torchrun, MASTER_PORT is torch's store; the exchange takes the next.
+    #[test]
+    fn under_torchrun_the_exchange_takes_the_port_after_torchs_store() {
+        let torch = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("SILVIC_JOB_TOKEN", "t"),
+            ("MASTER_ADDR", "node-0"),
+            ("MASTER_PORT", "29500"),
+            ("TORCHELASTIC_RUN_ID", "job-7"),
+        ];
+        let l = parse(&torch).unwrap();
+        let expected = Meeting::Tcp { host: "node-0".into(), port: 29501, variable: "MASTER_PORT" };
+        assert_eq!(l.meeting, expected);
+        assert!(l.notes[0].contains("torch's own store: the address exchange uses port 29501"));
+        let mut last = torch.to_vec();
+        last[4] = ("MASTER_PORT", "65535");
+        assert!(message(&last).starts_with("MASTER_PORT: 65535 is torchrun's store"));
+        // Without torchrun, MASTER_PORT is the exchange's own.
+        let plain = parse(&torch[..5]).unwrap();
+        assert_eq!(
+            plain.meeting,
+            Meeting::Tcp { host: "node-0".into(), port: 29500, variable: "MASTER_ADDR" }
+        );
+        assert!(plain.notes.is_empty());
+    }
+
+    #[test]
+    fn launchers_that_disagree_are_noted_naming_both_variables() {
+        let l = parse(&with(&[
+            ("SILVIC_RANK", "1"),
+            ("SILVIC_WORLD_SIZE", "4"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            l.notes,
+            ["SILVIC_RANK=1 and SLURM_PROCID=3 disagree; using SILVIC_RANK (the first of \
+              SILVIC_*, torchrun's, Slurm's and OpenMPI's variables)"]
+        );
+        let agree = with(&[("RANK", "2"), ("WORLD_SIZE", "4"), ("SLURM_PROCID", "2")]);
+        assert!(parse(&agree).unwrap().notes.is_empty());
+    }
+
     #[test]
     fn bad_ranks_name_their_variable() {
         assert!(message(&with(&[])).starts_with("SILVIC_RANK: no rank given"));
@@ -286,6 +399,15 @@ mod tests {
             message(&with(&[("RANK", "0"), ("WORLD_SIZE", "0")])),
             "WORLD_SIZE: a world of 0 ranks"
         );
+        for huge in ["4294967295", "65537"] {
+            assert_eq!(
+                message(&with(&[("SILVIC_RANK", "0"), ("SILVIC_WORLD_SIZE", huge)])),
+                format!(
+                    "SILVIC_WORLD_SIZE: a world of {huge} ranks is more than the 65536 from_env starts"
+                )
+            );
+        }
+        assert_eq!(parse(&with(&[("RANK", "0"), ("WORLD_SIZE", "65536")])).unwrap().world, 65536);
         assert_eq!(
             message(&with(&[("OMPI_COMM_WORLD_SIZE", "2")])),
             "OMPI_COMM_WORLD_RANK: missing, while OMPI_COMM_WORLD_SIZE is set"
@@ -355,6 +477,22 @@ mod tests {
         let l = parse(&with(&[("RANK", "0"), ("WORLD_SIZE", "2")])).unwrap();
         assert_eq!(l.token, "secret");
         assert!(!format!("{l:?}").contains("secret"));
+    }
+
+    /// Finding 14: a ring port range holding the exchange's port is refused.
+    #[test]
+    fn ring_ports_that_hold_the_exchanges_port_are_refused() {
+        for ports in ["29400", "29300-29500"] {
+            let e = message(&with(&[("RANK", "1"), ("WORLD_SIZE", "2"), ("SILVIC_PORTS", ports)]));
+            assert!(e.starts_with("SILVIC_PORTS: "), "{e}");
+            assert!(
+                e.contains("holds 29400, the address exchange's port (SILVIC_RENDEZVOUS)"),
+                "{e}"
+            );
+        }
+        let l =
+            parse(&with(&[("RANK", "1"), ("WORLD_SIZE", "2"), ("SILVIC_PORTS", "29401-29500")]));
+        assert_eq!(l.unwrap().ports, Some(29401..=29500));
     }
 
     #[test]

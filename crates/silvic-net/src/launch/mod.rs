@@ -10,10 +10,38 @@
 //! [`folder`] is public for launchers of their own (silvic-bench's `--rendezvous DIR` uses it).
 //!
 //! Invariants: every error names the variable or the rank at fault; the job token never appears
-//! in an error or a log line.
+//! in an error or a log line; no environment value sizes an allocation beyond a world of
+//! 65,536 ranks, and no timeout overflows a deadline.
+//!
+//! # Threat model
+//!
+//! Who is trusted, and what each meeting place protects (docs/rendezvous.md says the same for
+//! users, with what to do):
+//!
+//! - **Token holders are fully trusted.** Any process with `SILVIC_JOB_TOKEN` is a rank of the
+//!   job: it can claim any rank (and so make rank 0 fail with a duplicate, or take a rank that
+//!   restarted), send any address (misdirecting the ring), make other ranks blame a rank of its
+//!   choosing, or hold a call open with waiting notices. Keep the token as secret as the job.
+//! - **Strangers at the exchange port** (no token) cannot claim a rank, learn the address list,
+//!   or learn the world size, protocol version or which ranks exist: rank 0 answers every Hello
+//!   alike and judges claims only after a valid proof. Nothing they send panics rank 0 or sizes
+//!   an allocation. They can cost rank 0 descriptors and handshake slots, within the lobby's
+//!   caps (in all, per source address, per turn), never a real rank's place unless they connect
+//!   from that rank's own address; out of descriptors, rank 0 rests rather than spins.
+//! - **On the path** (no token), a peer can see the addresses, drop or delay connections, and
+//!   so delay or fail the start, but not rewrite a proven rank or address into another: every
+//!   field of the handshake is bound by its MACs. The address list itself travels in the clear
+//!   after the proof, unauthenticated, like the ring's streams: on an untrusted network, run
+//!   under WireGuard or IPsec.
+//! - **The folder** is trusted as far as its permissions: every rank refuses one writable by
+//!   other users or owned by another, and creates its own 0700. Files are opened without following
+//!   links or blocking, bounded in size, and carry a job identity and a MAC keyed by the token,
+//!   so another job's (an earlier run's) or a forged file is ignored, never dialled. Claiming a
+//!   rank is atomic (a hard link): two processes never both hold one. Anyone who can write in
+//!   the folder can still delete files (delaying the start) or fill it.
 
 mod env;
-mod exchange;
+pub(crate) mod exchange;
 pub mod folder;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
@@ -26,6 +54,7 @@ use tracing::info;
 use crate::bind::{self, BindOptions};
 use crate::error::ConnectError;
 use crate::tcp::{RingListener, TcpCollective};
+use crate::wait::Backoff;
 use env::{Launch, Meeting, env_error};
 
 // Here rather than in tcp.rs: launching builds on the ring, so this module imports `tcp` and
@@ -39,7 +68,8 @@ impl TcpCollective {
     ///   Slurm's `SLURM_PROCID`/`SLURM_NTASKS`, OpenMPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`;
     /// - `SILVIC_RENDEZVOUS=tcp://HOST:PORT`: rank 0 (on `HOST`) serves an address exchange on
     ///   `PORT`, every other rank sends it its address and gets the whole list back (the job
-    ///   token proven as in the ring handshake); else `MASTER_ADDR`/`MASTER_PORT`; or
+    ///   token proven as in the ring handshake); else `MASTER_ADDR`/`MASTER_PORT` (under
+    ///   torchrun, whose own store holds `MASTER_PORT`, the port after it); or
     ///   `SILVIC_RENDEZVOUS=file:///PATH`, a folder every rank sees, one file per rank;
     /// - `SILVIC_JOB_TOKEN`: the job's secret (required);
     /// - `SILVIC_SOCKET_IFNAME` (optional): the interface to listen on and advertise; by
@@ -64,8 +94,18 @@ impl TcpCollective {
         timeout: Duration,
     ) -> Result<TcpCollective, ConnectError> {
         let launch = Launch::parse(vars)?;
+        for note in &launch.notes {
+            tracing::warn!("from_env: {note}");
+        }
         launch_ring(&launch, timeout)
     }
+}
+
+/// `timeout` after `now`; a timeout too long for an `Instant` (`Duration::MAX`, as `connect`
+/// takes it) is a century, which no launch outlives.
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(timeout).or_else(|| now.checked_add(CENTURY)).unwrap_or(now)
 }
 
 /// Resolves the rendezvous host, retrying until `deadline`: a launcher's DNS name (a
@@ -76,7 +116,7 @@ fn resolve_meeting(
     variable: &str,
     deadline: Instant,
 ) -> Result<SocketAddr, ConnectError> {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new((Duration::from_millis(50), Duration::from_secs(1)));
     loop {
         let error = match (host, port).to_socket_addrs() {
             Ok(mut found) => match found.next() {
@@ -85,15 +125,47 @@ fn resolve_meeting(
             },
             Err(e) => e.to_string(),
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if Instant::now() >= deadline {
             return Err(env_error(
                 variable,
                 format!("cannot resolve the rendezvous host {host:?}: {error}"),
             ));
         }
-        std::thread::sleep(backoff.min(left));
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        backoff.sleep(deadline);
+    }
+}
+
+/// Rank 0's exchange listener: on the rendezvous host's own address, where this host has it
+/// (so the exchange is reachable only where the variable says), else on every interface (a
+/// name that resolves to a NAT or load balancer address). Errors name the address tried.
+fn listen_for_exchange(
+    meeting: SocketAddr,
+    variable: &str,
+) -> Result<std::net::TcpListener, ConnectError> {
+    let cannot = |address: SocketAddr, e: ConnectError| {
+        let why = match e {
+            ConnectError::Bind { kind: std::io::ErrorKind::AddrInUse, message, .. } => format!(
+                "{message}: another program (or another job's rank 0) holds port {}; choose \
+                 another port in {variable}",
+                address.port()
+            ),
+            ConnectError::Bind { message, .. } => message,
+            other => other.to_string(),
+        };
+        env_error(variable, format!("rank 0 cannot serve the address exchange on {address}: {why}"))
+    };
+    match bind::listen(&meeting.to_string(), meeting) {
+        Ok(listener) => Ok(listener),
+        Err(ConnectError::Bind { kind: std::io::ErrorKind::AddrNotAvailable, .. }) => {
+            let any: IpAddr = match meeting {
+                SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+            };
+            let every = SocketAddr::new(any, meeting.port());
+            info!(%meeting, "the rendezvous host's address is not this host's: the exchange listens on {every}");
+            bind::listen(&every.to_string(), every).map_err(|e| cannot(every, e))
+        }
+        Err(e) => Err(cannot(meeting, e)),
     }
 }
 
@@ -156,7 +228,18 @@ fn bind_ring(launch: &Launch, meeting: Option<SocketAddr>) -> Result<RingListene
     };
     TcpCollective::bind_with(&options.ports(ports)).map_err(|e| match e {
         ConnectError::NoInterface { .. } => env_error("SILVIC_SOCKET_IFNAME", e.to_string()),
-        ConnectError::PortsTaken { .. } => env_error("SILVIC_PORTS", e.to_string()),
+        ConnectError::PortsTaken { first, last, .. } => {
+            let hint = if first == last {
+                format!(
+                    "; ranks that share a host need a port each: give a range, such as \
+                     {first}-{}",
+                    first.saturating_add(99)
+                )
+            } else {
+                String::new()
+            };
+            env_error("SILVIC_PORTS", format!("{e}{hint}"))
+        }
         other => other,
     })
 }
@@ -173,22 +256,19 @@ fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, Conn
         return TcpCollective::connect(listener, 0, &addresses, &launch.token, timeout);
     }
     let started = Instant::now();
-    let deadline = started + timeout;
+    let deadline = deadline_after(started, timeout);
     let addresses: Vec<String>;
     let listener;
     match &launch.meeting {
         Meeting::Tcp { host, port, variable } => {
             let meeting = resolve_meeting(host, *port, variable, deadline)?;
+            // Rank 0 takes the exchange's port first, so that its ring listener (an ephemeral
+            // port, or a range) cannot.
+            let served =
+                if rank == 0 { Some(listen_for_exchange(meeting, variable)?) } else { None };
             listener = bind_ring(launch, Some(meeting))?;
             let own: SocketAddr = listener.address().parse().expect("a listener's own address");
-            let list = if rank == 0 {
-                let any: IpAddr = match meeting {
-                    SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
-                    SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
-                };
-                let served = bind::listen(host, SocketAddr::new(any, *port)).map_err(|e| {
-                    env_error(variable, format!("rank 0 cannot serve the address exchange: {e}"))
-                })?;
+            let list = if let Some(served) = served {
                 exchange::serve(&exchange::Serve {
                     listener: &served,
                     world,
@@ -212,12 +292,8 @@ fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, Conn
         }
         Meeting::Folder(dir) => {
             listener = bind_ring(launch, None)?;
-            std::fs::create_dir_all(dir).map_err(|e| ConnectError::Folder {
-                path: dir.display().to_string(),
-                message: e.to_string(),
-            })?;
-            folder::publish(dir, rank, world, &listener.address())?;
-            addresses = match folder::gather(dir, world, timeout) {
+            folder::publish(dir, rank, world, &listener.address(), token)?;
+            addresses = match folder::gather(dir, world, token, timeout) {
                 Ok(list) => list,
                 Err(e) => {
                     folder::withdraw(dir, rank);
@@ -263,6 +339,116 @@ fn leave_folder(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+
+    fn launch(rank: usize, world: usize, meeting: Meeting) -> Launch {
+        Launch {
+            rank,
+            world,
+            rank_variables: ("SILVIC_RANK", "SILVIC_WORLD_SIZE"),
+            meeting,
+            token: "a-launch-test-token-0123456789".into(),
+            interface: Some("lo".into()),
+            ports: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Starts every rank of `world` in a thread with `timeout`; returns each rank's outcome
+    /// (an allgather of its rank), failing the test if any takes longer than `bound`.
+    fn ring(world: usize, meeting: Meeting, timeout: Duration, bound: Duration) -> Vec<Vec<u8>> {
+        let (tx, rx) = mpsc::channel();
+        for rank in 0..world {
+            let (tx, meeting) = (tx.clone(), meeting.clone());
+            std::thread::spawn(move || {
+                let outcome = launch_ring(&launch(rank, world, meeting), timeout)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut ring| {
+                        let all = ring.allgather_bytes(&[rank as u8]).map_err(|e| e.to_string())?;
+                        Ok(all.concat())
+                    });
+                let _ = tx.send((rank, outcome));
+            });
+        }
+        drop(tx); // a rank that panics then ends the wait at once
+        let until = Instant::now() + bound;
+        let mut out = vec![Vec::new(); world];
+        for _ in 0..world {
+            let left = until.saturating_duration_since(Instant::now());
+            let (rank, outcome) =
+                rx.recv_timeout(left).expect("a rank panicked or did not return in time");
+            out[rank] = outcome.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        }
+        out
+    }
+
+    fn tcp(port: u16) -> Meeting {
+        Meeting::Tcp { host: "127.0.0.1".into(), port, variable: "SILVIC_RENDEZVOUS" }
+    }
+
+    /// Finding 8: rank 0's exchange listens on the rendezvous host's address, not on every
+    /// interface.
+    #[test]
+    fn the_exchange_listens_on_the_rendezvous_hosts_address_only() {
+        let port = free_port();
+        let rank0 = std::thread::spawn(move || {
+            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3)).map(drop)
+        });
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "rank 0 never listened");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let other = std::net::TcpStream::connect(("127.0.0.2", port)).map(drop);
+        assert_eq!(other.map_err(|e| e.kind()), Err(std::io::ErrorKind::ConnectionRefused));
+        let e = rank0.join().unwrap().unwrap_err();
+        assert!(matches!(e, ConnectError::Timeout { peer: 1, .. }), "{e}");
+    }
+
+    /// Finding 14: bind errors name the address and port, and say what to do.
+    #[test]
+    fn a_port_that_is_taken_is_named_with_what_to_do() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let e =
+            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3)).map(drop).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "SILVIC_RENDEZVOUS: rank 0 cannot serve the address exchange on 127.0.0.1:{port}"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!("holds port {port}")), "{text}");
+        let mut ring_on_held = launch(1, 2, tcp(free_port()));
+        ring_on_held.ports = Some(port..=port);
+        let e = bind_ring(&ring_on_held, None).map(drop).unwrap_err().to_string();
+        assert!(e.starts_with("SILVIC_PORTS: every port of"), "{e}");
+        assert!(e.contains(&format!("give a range, such as {port}-")), "{e}");
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn a_timeout_too_long_for_an_instant_forms_the_ring_as_connect_does() {
+        let dir = std::env::temp_dir().join(format!("silvic-launch-max-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let bound = Duration::from_secs(60);
+        let folder = ring(2, Meeting::Folder(dir.clone()), Duration::MAX, bound);
+        assert_eq!(folder, [vec![0, 1], vec![0, 1]]);
+        let tcp = Meeting::Tcp {
+            host: "127.0.0.1".into(),
+            port: free_port(),
+            variable: "SILVIC_RENDEZVOUS",
+        };
+        assert_eq!(
+            ring(3, tcp, Duration::MAX, bound),
+            [vec![0, 1, 2], vec![0, 1, 2], vec![0, 1, 2]]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn from_vars_reads_its_function_not_the_environment() {

@@ -1,20 +1,26 @@
-//! The accepting side: every connection the listener takes, each in its own handshake, until
-//! one proves it is the left neighbour.
+//! The accepting side: every connection a listener takes, each in its own handshake, until the
+//! ones that may join have proven the job token. The ring's lobby admits one rank, its left
+//! neighbour; the address exchange's (rank 0's, in `launch::exchange`) admits every other rank.
 //!
 //! Invariants:
 //! - Each connection has [`HANDSHAKE_DEADLINE`] from its accept to finish its handshake; a
-//!   stranger that is silent, slow or sends garbage costs the neighbour nothing but its slot.
+//!   stranger that is silent, slow or sends garbage costs the ranks nothing but its slot.
 //! - At most [`MAX_PENDING`] handshakes are held, at most [`MAX_PER_SOURCE`] from any one
-//!   address other than the left neighbour's advertised one, and at most
-//!   [`MAX_ACCEPTS_PER_TURN`] connections are accepted per turn of the loop, so handshakes in
-//!   progress are served between bursts.
+//!   address other than a preferred one (the left neighbour's advertised address; the sources
+//!   of the ranks the exchange has already admitted), and at most [`MAX_ACCEPTS_PER_TURN`]
+//!   connections are accepted per turn of the loop, so handshakes in progress are served
+//!   between bursts.
 //! - When room runs out (a cap, or accept failing for want of descriptors) one handshake is
-//!   dropped, chosen by [`victim`]: never one already welcomed, never the newcomer, first those
-//!   not from the neighbour's advertised address, then those that have sent nothing valid,
-//!   then the oldest. A valid Hello is not a claim (anyone who knows the ranks and the address
-//!   list can send one); only the proof is, and a proven connection is formed at once.
+//!   dropped, chosen by [`victim`]: never one already welcomed, never one accepted in this turn
+//!   (it has not been polled yet; dropping it would punish the rank that connected at the same
+//!   moment as a burst), first those not from a preferred address, then those that have sent
+//!   nothing valid, then the oldest. When nothing may go, the newcomer is closed instead; when
+//!   accept fails and nothing may go, the caller rests the listener ([`Accepted::Starved`]). A
+//!   valid Hello is not a claim (anyone who knows the ranks and the address list can send one);
+//!   only the proof is, and a proven connection leaves the lobby at once.
 //! - A refusal is logged here and the listener keeps waiting: a stranger claiming the right
 //!   rank must not break the ring.
+//! - A proven stream leaves the lobby moved, never duplicated: one descriptor per connection.
 //!
 //! Not here: the listener's own life (the loop in `mod.rs` stops polling it once the left
 //! neighbour has joined) and the connecting side (`dial.rs`).
@@ -27,19 +33,20 @@ use tracing::warn;
 
 use super::Plan;
 use super::conn::Conn;
-use crate::error::ConnectError;
 use crate::handshake::fresh_nonce;
-use crate::handshake::{Acceptor, Claims, Failure, Message, MessageError, Next};
+use crate::handshake::{Acceptor, Claims, Failure, MAC_LEN, Message, MessageError, Next};
 use crate::wait::nonblocking;
 
 /// How long one incoming connection has to complete its handshake.
-pub(super) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 /// The most handshakes held open at once on the accepting side.
 pub(crate) const MAX_PENDING: usize = 256;
-/// The most handshakes held from one source address other than the left neighbour's.
+/// The most handshakes held from one source address other than a preferred one.
 pub(crate) const MAX_PER_SOURCE: usize = 32;
 /// The most connections accepted in one turn of the rendezvous loop.
-pub(super) const MAX_ACCEPTS_PER_TURN: usize = 64;
+pub(crate) const MAX_ACCEPTS_PER_TURN: usize = 64;
+/// How long the listener rests after accept failed with no handshake to close for room.
+pub(crate) const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
 /// How far an incoming connection has got, in the order it is worth keeping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -48,17 +55,19 @@ pub(super) enum Progress {
     Silent,
     /// A valid Hello, answered with a Challenge; the proof is awaited.
     Challenged,
-    /// Proven and welcomed: it is the neighbour, the Welcome is being written.
+    /// Proven and welcomed: the Welcome is being written.
     Welcomed,
 }
 
 /// What the eviction rule knows of one held handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Standing {
-    /// It comes from the left neighbour's advertised address.
+    /// It comes from a preferred address.
     pub(super) preferred: bool,
     /// How far its handshake got.
     pub(super) progress: Progress,
+    /// It was accepted in the current turn, and not yet polled.
+    pub(super) fresh: bool,
     /// Its accept order: lower is older.
     pub(super) id: u64,
 }
@@ -68,14 +77,61 @@ pub(super) struct Standing {
 pub(super) fn victim(held: impl IntoIterator<Item = Standing>) -> Option<usize> {
     held.into_iter()
         .enumerate()
-        .filter(|(_, s)| s.progress != Progress::Welcomed)
+        .filter(|(_, s)| s.progress != Progress::Welcomed && !s.fresh)
         .min_by_key(|(_, s)| (s.preferred, s.progress, s.id))
         .map(|(i, _)| i)
 }
 
+/// Whom a lobby admits, and the key and roster their proofs are checked with.
+#[derive(Clone, Copy)]
+pub(crate) struct Admission<'t> {
+    /// The MAC key: the job token (the ring) or the key derived from it (the exchange).
+    pub(crate) token: &'t [u8],
+    pub(crate) roster: [u8; MAC_LEN],
+    pub(crate) world: usize,
+    /// The accepting rank.
+    pub(crate) rank: usize,
+    /// The one rank that may connect (the ring's left neighbour), or `None` for any other
+    /// rank of the world (the exchange).
+    pub(crate) peer: Option<usize>,
+}
+
+/// Leaves the key out: it is the token, or computed from it.
+impl std::fmt::Debug for Admission<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("world", &self.world)
+            .field("rank", &self.rank)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'t> Admission<'t> {
+    /// The ring's: the left neighbour, proven with the job token and the roster.
+    pub(super) fn ring(plan: &Plan<'t>) -> Admission<'t> {
+        Admission {
+            token: plan.token,
+            roster: plan.roster,
+            world: plan.world,
+            rank: plan.rank,
+            peer: Some(plan.left()),
+        }
+    }
+
+    fn role(&self) -> io::Result<Acceptor<'t>> {
+        let nonce = fresh_nonce()?;
+        let (world, rank) = (self.world as u32, self.rank as u32);
+        Ok(match self.peer {
+            Some(peer) => Acceptor::new(self.token, self.roster, world, rank, peer as u32, nonce),
+            None => Acceptor::any_other_rank(self.token, self.roster, world, rank, nonce),
+        })
+    }
+}
+
 /// One incoming connection in its handshake.
 #[derive(Debug)]
-pub(super) struct Incoming<'t, S> {
+pub(crate) struct Incoming<'t, S> {
     id: u64,
     conn: Conn<S>,
     role: Acceptor<'t>,
@@ -92,10 +148,11 @@ pub(super) struct Incoming<'t, S> {
 pub(super) enum Step<'t, S> {
     /// Still talking: poll it again.
     Waiting(Incoming<'t, S>),
-    /// Proven and welcomed: the left neighbour's stream.
-    Formed(S),
-    /// Refused or broken, for this reason (the other side was told, where it helps).
-    Dropped { remote: SocketAddr, reason: String },
+    /// Proven and welcomed as `rank`.
+    Formed { stream: S, rank: usize },
+    /// Refused or broken, for this reason (the other side was told, where it helps), having
+    /// claimed this in its Hello, if it sent one.
+    Dropped { remote: SocketAddr, reason: String, claims: Option<Claims> },
 }
 
 impl<'t, S: Read + Write> Incoming<'t, S> {
@@ -122,7 +179,7 @@ impl<'t, S: Read + Write> Incoming<'t, S> {
                 return Step::Waiting(self);
             }
             if self.welcomed {
-                return Step::Formed(self.conn.into_stream());
+                return self.formed();
             }
             let bytes = match self.conn.receive() {
                 Ok(Some(bytes)) => bytes,
@@ -145,7 +202,7 @@ impl<'t, S: Read + Write> Incoming<'t, S> {
                     self.conn.queue(&reply);
                     self.welcomed = true;
                 }
-                Next::Done => return Step::Formed(self.conn.into_stream()),
+                Next::Done => return self.formed(),
                 Next::Fail(failure, reply) => {
                     self.conn.send_last(reply);
                     let reason = describe(failure, self.role.peer_claims);
@@ -155,14 +212,19 @@ impl<'t, S: Read + Write> Incoming<'t, S> {
         }
     }
 
+    fn formed(self) -> Step<'t, S> {
+        let rank = self.role.peer() as usize;
+        Step::Formed { stream: self.conn.into_stream(), rank }
+    }
+
     fn drop_for(self, reason: String) -> Step<'t, S> {
-        Step::Dropped { remote: self.remote, reason }
+        Step::Dropped { remote: self.remote, reason, claims: self.role.peer_claims }
     }
 }
 
 impl<S> Incoming<'_, S> {
-    /// What the eviction rule weighs.
-    pub(super) fn standing(&self) -> Standing {
+    /// What the eviction rule weighs; ids from `fresh_from` on were accepted this turn.
+    pub(super) fn standing(&self, fresh_from: u64) -> Standing {
         let progress = if self.welcomed {
             Progress::Welcomed
         } else if self.role.challenged() {
@@ -170,21 +232,21 @@ impl<S> Incoming<'_, S> {
         } else {
             Progress::Silent
         };
-        Standing { preferred: self.preferred, progress, id: self.id }
+        Standing { preferred: self.preferred, progress, fresh: self.id >= fresh_from, id: self.id }
     }
 
     /// Which turn of accepting it came from, for telling poll results apart.
-    pub(super) fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
     /// When its handshake runs out of time.
-    pub(super) fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         self.deadline
     }
 
     /// The connection's stream and what to poll it for.
-    pub(super) fn poll_on(&self) -> (&S, rustix::event::PollFlags) {
+    pub(crate) fn poll_on(&self) -> (&S, rustix::event::PollFlags) {
         (self.conn.stream(), self.conn.events())
     }
 }
@@ -202,7 +264,7 @@ fn describe(failure: Failure, claims: Option<Claims>) -> String {
 }
 
 /// Where connections come from: the listener, or a test's stand-in that fails on demand.
-pub(super) trait Listen {
+pub(crate) trait Listen {
     /// The next waiting connection and its source, as `accept(2)` gives them.
     fn accept(&self) -> io::Result<(TcpStream, SocketAddr)>;
 }
@@ -215,47 +277,82 @@ impl Listen for TcpListener {
 
 /// How a turn of accepting ended.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Accepted {
+pub(crate) enum Accepted {
     /// The listener has nothing more waiting, or this turn took its share.
     Turn,
     /// Accept fails and nothing can be closed to make room: rest before trying again.
     Starved,
 }
 
+/// A connection that proved the token as `rank`.
+#[derive(Debug)]
+pub(crate) struct Joined {
+    pub(crate) stream: TcpStream,
+    pub(crate) remote: SocketAddr,
+    pub(crate) rank: usize,
+}
+
+/// A connection the lobby refused or lost, and what its Hello claimed, if it sent one.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) remote: SocketAddr,
+    pub(crate) reason: String,
+    pub(crate) claims: Option<Claims>,
+}
+
 /// Every incoming handshake in progress, and what was refused so far.
 #[derive(Debug)]
-pub(super) struct Lobby<'t> {
-    plan: &'t Plan<'t>,
-    /// The left neighbour's advertised address: connections from it are dropped last.
-    preferred: IpAddr,
+pub(crate) struct Lobby<'t> {
+    admission: Admission<'t>,
+    /// Sources dropped last and never capped: the left neighbour's advertised address, the
+    /// addresses admitted ranks came from.
+    preferred: Vec<IpAddr>,
     held: Vec<Incoming<'t, TcpStream>>,
     next_id: u64,
+    /// The first id of the current turn of accepting.
+    fresh_from: u64,
     /// How many connections were refused or broke, and the last reason.
-    pub(super) refused: usize,
-    pub(super) last_refusal: String,
+    pub(crate) refused: usize,
+    pub(crate) last_refusal: String,
 }
 
 impl<'t> Lobby<'t> {
-    /// An empty lobby for `plan`'s rank.
-    pub(super) fn new(plan: &'t Plan<'t>) -> Self {
-        let preferred = plan.addresses[plan.left()].ip().to_canonical();
+    /// An empty lobby for the ring's left neighbour in `plan`.
+    pub(super) fn new(plan: &Plan<'t>) -> Self {
+        Lobby::admitting(Admission::ring(plan), &[plan.addresses[plan.left()].ip()])
+    }
+
+    /// An empty lobby that admits whom `admission` says, preferring `preferred` sources.
+    pub(crate) fn admitting(admission: Admission<'t>, preferred: &[IpAddr]) -> Self {
         Lobby {
-            plan,
-            preferred,
+            admission,
+            preferred: preferred.iter().map(IpAddr::to_canonical).collect(),
             held: Vec::new(),
             next_id: 0,
+            fresh_from: 0,
             refused: 0,
             last_refusal: String::new(),
         }
     }
 
+    /// Prefers connections from `source` from now on.
+    pub(crate) fn prefer(&mut self, source: IpAddr) {
+        let source = source.to_canonical();
+        if !self.preferred.contains(&source) {
+            self.preferred.push(source);
+            for p in &mut self.held {
+                p.preferred |= p.remote.ip().to_canonical() == source;
+            }
+        }
+    }
+
     /// The handshakes held, for polling.
-    pub(super) fn held(&self) -> &[Incoming<'t, TcpStream>] {
+    pub(crate) fn held(&self) -> &[Incoming<'t, TcpStream>] {
         &self.held
     }
 
     /// Drops every handshake past its deadline.
-    pub(super) fn expire(&mut self, now: Instant) {
+    pub(crate) fn expire(&mut self, now: Instant) {
         self.held.retain(|p| {
             let alive = now < p.deadline;
             if !alive {
@@ -265,34 +362,41 @@ impl<'t> Lobby<'t> {
         });
     }
 
-    /// Steps every handshake whose id `is_ready`; returns the left neighbour's stream once one
-    /// is proven, dropping all the others.
-    pub(super) fn step_ready(&mut self, is_ready: impl Fn(u64) -> bool) -> Option<TcpStream> {
+    /// Steps every handshake whose id `is_ready`; returns those proven, and tells `refused`
+    /// of each one dropped.
+    pub(crate) fn step_ready(
+        &mut self,
+        is_ready: impl Fn(u64) -> bool,
+        mut refused: impl FnMut(&Refused),
+    ) -> Vec<Joined> {
+        let mut joined = Vec::new();
         let mut kept = Vec::with_capacity(self.held.len());
         for incoming in std::mem::take(&mut self.held) {
             if !is_ready(incoming.id) {
                 kept.push(incoming);
                 continue;
             }
+            let remote = incoming.remote;
             match incoming.step() {
                 Step::Waiting(incoming) => kept.push(incoming),
-                Step::Formed(stream) => {
-                    tracing::debug!(peer = self.plan.left(), "left neighbour joined");
-                    return Some(stream);
-                }
-                Step::Dropped { remote, reason } => {
+                Step::Formed { stream, rank } => joined.push(Joined { stream, remote, rank }),
+                Step::Dropped { remote, reason, claims } => {
                     warn!(%remote, %reason, "rejected connection");
                     self.refused += 1;
-                    self.last_refusal = reason;
+                    let refusal = Refused { remote, reason, claims };
+                    refused(&refusal);
+                    self.last_refusal = refusal.reason;
                 }
             }
         }
         self.held = kept;
-        None
+        joined
     }
 
     /// Takes up to [`MAX_ACCEPTS_PER_TURN`] waiting connections into their own handshakes.
-    pub(super) fn accept(&mut self, listener: &impl Listen) -> Result<Accepted, ConnectError> {
+    /// Fails only when no random nonce can be drawn.
+    pub(crate) fn accept(&mut self, listener: &impl Listen) -> io::Result<Accepted> {
+        self.fresh_from = self.next_id;
         for _ in 0..MAX_ACCEPTS_PER_TURN {
             match nonblocking(|| listener.accept()) {
                 Ok(Some((stream, remote))) => self.admit(stream, remote)?,
@@ -310,30 +414,25 @@ impl<'t> Lobby<'t> {
         Ok(Accepted::Turn)
     }
 
-    /// Holds one new connection, dropping another if a cap says so.
-    fn admit(&mut self, stream: TcpStream, remote: SocketAddr) -> Result<(), ConnectError> {
+    /// Holds one new connection, dropping another if a cap says so (or the newcomer, if none
+    /// may go).
+    fn admit(&mut self, stream: TcpStream, remote: SocketAddr) -> io::Result<()> {
         if stream.set_nonblocking(true).is_err() {
             return Ok(());
         }
         // A dual-stack listener sees IPv4 peers as IPv4-mapped IPv6 addresses.
         let source = remote.ip().to_canonical();
-        let preferred = source == self.preferred;
+        let preferred = self.preferred.contains(&source);
         let from_source = |p: &Incoming<'t, TcpStream>| p.remote.ip().to_canonical() == source;
-        if !preferred && self.held.iter().filter(|p| from_source(p)).count() >= MAX_PER_SOURCE {
-            self.evict(from_source, "too many handshakes from one address");
+        let crowded = !preferred
+            && self.held.iter().filter(|p| from_source(p)).count() >= MAX_PER_SOURCE
+            && !self.evict(from_source, "too many handshakes from one address");
+        let full = self.held.len() >= MAX_PENDING && !self.evict(|_| true, "too many handshakes");
+        if crowded || full {
+            warn!(%remote, "rejected connection: no room, and every handshake held is newer or further");
+            return Ok(());
         }
-        if self.held.len() >= MAX_PENDING {
-            self.evict(|_| true, "too many handshakes at once");
-        }
-        let plan = self.plan;
-        let role = Acceptor::new(
-            plan.token,
-            plan.roster,
-            plan.world as u32,
-            plan.rank as u32,
-            plan.left() as u32,
-            fresh_nonce().map_err(|e| plan.io_error(plan.left(), &e))?,
-        );
+        let role = self.admission.role()?;
         let deadline = Instant::now() + HANDSHAKE_DEADLINE;
         self.held.push(Incoming::new(self.next_id, stream, role, remote, preferred, deadline));
         self.next_id += 1;
@@ -344,7 +443,9 @@ impl<'t> Lobby<'t> {
     fn evict(&mut self, among: impl Fn(&Incoming<'t, TcpStream>) -> bool, why: &str) -> bool {
         let candidates: Vec<usize> =
             (0..self.held.len()).filter(|&i| among(&self.held[i])).collect();
-        let Some(pick) = victim(candidates.iter().map(|&i| self.held[i].standing())) else {
+        let fresh_from = self.fresh_from;
+        let standings = candidates.iter().map(|&i| self.held[i].standing(fresh_from));
+        let Some(pick) = victim(standings) else {
             return false;
         };
         let dropped = self.held.remove(candidates[pick]);
@@ -362,7 +463,7 @@ mod tests {
     use crate::handshake::{Connector, MESSAGE_LEN, MessageKind};
 
     fn standing(preferred: bool, progress: Progress, id: u64) -> Standing {
-        Standing { preferred, progress, id }
+        Standing { preferred, progress, fresh: false, id }
     }
 
     #[test]
@@ -381,8 +482,11 @@ mod tests {
         // From the neighbour's own address, a Hello counts, then age.
         let held = [standing(true, Challenged, 0), standing(true, Challenged, 1)];
         assert_eq!(victim(held), Some(0));
-        // A welcomed connection is never dropped.
+        // A welcomed connection is never dropped, nor one accepted in this turn.
         assert_eq!(victim([standing(false, Welcomed, 0)]), None);
+        let fresh = Standing { fresh: true, ..standing(false, Silent, 0) };
+        assert_eq!(victim([fresh, standing(true, Challenged, 1)]), Some(1));
+        assert_eq!(victim([fresh]), None);
         assert_eq!(victim([]), None);
     }
 
@@ -406,7 +510,7 @@ mod tests {
     fn waiting<S>(step: Step<'static, S>) -> Incoming<'static, S> {
         match step {
             Step::Waiting(i) => i,
-            Step::Formed(_) => panic!("formed too early"),
+            Step::Formed { .. } => panic!("formed too early"),
             Step::Dropped { reason, .. } => panic!("dropped: {reason}"),
         }
     }
@@ -415,14 +519,16 @@ mod tests {
     fn an_honest_neighbour_is_challenged_then_welcomed_and_formed() {
         let (p, mut neighbour) = incoming(b"job");
         let p = waiting(p.step());
-        assert_eq!(p.standing().progress, Progress::Silent);
+        assert_eq!(p.standing(u64::MAX).progress, Progress::Silent);
         let (mut connector, hello) = Connector::start(b"job", ROSTER, 3, 0, 1, [5; 16]);
         neighbour.write_all(&hello.encode()).unwrap();
         let p = waiting(p.step());
-        assert_eq!(p.standing().progress, Progress::Challenged);
+        assert_eq!(p.standing(u64::MAX).progress, Progress::Challenged);
         let Next::Send(proof) = connector.on_message(&read(&mut neighbour)) else { panic!() };
         neighbour.write_all(&proof.encode()).unwrap();
-        let Step::Formed(_) = p.step() else { panic!("a proven neighbour forms the link") };
+        let Step::Formed { rank: 0, .. } = p.step() else {
+            panic!("a proven neighbour forms the link")
+        };
         assert_eq!(connector.on_message(&read(&mut neighbour)), Next::Done);
     }
 
@@ -530,6 +636,26 @@ mod tests {
     }
 
     #[test]
+    fn within_one_turn_the_newcomer_goes_rather_than_one_accepted_before_it_in_the_turn() {
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addresses: Vec<SocketAddr> =
+            vec!["10.0.0.1:7000".parse().unwrap(), "10.0.0.2:7000".parse().unwrap()];
+        let plan = lobby_plan(&addresses);
+        let mut lobby = Lobby::new(&plan);
+        let mut keep = Vec::new();
+        // The real neighbour first, then a burst from one stranger larger than its share.
+        let mut script = vec![arrival(&server, &mut keep, "10.0.0.1:999")];
+        for i in 0..MAX_PER_SOURCE + 8 {
+            script.push(arrival(&server, &mut keep, &format!("10.9.9.9:{}", 1000 + i)));
+        }
+        assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
+        let held: Vec<String> = lobby.held.iter().map(|p| p.remote.to_string()).collect();
+        assert_eq!(held.len(), 1 + MAX_PER_SOURCE);
+        assert_eq!(held[0], "10.0.0.1:999");
+        assert_eq!(held.last().unwrap(), &format!("10.9.9.9:{}", 1000 + MAX_PER_SOURCE - 1));
+    }
+
+    #[test]
     fn a_turn_accepts_a_bounded_number() {
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
         let addresses: Vec<SocketAddr> =
@@ -566,7 +692,10 @@ mod tests {
             arrival(&server, &mut keep, "10.7.7.7:1001"),
             emfile(),
         ];
-        assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
+        // All three were accepted in this turn: none is dropped for room before it is polled.
+        assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Starved);
+        assert_eq!(lobby.held.len(), 3);
+        assert_eq!(lobby.accept(&Scripted::new(vec![emfile()])).unwrap(), Accepted::Turn);
         let kept: Vec<String> = lobby.held.iter().map(|p| p.remote.to_string()).collect();
         assert_eq!(kept, ["10.0.0.1:1000", "10.7.7.7:1001"], "the oldest stranger goes first");
     }
@@ -584,7 +713,8 @@ mod tests {
             arrival(&server, &mut keep, "[::ffff:10.0.0.9]:1000"),
         ];
         assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
-        let preferred: Vec<bool> = lobby.held.iter().map(|p| p.standing().preferred).collect();
+        let preferred: Vec<bool> =
+            lobby.held.iter().map(|p| p.standing(u64::MAX).preferred).collect();
         assert_eq!(preferred, [true, false]);
     }
 }

@@ -16,7 +16,7 @@
 //! [`Dial::poll_on`]).
 
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::event::PollFlags;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -29,9 +29,7 @@ use crate::RejectReason;
 use crate::error::ConnectError;
 use crate::handshake::fresh_nonce;
 use crate::handshake::{Claims, Connector, Failure, Message, Next, VERSION};
-
-const FIRST_RETRY: Duration = Duration::from_millis(20);
-const MAX_RETRY: Duration = Duration::from_millis(500);
+use crate::wait::Backoff;
 
 /// Where the connecting side stands.
 #[derive(Debug)]
@@ -87,7 +85,7 @@ impl Dial<'_> {
 #[derive(Debug)]
 pub(super) struct Dialer<'p> {
     plan: &'p Plan<'p>,
-    backoff: Duration,
+    backoff: Backoff,
     /// The last reason an attempt failed, for the timeout error.
     pub(super) last_error: Option<String>,
 }
@@ -95,7 +93,7 @@ pub(super) struct Dialer<'p> {
 impl<'p> Dialer<'p> {
     /// A dialer for `plan`'s right neighbour.
     pub(super) fn new(plan: &'p Plan<'p>) -> Self {
-        Dialer { plan, backoff: FIRST_RETRY, last_error: None }
+        Dialer { plan, backoff: Backoff::new(Backoff::CONNECT), last_error: None }
     }
 
     fn address(&self) -> SocketAddr {
@@ -222,8 +220,7 @@ impl<'p> Dialer<'p> {
     fn retry(&mut self, error: String, now: Instant) -> Dial<'p> {
         debug!(peer = self.plan.right(), %error, "retrying connect");
         self.last_error = Some(error);
-        let until = now + self.backoff;
-        self.backoff = (self.backoff * 2).min(MAX_RETRY);
+        let until = now + self.backoff.next_gap();
         Dial::Waiting { until }
     }
 
@@ -276,6 +273,7 @@ fn out_of_descriptors(e: &std::io::Error) -> bool {
 mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
+    use std::time::Duration;
 
     use super::*;
     use crate::handshake::{Acceptor, MESSAGE_LEN, roster_digest};

@@ -12,7 +12,7 @@
 //! - Nothing here allocates by what a peer sends: every message is
 //!   [`crate::handshake::MESSAGE_LEN`] bytes.
 
-mod accept;
+pub(crate) mod accept;
 mod conn;
 mod dial;
 
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags};
 use tracing::warn;
 
-use self::accept::{Accepted, Lobby};
+use self::accept::{ACCEPT_PAUSE, Accepted, Lobby};
 use self::dial::{Dial, Dialer};
 use crate::error::ConnectError;
 use crate::wait::wait as poll_wait;
@@ -32,8 +32,6 @@ use crate::wait::wait as poll_wait;
 /// Job tokens shorter than this draw a warning: a short token is guessable offline by anyone
 /// who recorded one handshake.
 const SHORT_TOKEN: usize = 16;
-/// How long the listener rests after accept failed with no handshake to close for room.
-const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
 /// What one rank needs to join the ring.
 pub(crate) struct Plan<'a> {
@@ -157,13 +155,16 @@ pub(crate) fn rendezvous(
         drop(fds);
 
         dial_ready = ready.contains(&Slot::Dial);
-        if let Some(stream) = lobby.step_ready(|id| ready.contains(&Slot::Incoming(id))) {
-            left = Some(stream);
+        let joined = lobby.step_ready(|id| ready.contains(&Slot::Incoming(id)), |_| {});
+        if let Some(first) = joined.into_iter().next() {
+            tracing::debug!(peer = plan.left(), "left neighbour joined");
+            left = Some(first.stream);
             lobby = Lobby::new(plan); // every other handshake is dropped
         }
         if left.is_none()
             && ready.contains(&Slot::Listener)
-            && lobby.accept(listener)? == Accepted::Starved
+            && lobby.accept(listener).map_err(|e| plan.io_error(plan.left(), &e))?
+                == Accepted::Starved
         {
             accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
         }

@@ -5,14 +5,16 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use tracing::debug;
+
 use super::wire::{
-    ADDRESS_LEN, DUPLICATE, LIST, NO_ROSTER, decode_address, encode_address, exchange_key,
+    ABORT, ADDRESS_LEN, DUPLICATE, LIST, MAX_ABORT_TEXT, NO_ROSTER, PING, abort_reason,
+    decode_address, encode_address, exchange_key,
 };
 use crate::error::{ConnectError, RejectReason};
 use crate::handshake::{Claims, Connector, Failure, MESSAGE_LEN, Message, Next, fresh_nonce};
-
-const FIRST_RETRY: Duration = Duration::from_millis(20);
-const MAX_RETRY: Duration = Duration::from_millis(500);
+use crate::rendezvous::accept::HANDSHAKE_DEADLINE;
+use crate::wait::Backoff;
 
 /// What rank `rank` needs to join the exchange.
 #[derive(Debug)]
@@ -28,7 +30,8 @@ pub(crate) struct Join<'a> {
     pub(crate) timeout: Duration,
 }
 
-/// Why one attempt did not get the list: retry (rank 0 not up yet) or give up.
+/// Why one attempt did not get the list: retry (rank 0 not up yet, restarting, or too busy to
+/// keep this connection) or give up.
 enum Attempt {
     Retry(String),
     Fatal(ConnectError),
@@ -38,33 +41,45 @@ enum Attempt {
 /// until rank 0 serves the exchange or the deadline passes.
 pub(crate) fn join(plan: &Join<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
     let key = exchange_key(plan.token);
-    let mut backoff = FIRST_RETRY;
+    let mut backoff = Backoff::new(Backoff::CONNECT);
+    let mut last_error = None;
     loop {
-        let last_error = match attempt(plan, &key) {
-            Ok(list) => return Ok(list),
-            Err(Attempt::Fatal(e)) => return Err(e),
-            Err(Attempt::Retry(why)) => why,
-        };
-        let left = plan.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if Instant::now() >= plan.deadline {
+            let last = last_error.as_deref().unwrap_or("none: no time to try");
             return Err(ConnectError::Timeout {
                 peer: 0,
                 address: plan.server.to_string(),
                 waited: plan.timeout,
-                waiting_for: format!("to serve the address exchange (last error: {last_error})"),
+                waiting_for: format!("to serve the address exchange (last error: {last})"),
             });
         }
-        std::thread::sleep(backoff.min(left));
-        backoff = (backoff * 2).min(MAX_RETRY);
+        match attempt(plan, &key) {
+            Ok(list) => return Ok(list),
+            Err(Attempt::Fatal(e)) => return Err(e),
+            Err(Attempt::Retry(why)) => {
+                debug!(rank = plan.rank, %why, "retrying the address exchange");
+                last_error = Some(why);
+            }
+        }
+        backoff.sleep(plan.deadline);
     }
+}
+
+/// A connection rank 0 closed or reset: it is restarting, or dropped this one for room.
+fn lost(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
 }
 
 fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> {
     let server = plan.server.to_string();
-    let left = || plan.deadline.saturating_duration_since(Instant::now());
-    if left().is_zero() {
-        return Err(Attempt::Retry("no time left".into()));
-    }
+    let left =
+        || plan.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let mut stream = TcpStream::connect_timeout(&plan.server, left())
         .map_err(|e| Attempt::Retry(e.to_string()))?;
     let timed_out = |what: &str| {
@@ -75,48 +90,61 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
             waiting_for: what.to_string(),
         })
     };
-    let fatal_io = |e: io::Error| Attempt::Fatal(ConnectError::io(0, server.clone(), &e));
+    // A connection lost before the list arrived is tried again; other errors are fatal.
+    let io_failure = |e: io::Error, when: &str| {
+        if lost(&e) {
+            Attempt::Retry(format!("rank 0 closed the connection {when}: {e}"))
+        } else {
+            Attempt::Fatal(ConnectError::io(0, server.clone(), &e))
+        }
+    };
     // Reads exactly `buf.len()` bytes before the deadline.
     let read = |stream: &mut TcpStream, buf: &mut [u8], what: &str| -> Result<(), Attempt> {
-        stream.set_read_timeout(Some(left().max(Duration::from_millis(1)))).map_err(fatal_io)?;
+        stream.set_read_timeout(Some(left())).map_err(|e| io_failure(e, "at once"))?;
         match stream.read_exact(buf) {
             Ok(()) => Ok(()),
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                 Err(timed_out(what))
             }
-            Err(e) => Err(fatal_io(e)),
+            Err(e) => Err(io_failure(e, "before sending the address list")),
         }
     };
-    let _ = stream.set_write_timeout(Some(left().max(Duration::from_millis(1))));
-    let nonce = fresh_nonce().map_err(fatal_io)?;
-    let (mut connector, hello) =
+    let _ = stream.set_write_timeout(Some(left()));
+    let nonce =
+        fresh_nonce().map_err(|e| Attempt::Fatal(ConnectError::io(0, server.clone(), &e)))?;
+    let (connector, hello) =
         Connector::start(key, NO_ROSTER, plan.world as u32, plan.rank as u32, 0, nonce);
-    stream.write_all(&hello.encode()).map_err(|e| Attempt::Retry(e.to_string()))?;
+    let mut connector = connector.blind();
+    stream.write_all(&hello.encode()).map_err(|e| io_failure(e, "during the handshake"))?;
     let mut inbox = [0u8; MESSAGE_LEN];
     let handshake = |reason: String| {
         Attempt::Fatal(ConnectError::Handshake { peer: 0, address: server.clone(), reason })
     };
-    let mut first = true;
     loop {
-        match read(&mut stream, &mut inbox, "to answer the exchange handshake") {
-            // Rank 0 closed before answering: it may be starting over; try again.
-            Err(Attempt::Fatal(ConnectError::Io { kind, message, .. }))
-                if first
-                    && matches!(
-                        kind,
-                        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-                    ) =>
-            {
-                return Err(Attempt::Retry(message));
+        // Rank 0 answers at once; a port that stays silent is another program's (or a rank 0
+        // too busy to take this connection): try again, and say so if time runs out.
+        stream
+            .set_read_timeout(Some(left().min(HANDSHAKE_DEADLINE)))
+            .map_err(|e| io_failure(e, "at once"))?;
+        match stream.read_exact(&mut inbox) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(Attempt::Retry(format!(
+                    "no exchange handshake answer within {HANDSHAKE_DEADLINE:?}: is another \
+                     program listening on that port?"
+                )));
             }
-            other => other?,
+            Err(e) => return Err(io_failure(e, "during the handshake")),
         }
-        first = false;
         let message = Message::decode(&inbox).map_err(|e| handshake(e.to_string()))?;
         match connector.on_message(&message) {
-            Next::Send(reply) => stream.write_all(&reply.encode()).map_err(fatal_io)?,
+            Next::Send(reply) => stream
+                .write_all(&reply.encode())
+                .map_err(|e| io_failure(e, "during the handshake"))?,
             Next::Done => break,
-            Next::SendAndDone(_) => unreachable!("a connector never ends by sending"),
+            Next::SendAndDone(_) => {
+                return Err(handshake("a connector never ends by sending".into()));
+            }
             Next::Fail(failure, reply) => {
                 if let Some(reply) = reply {
                     let _ = stream.write_all(&reply.encode());
@@ -136,17 +164,17 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
             }
         }
     }
-    stream.write_all(&encode_address(plan.own)).map_err(fatal_io)?;
+    stream
+        .write_all(&encode_address(plan.own))
+        .map_err(|e| io_failure(e, "during the handshake"))?;
     let mut kind = [0u8; 1];
-    match read(&mut stream, &mut kind, "to send the address list (waiting for the other ranks)") {
-        Err(Attempt::Fatal(ConnectError::Io { kind: io::ErrorKind::UnexpectedEof, .. })) => {
-            return Err(handshake(
-                "rank 0 closed the exchange before sending the address list; its own error \
-                 says why"
-                    .into(),
-            ));
+    loop {
+        read(&mut stream, &mut kind, "to send the address list (waiting for the other ranks)")?;
+        if kind[0] != PING {
+            break;
         }
-        other => other?,
+        // Another process claims this rank: rank 0 asks whether this one is still there.
+        stream.write_all(&[PING]).map_err(|e| io_failure(e, "while asking after this rank"))?;
     }
     let mut address = [0u8; ADDRESS_LEN];
     match kind[0] {
@@ -180,6 +208,22 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
                 second: show(&other),
             }))
         }
+        ABORT => {
+            let mut len = [0u8; 2];
+            read(&mut stream, &mut len, "to say why it gave up")?;
+            let len = usize::from(u16::from_be_bytes(len));
+            if len > MAX_ABORT_TEXT {
+                return Err(handshake(format!(
+                    "an abort of {len} bytes (at most {MAX_ABORT_TEXT})"
+                )));
+            }
+            let mut text = vec![0u8; len];
+            read(&mut stream, &mut text, "to say why it gave up")?;
+            Err(Attempt::Fatal(ConnectError::ExchangeAbandoned {
+                address: server.clone(),
+                reason: abort_reason(&text),
+            }))
+        }
         other => Err(handshake(format!("unknown exchange answer {other}"))),
     }
 }
@@ -197,7 +241,9 @@ fn detail(reason: RejectReason, claims: &Claims, plan: &Join<'_>) -> String {
         RejectReason::WrongRank => {
             format!(": rank {} is outside the world of {}", plan.rank, plan.world)
         }
-        RejectReason::TokenMismatch => ": check SILVIC_JOB_TOKEN".to_string(),
+        RejectReason::TokenMismatch => ": check SILVIC_JOB_TOKEN (the same on every rank of \
+            the job), and that this port is your job's rank 0's, not another job's"
+            .to_string(),
         _ => String::new(),
     }
 }

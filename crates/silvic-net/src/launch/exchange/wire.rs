@@ -16,8 +16,16 @@ pub(super) const NO_ROSTER: [u8; MAC_LEN] = [0; MAC_LEN];
 
 /// Bytes of one address on the wire.
 pub(crate) const ADDRESS_LEN: usize = 19;
+/// Rank 0's answers to a waiting rank, each one byte and what follows it.
 pub(super) const LIST: u8 = 1;
 pub(super) const DUPLICATE: u8 = 2;
+/// Rank 0 gave up: a u16 BE length, then that many bytes of UTF-8 saying why.
+pub(super) const ABORT: u8 = 3;
+/// Rank 0 asks whether a waiting rank is still there (another process claims its rank); the
+/// rank answers with the same byte.
+pub(super) const PING: u8 = 4;
+/// The longest reason an abort carries; a longer one is cut.
+pub(crate) const MAX_ABORT_TEXT: usize = 1024;
 
 /// The key the exchange's MACs use: derived from the job token, so an exchange handshake and a
 /// ring handshake can never stand in for each other.
@@ -65,6 +73,24 @@ pub(super) fn duplicate_message(first: SocketAddr, second: SocketAddr) -> Vec<u8
     out
 }
 
+/// The answer telling a waiting rank why rank 0 gave up.
+pub(super) fn abort_message(reason: &str) -> Vec<u8> {
+    let mut cut = reason.len().min(MAX_ABORT_TEXT);
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut out = vec![ABORT, 0, 0];
+    BigEndian::write_u16(&mut out[1..3], cut as u16);
+    out.extend_from_slice(&reason.as_bytes()[..cut]);
+    out
+}
+
+/// An abort's reason as this rank may print it: valid UTF-8 and no control characters, so
+/// rank 0 (a token holder, but still another process) cannot forge log lines.
+pub(super) fn abort_reason(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +110,20 @@ mod tests {
         assert_eq!(decode_address(&bad), None);
         assert_eq!(decode_address(&encode_address("0.0.0.0:1".parse().unwrap())), None);
         assert_eq!(decode_address(&encode_address("10.0.0.5:0".parse().unwrap())), None);
+    }
+}
+
+#[cfg(test)]
+mod abort_tests {
+    use super::*;
+
+    #[test]
+    fn an_abort_is_cut_at_a_character_and_its_reason_printable() {
+        let long = "é".repeat(MAX_ABORT_TEXT);
+        let m = abort_message(&long);
+        let len = BigEndian::read_u16(&m[1..3]) as usize;
+        assert_eq!((m[0], len, m.len()), (ABORT, MAX_ABORT_TEXT, 3 + MAX_ABORT_TEXT));
+        assert_eq!(abort_reason(&m[3..]), "é".repeat(MAX_ABORT_TEXT / 2));
+        assert_eq!(abort_reason(b"a\nforged\x1b[2J"), "a forged [2J");
     }
 }
