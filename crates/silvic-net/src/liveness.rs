@@ -4,11 +4,13 @@
 //! a zero window for longer than the timeout, the sender's connection is aborted with
 //! `ETIMEDOUT`, although the receiver's kernel answers every probe (README gives the kernels
 //! and a measurement). A rank that is paused or busy for
-//! longer than [`LIVENESS`] while its left neighbour has bytes queued to it would so fail the
-//! ring, where SPEC.md wants it waited for up to the collective timeout.
+//! longer than [`LIVENESS`] while a neighbour has bytes queued to it would so fail the
+//! ring, where SPEC.md wants it waited for up to the collective timeout. Data flows both ways
+//! round the ring (the two-way gather), so every stream a rank writes to needs this, not only
+//! the one to its right: the link keeps one [`Liveness`] per stream.
 //!
-//! So when a collective has waited [`CHECK_EVERY`] without a byte moving, the right stream's own
-//! `TCP_INFO` is read ([`crate::sys`]). A closed send window with an acknowledgement from the
+//! So when a collective has waited [`CHECK_EVERY`] without a byte moving on a stream, that
+//! stream's own `TCP_INFO` is read ([`crate::sys`]). A closed send window with an acknowledgement from the
 //! neighbour within the last [`LIVENESS`] plus one probe interval means the neighbour's kernel is
 //! alive and its window closed: then the stream's TCP_USER_TIMEOUT is raised to the collective
 //! timeout (clamped to what the kernel accepts, [`MAX_USER_TIMEOUT`]). One lost probe does not
@@ -71,7 +73,7 @@ fn raised_timeout(timeout: Duration) -> Duration {
     timeout.clamp(LIVENESS, MAX_USER_TIMEOUT)
 }
 
-/// How long a collective waits without progress before it looks at the right stream, and how
+/// How long a collective waits without progress on a stream before it looks at it, and how
 /// often it looks again: well inside [`LIVENESS`], so the raise comes before the kernel acts.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(10);
 
@@ -89,7 +91,7 @@ fn send_side(info: &TcpInfo) -> SendSide {
     if info.send_window == 0 && answered { SendSide::ClosedWindowAlive } else { SendSide::Other }
 }
 
-/// The liveness state of the right stream.
+/// The liveness state of one stream.
 #[derive(Debug)]
 pub(crate) struct Liveness {
     /// TCP_USER_TIMEOUT is raised.
@@ -120,7 +122,7 @@ impl Liveness {
                 let raised = raised_timeout(timeout);
                 match SockRef::from(stream).set_tcp_user_timeout(Some(raised)) {
                     Ok(()) => {
-                        debug!(?raised, "right neighbour alive with a closed window; raised");
+                        debug!(?raised, "neighbour alive with a closed window; raised");
                         self.raised = true;
                     }
                     Err(error) => warn!(%error, ?raised, "cannot raise TCP_USER_TIMEOUT"),

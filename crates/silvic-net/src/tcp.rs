@@ -16,6 +16,7 @@ use crate::error::ConnectError;
 use crate::link::{Place, TcpRing};
 use crate::liveness;
 use crate::rendezvous::{Plan, rendezvous};
+use crate::ring::seam::Route;
 use crate::ring::{Call, Element, Scratch};
 use crate::stats::RingStats;
 
@@ -234,7 +235,10 @@ impl TcpCollective {
         }
         info!(elapsed = ?started.elapsed(), "ring formed");
         let place = Place { rank, addresses: parsed };
-        collective.ring = Some(TcpRing::new(left, right, place, timeout));
+        // The rendezvous hands over the two neighbours' streams; the link takes any number,
+        // each named by the route to the rank at its other end.
+        let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
+        collective.ring = Some(TcpRing::new(streams, place, timeout));
         Ok(collective)
     }
 
