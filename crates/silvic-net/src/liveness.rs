@@ -110,9 +110,14 @@ impl Liveness {
         self.last_check.map_or(after_stall, |c| after_stall.max(c + CHECK_EVERY))
     }
 
-    /// Looks at `stream` if a check is due; raises or restores its TCP_USER_TIMEOUT.
-    pub(crate) fn check(&mut self, stream: &TcpStream, last_progress: Instant, timeout: Duration) {
-        let now = Instant::now();
+    /// Looks at `stream` if a check is due at `now`; raises or restores its TCP_USER_TIMEOUT.
+    pub(crate) fn check(
+        &mut self,
+        stream: &TcpStream,
+        now: Instant,
+        last_progress: Instant,
+        timeout: Duration,
+    ) {
         if now < self.next_check(last_progress) {
             return;
         }

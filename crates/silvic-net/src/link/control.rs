@@ -139,17 +139,6 @@ impl TcpRing {
         Ok(false)
     }
 
-    /// The rank to blame for waiting on stream `s` since its last sign of life at `since`: the
-    /// neighbour there, or the rank its notice names if that notice is newer (never this rank:
-    /// a neighbour may have heard of this rank's wait before this rank's own notice).
-    pub(super) fn blame(&self, s: usize, since: Instant) -> usize {
-        let stream = &self.streams[s];
-        match stream.heard {
-            Some(h) if h.at >= since && h.notice.on != self.rank => h.notice.on,
-            _ => stream.peer,
-        }
-    }
-
     /// Queues a waiting notice for every neighbour whose stream `at_boundary` says is between
     /// data frames, and writes what each stream takes.
     pub(super) fn send_notice(

@@ -30,8 +30,9 @@
 //!   of another call than the current one is ignored.
 //! - A data frame's header and payload go out in one vectored write when the socket takes them.
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
-//!   moved no byte and sent no waiting notice for that long. A waiting rank sends notices to
-//!   every neighbour ([`notice_every`]), naming the rank it blames (its own stalled neighbour,
+//!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
+//!   timeout, notice, warning and deadline from the moment it is handed). A waiting rank sends
+//!   notices to every neighbour (`control::notice_every`), naming the rank it blames (its own stalled neighbour,
 //!   or the rank that neighbour's fresh notice names), so only a neighbour of a stalled rank
 //!   times out, and every error names the stalled rank. A data frame starts only once all of it
 //!   may go, so a frame stalled half-way is the reader's doing, never a wait further round the
@@ -53,10 +54,10 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
-use silvic_core::CollectiveError;
+use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
-use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN, Waiting};
+use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN};
 use crate::ring::seam::{Call, FramePlan, Link, Route};
 use crate::stats::RingStats;
 use crate::wait::wait;
@@ -64,13 +65,15 @@ use crate::wait::wait;
 mod control;
 mod reader;
 mod stream;
+mod watch;
 mod way;
 
-use control::{Heard, notice_every};
+use control::Heard;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
 use stream::{Stream, Table};
+use watch::{Seen, Watch};
 use way::{Counted, Ways};
 
 /// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
@@ -92,10 +95,6 @@ const FORWARD_AT_ONCE: usize = 64 * 1024;
 
 /// Bytes of a stream one read takes ahead: a header and a small payload arrive in one call.
 const READ_AHEAD: usize = HEADER_LEN + 16 * 1024;
-
-/// A collective that has waited this long without progress logs a warning, then again each
-/// time its wait doubles.
-const WARN_AFTER: Duration = Duration::from_secs(10);
 
 /// The most streams a ring has (per-stream flags of a call are bit masks).
 const MAX_STREAMS: usize = 64;
@@ -235,113 +234,88 @@ impl TcpRing {
         moved.map_err(|e| (s, e))
     }
 
-    /// Writes what every stream takes (see [`TcpRing::write_some`]) and notes the time in
-    /// `active` for a stream where a frame's byte moved.
-    fn write_all(&mut self, plan: &dyn FramePlan, active: &mut [Instant]) -> Result<(), Failure> {
-        for (s, at) in active.iter_mut().enumerate() {
+    /// Writes what every stream takes (see [`TcpRing::write_some`]); returns the streams (as
+    /// bits) where a frame's byte moved.
+    fn write_all(&mut self, plan: &dyn FramePlan) -> Result<u64, Failure> {
+        let mut moved = 0;
+        for s in 0..self.streams.len() {
             if self.write_some(s, plan, true)? {
-                *at = Instant::now();
+                moved |= 1 << s;
             }
         }
-        Ok(())
+        Ok(moved)
     }
 
+    /// Moves what the streams take and the plan lets through, reading and writing every
+    /// stream: returns the streams (as bits) where data moved. `watch` says, per stream,
+    /// whether to read control frames from it while no frame of this call may come in on it;
+    /// it stops once a data frame shows up there, which waits for its turn.
+    fn turn(&mut self, plan: &mut dyn FramePlan, watch: &mut [bool]) -> Result<u64, Failure> {
+        let seq = plan.call().seq;
+        let mut moved = self.write_all(plan)?;
+        let came_before = self.ways.received_total();
+        for (s, watching) in watch.iter_mut().enumerate() {
+            let reading = self.table.reader(s).filter(|&w| self.ways.wants_read(plan, w));
+            if let Some(w) = reading {
+                if self.read_way(s, w, plan)? {
+                    moved |= 1 << s;
+                    *watching = true;
+                }
+            } else if *watching {
+                let needs = self.needs(s);
+                *watching = self.read_controls(s, seq, needs).map_err(|e| (s, e))?;
+            }
+        }
+        // A small frame that a frame just in lets go (any way) goes out before the core is
+        // yielded; the streams were just read, so the loop does not read them again first.
+        let came_in = self.ways.received_total() > came_before;
+        if came_in
+            && (0..self.ways.len()).any(|w| self.ways.next_out_at_most(plan, w, FORWARD_AT_ONCE))
+        {
+            moved |= self.write_all(plan)?;
+        }
+        Ok(moved)
+    }
+
+    /// Runs the call: turns until every frame is through, spinning for a while after progress,
+    /// then sleeping in poll(2) until a stream is ready or the [`Watch`] has something due.
+    /// The clock is read once per turn (and once after each wait, to count it); what it means
+    /// is the watch's to say.
     fn drive(&mut self, plan: &mut dyn FramePlan) -> Result<(), Failure> {
         let Call { op, seq, .. } = plan.call();
-        let started = Instant::now();
         let n = self.streams.len();
-        // Data progress per stream; a notice also shows a neighbour alive (for the timeout).
-        let mut active = [started; MAX_STREAMS];
-        let active = &mut active[..n];
-        // Per stream: whether to read control frames from it while no frame of this call may
-        // come in on it, until a data frame shows up there, which waits for its turn.
+        let mut clock = Watch::new(Instant::now(), n, self.timeout);
         let mut watch = [true; MAX_STREAMS];
-        let mut next_notice: Option<Instant> = None;
-        let mut warn_at = WARN_AFTER;
-        let every = notice_every(self.timeout);
+        let watch = &mut watch[..n];
         loop {
-            self.write_all(plan, active)?;
-            let came_before = self.ways.received_total();
-            for s in 0..n {
-                let reading = self.table.reader(s).filter(|&w| self.ways.wants_read(plan, w));
-                if let Some(w) = reading {
-                    if self.read_way(s, w, plan)? {
-                        active[s] = Instant::now();
-                        watch[s] = true;
-                    }
-                } else if watch[s] {
-                    let needs = self.needs(s);
-                    watch[s] = self.read_controls(s, seq, needs).map_err(|e| (s, e))?;
-                }
-            }
-            // A small frame that a frame just in lets go (any way) goes out before the core is
-            // yielded; the streams were just read, so the loop does not read them again first.
-            let came_in = self.ways.received_total() > came_before;
-            if came_in
-                && (0..self.ways.len())
-                    .any(|w| self.ways.next_out_at_most(plan, w, FORWARD_AT_ONCE))
-            {
-                self.write_all(plan, active)?;
+            let moved = self.turn(plan, watch)?;
+            let now = Instant::now();
+            for s in (0..n).filter(|&s| moved & (1 << s) != 0) {
+                clock.moved(s, now);
             }
             if self.ways.all_done() {
                 return Ok(());
             }
             let needed: u64 = (0..n).filter(|&s| self.needs(s)).map(|s| 1 << s).sum();
-            let last_progress = active.iter().copied().max().unwrap_or(started);
-            if last_progress.elapsed() < self.spin {
+            if now.saturating_duration_since(clock.last_progress()) < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
-                let t = Instant::now();
                 std::thread::yield_now();
-                self.count_wait(t.elapsed(), needed);
+                self.count_wait(now.elapsed(), needed);
                 continue;
             }
-
-            // Each stream this call still needs, with its last sign of life.
-            let alive =
-                |s: usize, heard: Option<Heard>| heard.map_or(active[s], |h| h.at.max(active[s]));
-            let waits = (0..n).filter(|&s| needed & (1 << s) != 0);
-            let now = Instant::now();
-            for s in waits.clone() {
-                let alive = alive(s, self.streams[s].heard);
-                if alive.checked_add(self.timeout).is_some_and(|d| now >= d) {
-                    let peer = self.streams[s].peer;
-                    return Err((s, CollectiveError::Timeout { peer, waited: self.timeout }));
-                }
-            }
-            // The stream waited on longest, and whom to blame for it.
-            let longest = waits.clone().min_by_key(|&s| active[s]).expect("the call waits");
-            let blamed = self.blame(longest, active[longest]);
-            let stalled = now.saturating_duration_since(last_progress);
-            let notice_due = |next: Option<Instant>| {
-                let first = last_progress + every;
-                next.map_or(first, |t| t.max(first))
-            };
-            if now >= notice_due(next_notice) {
-                let notice = Waiting { on: blamed, waited: stalled };
+            let seen = |s: usize| Seen { peer: self.streams[s].peer, heard: self.streams[s].heard };
+            let due = clock.tick(now, needed, self.rank, seen)?;
+            if let Some(notice) = due.notice {
                 let boundaries: u64 =
                     (0..n).filter(|&s| self.out_boundary(s)).map(|s| 1 << s).sum();
                 self.send_notice(notice, seq, |s| boundaries & (1 << s) != 0);
-                next_notice = Some(now + every);
             }
-            if stalled >= warn_at {
-                warn!(
-                    "{} #{seq} has waited {} s on rank {blamed} ({})",
-                    op.name(),
-                    stalled.as_secs(),
-                    self.addresses[blamed]
-                );
-                warn_at = warn_at.saturating_mul(2);
+            if let Some((blamed, stalled)) = due.warning {
+                warn!("{}", waited_on(op, seq, stalled, blamed, self.addresses[blamed]));
             }
-
-            // A timeout too long for an Instant (Duration::MAX) has no deadline.
-            let deadline = waits
-                .clone()
-                .filter_map(|s| alive(s, self.streams[s].heard).checked_add(self.timeout))
-                .chain((0..n).map(|s| self.streams[s].liveness.next_check(active[s])))
-                .chain([notice_due(next_notice)])
-                .chain(last_progress.checked_add(warn_at))
-                .min();
+            let checks = (0..n).map(|s| self.streams[s].liveness.next_check(clock.active(s)));
+            let deadline = due.deadline.into_iter().chain(checks).min();
             let events = |s: usize| {
                 let (stream, mut events) = (&self.streams[s], PollFlags::empty());
                 let writer = self.table.writer(s);
@@ -360,13 +334,13 @@ impl TcpRing {
             // Only a call that blocks builds this list: a spinning one never gets here.
             let mut fds: Vec<PollFd<'_>> =
                 (0..n).map(|s| PollFd::new(&self.streams[s].socket, events(s))).collect();
-            let t = Instant::now();
             let polled = wait(&mut fds, deadline);
             drop(fds);
             polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
-            self.count_wait(t.elapsed(), needed);
+            let woke = Instant::now();
+            self.count_wait(woke.saturating_duration_since(now), needed);
             for (s, stream) in self.streams.iter_mut().enumerate() {
-                stream.liveness.check(&stream.socket, active[s], self.timeout);
+                stream.liveness.check(&stream.socket, woke, clock.active(s), self.timeout);
             }
         }
     }
@@ -417,6 +391,12 @@ impl TcpRing {
             let _ = stream.socket.shutdown(Shutdown::Write);
         }
     }
+}
+
+/// The warning of a call that has waited long, naming the rank it waits on and its address.
+fn waited_on(op: Op, seq: u64, stalled: Duration, blamed: usize, address: SocketAddr) -> String {
+    let waited = stalled.as_secs();
+    format!("{} #{seq} has waited {waited} s on rank {blamed} ({address})", op.name())
 }
 
 impl Link for TcpRing {
@@ -528,6 +508,13 @@ mod tests {
         fn commit(&mut self, way: usize, _: usize, n: usize) {
             self.sinks[way].commit(n);
         }
+    }
+
+    #[test]
+    fn the_warning_names_the_call_the_wait_the_rank_and_its_address() {
+        let address = "127.0.0.1:4000".parse().unwrap();
+        let text = waited_on(Op::AllreduceSumF64, 0, Duration::from_millis(20_900), 1, address);
+        assert_eq!(text, "allreduce_sum_f64 #0 has waited 20 s on rank 1 (127.0.0.1:4000)");
     }
 
     #[test]
