@@ -100,17 +100,18 @@ impl TcpRing {
 
     /// Reads the control frames on stream `s` while no frame of this call may come in from it:
     /// notices of this call are noted; an abort of this call (or an earlier one), and any abort
-    /// or failure while the call still `needs` the stream (to write to it or read data from it),
-    /// fails the call. Otherwise nothing in this call needs the stream any more: an abort of a
-    /// later call, or the stream's end (a neighbour that has taken everything may end its job
-    /// before this rank has read its last frame), is kept for the next call and the stream is
-    /// no longer read. Returns whether to keep watching: not once a data frame (one waiting for
-    /// its turn, or the next call's) shows up.
+    /// or failure while the call is still `writing` to the stream, fails the call. Otherwise an
+    /// abort of a later call, or the stream's end, is kept for the next call and the stream is
+    /// no longer watched: a neighbour that has taken everything may end its job before this
+    /// rank has read its last frame, and one that failed has told the other neighbours too (if
+    /// this call still needs a frame from it, reading that frame fails the call). Returns
+    /// whether to keep watching: not once a data frame (one waiting for its turn, or the next
+    /// call's) shows up.
     pub(super) fn read_controls(
         &mut self,
         s: usize,
         seq: u64,
-        needs: bool,
+        writing: bool,
     ) -> Result<bool, CollectiveError> {
         let stream = &mut self.streams[s];
         while !stream.ended {
@@ -125,12 +126,12 @@ impl TcpRing {
                     continue;
                 }
                 Ok(Between::Control(Control::Abort { seq: of, error })) => {
-                    if of <= seq || needs {
+                    if of <= seq || writing {
                         return Err(error);
                     }
                     error
                 }
-                Err(error) if needs => return Err(error),
+                Err(error) if writing => return Err(error),
                 Err(error) => error,
             };
             stream.ended = true;

@@ -262,8 +262,8 @@ impl TcpRing {
                     *watching = true;
                 }
             } else if *watching {
-                let needs = self.needs(s);
-                *watching = self.read_controls(s, seq, needs).map_err(|e| (s, e))?;
+                let writing = self.table.writer(s).is_some_and(|w| !self.ways.out_done(w));
+                *watching = self.read_controls(s, seq, writing).map_err(|e| (s, e))?;
             }
         }
         // A small frame that a frame just in lets go (any way) goes out before the core is
@@ -331,11 +331,13 @@ impl TcpRing {
                 }
                 events
             };
-            // Only a call that blocks builds this list: a spinning one never gets here.
-            let mut fds: Vec<PollFd<'_>> =
-                (0..n).map(|s| PollFd::new(&self.streams[s].socket, events(s))).collect();
-            let polled = wait(&mut fds, deadline);
-            drop(fds);
+            // On the stack, so that a wait allocates nothing: only the first `n` are polled (the
+            // rest repeat the last stream, unused).
+            let mut fds: [PollFd<'_>; MAX_STREAMS] = std::array::from_fn(|s| {
+                let events = if s < n { events(s) } else { PollFlags::empty() };
+                PollFd::new(&self.streams[s.min(n - 1)].socket, events)
+            });
+            let polled = wait(&mut fds[..n], deadline);
             polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
             let woke = Instant::now();
             self.count_wait(woke.saturating_duration_since(now), needed);
