@@ -120,18 +120,22 @@ pub(crate) struct TcpRing {
 
 /// Where the ring sits in its world: this rank, the world size and every rank's address.
 #[derive(Debug, Clone)]
-pub(crate) struct Place {
+pub(crate) struct RingPlace {
     pub(crate) rank: usize,
     pub(crate) addresses: Vec<SocketAddr>,
 }
 
 /// A failure of a call, and the stream it came from (the others finish their frames).
-type Failure = (usize, CollectiveError);
+type StreamFailure = (usize, CollectiveError);
 
 impl TcpRing {
     /// Wraps the streams of a formed ring, each with the route of the neighbour at its other
     /// end. They must be non-blocking.
-    pub(crate) fn new(streams: Vec<(Route, TcpStream)>, place: Place, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        streams: Vec<(Route, TcpStream)>,
+        place: RingPlace,
+        timeout: Duration,
+    ) -> Self {
         let world = place.addresses.len();
         let rank = place.rank;
         assert!(streams.len() <= MAX_STREAMS, "{} streams", streams.len());
@@ -185,7 +189,12 @@ impl TcpRing {
     /// Writes what stream `s` takes: queued notices first, then the frames of the way that
     /// writes it (only the one partly written unless `more`), header and payload in one
     /// vectored write. Returns whether a byte of a frame moved.
-    fn write_some(&mut self, s: usize, plan: &dyn FramePlan, more: bool) -> Result<bool, Failure> {
+    fn write_some(
+        &mut self,
+        s: usize,
+        plan: &dyn FramePlan,
+        more: bool,
+    ) -> Result<bool, StreamFailure> {
         let writer = self.table.writer(s);
         // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]).
         let between = self.table.reader(s).is_none_or(|w| self.ways.in_at_boundary(w));
@@ -222,7 +231,12 @@ impl TcpRing {
 
     /// Reads the frames of the way that comes in on stream `s` that the plan lets in; returns
     /// whether data moved. A notice of this call read on the way is noted.
-    fn read_way(&mut self, s: usize, w: usize, plan: &mut dyn FramePlan) -> Result<bool, Failure> {
+    fn read_way(
+        &mut self,
+        s: usize,
+        w: usize,
+        plan: &mut dyn FramePlan,
+    ) -> Result<bool, StreamFailure> {
         let stream = &mut self.streams[s];
         let mut src = Counted { stream: &stream.socket, bytes: &mut self.stats.bytes_received };
         let mut heard = None;
@@ -236,7 +250,7 @@ impl TcpRing {
 
     /// Writes what every stream takes (see [`TcpRing::write_some`]); returns the streams (as
     /// bits) where a frame's byte moved.
-    fn write_all(&mut self, plan: &dyn FramePlan) -> Result<u64, Failure> {
+    fn write_all(&mut self, plan: &dyn FramePlan) -> Result<u64, StreamFailure> {
         let mut moved = 0;
         for s in 0..self.streams.len() {
             if self.write_some(s, plan, true)? {
@@ -250,7 +264,7 @@ impl TcpRing {
     /// stream: returns the streams (as bits) where data moved. `watch` says, per stream,
     /// whether to read control frames from it while no frame of this call may come in on it;
     /// it stops once a data frame shows up there, which waits for its turn.
-    fn turn(&mut self, plan: &mut dyn FramePlan, watch: &mut [bool]) -> Result<u64, Failure> {
+    fn turn(&mut self, plan: &mut dyn FramePlan, watch: &mut [bool]) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
         let mut moved = self.write_all(plan)?;
         let came_before = self.ways.received_total();
@@ -281,7 +295,7 @@ impl TcpRing {
     /// then sleeping in poll(2) until a stream is ready or the [`Watch`] has something due.
     /// The clock is read once per turn (and once after each wait, to count it); what it means
     /// is the watch's to say.
-    fn drive(&mut self, plan: &mut dyn FramePlan) -> Result<(), Failure> {
+    fn drive(&mut self, plan: &mut dyn FramePlan) -> Result<(), StreamFailure> {
         let Call { op, seq, .. } = plan.call();
         let n = self.streams.len();
         let mut clock = Watch::new(Instant::now(), n, self.timeout);
@@ -427,7 +441,7 @@ mod tests {
 
     use super::*;
     use crate::frame::{Dir, Header};
-    use crate::ring::seam::{Progress, Sink};
+    use crate::ring::seam::{Moved, Sink};
     use std::io::Read;
 
     /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
@@ -460,7 +474,7 @@ mod tests {
         let ((left, rank0), (right, rank2)) = (pair(), pair());
         let addresses = vec![left.local_addr().unwrap(); 3];
         let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
-        (TcpRing::new(streams, Place { rank: 1, addresses }, timeout), rank0, rank2)
+        (TcpRing::new(streams, RingPlace { rank: 1, addresses }, timeout), rank0, rank2)
     }
 
     /// One hop of a two-way gather for rank 1 of 3: `payload` as block 1 both ways, block 0
@@ -495,10 +509,10 @@ mod tests {
             let from = if way == 0 { 0 } else { 2 };
             self.header.carrying(DIRS[way], from)
         }
-        fn ready(&self, _: usize, _: Progress<'_>) -> bool {
+        fn ready(&self, _: usize, _: Moved<'_>) -> bool {
             true
         }
-        fn may_receive(&self, _: usize, _: Progress<'_>) -> bool {
+        fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
             true
         }
         fn payload(&self, _: usize, _: usize) -> &[u8] {

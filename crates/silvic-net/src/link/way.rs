@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use silvic_core::CollectiveError;
 
 use crate::frame::{HEADER_LEN, Waiting};
-use crate::ring::seam::{FramePlan, Progress, Receiving};
+use crate::ring::seam::{FramePlan, Moved, Receiving};
 use crate::wait::nonblocking;
 
 use super::reader::{FrameIn, ReadAhead};
@@ -29,7 +29,7 @@ struct Way {
 }
 
 /// Every way of the plan a call runs: where each stands, and the frames all out and all in per
-/// way (what [`Progress`] shows the plan). Kept by the link between calls, so that a call
+/// way (what [`Moved`] shows the plan). Kept by the link between calls, so that a call
 /// allocates nothing once the link has seen as many ways.
 #[derive(Debug, Default)]
 pub(super) struct Ways {
@@ -59,8 +59,8 @@ impl Ways {
         self.ways.len()
     }
 
-    fn progress(&self) -> Progress<'_> {
-        Progress { sent: &self.sent, received: &self.received }
+    fn progress(&self) -> Moved<'_> {
+        Moved { sent: &self.sent, received: &self.received }
     }
 
     pub(super) fn out_done(&self, w: usize) -> bool {

@@ -36,7 +36,7 @@ use silvic_core::CollectiveError;
 
 use super::element::{ELEMENT_BYTES, Element, as_bytes, as_bytes_mut, elements};
 use super::schedule::{self, pass};
-use super::seam::{Call, FramePlan, Link, Progress, Route};
+use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::twoway::{self, Move};
 use super::{LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use crate::frame::Header;
@@ -180,7 +180,7 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
         let f = self.frame(way, j);
         self.frame_header(way, f.recv, f.slice)
     }
-    fn ready(&self, way: usize, progress: Progress<'_>) -> bool {
+    fn ready(&self, way: usize, progress: Moved<'_>) -> bool {
         let i = progress.sent[way];
         let f = self.frame(way, i);
         match way {
@@ -196,7 +196,7 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
             _ => progress.received[LEFTWARD] >= i,
         }
     }
-    fn may_receive(&self, way: usize, progress: Progress<'_>) -> bool {
+    fn may_receive(&self, way: usize, progress: Moved<'_>) -> bool {
         let j = progress.received[way];
         match way {
             RIGHTWARD => j <= progress.sent[RIGHTWARD],
@@ -390,7 +390,7 @@ mod tests {
                         } else {
                             received[c - 2] = i;
                         }
-                        let progress = Progress { sent: &sent, received: &received };
+                        let progress = Moved { sent: &sent, received: &received };
                         if c < 2 {
                             plan.ready(c, progress)
                         } else {
