@@ -5,22 +5,23 @@
 //! `ETIMEDOUT`, although the receiver's kernel answers every probe (docs/failures.md gives the
 //! kernels and a measurement). A rank that is paused or busy for longer than [`LIVENESS`] while
 //! a neighbour has bytes queued to it would so fail the ring, where it should be waited for up
-//! to the collective timeout.
+//! to the collective timeout. Data flows both ways round the ring (the two-way gather), so
+//! every stream a rank writes to needs this, not only the one to its right: the link keeps one
+//! [`Liveness`] per stream.
 //!
-//! So when a collective has waited [`CHECK_EVERY`] without a byte moving, the right stream's own
-//! `TCP_INFO` is read ([`crate::sys`]): the stream to the right neighbour, which carries the
-//! rightward way (every reduce-scatter frame, and every frame of a one-way gather). A closed send
-//! window with an acknowledgement from the neighbour within the last [`LIVENESS`] plus one probe
-//! interval means the neighbour's kernel is alive and its window closed: then the stream's
-//! TCP_USER_TIMEOUT is raised to the collective timeout (clamped to what the kernel accepts,
-//! [`MAX_USER_TIMEOUT`]). One lost probe does not undo that: a probe interval grows to 120 s
-//! after a long pause, so only silence for longer than the liveness bound past the interval
-//! counts as a host gone. The timeout is put back to [`LIVENESS`] as soon as the neighbour is
-//! seen otherwise: a byte written (the window opened), or a later check that finds the window
-//! open or the neighbour silent that long (the kernel then fails the stream at its next probe).
-//! Data in flight, and keepalive on idle streams, keep the one-minute bound throughout; a
-//! vanished host behind a closed window after a long pause is found within the liveness bound
-//! plus two probe intervals (at most about five minutes).
+//! So when a collective has waited [`CHECK_EVERY`] without a byte moving on a stream, that
+//! stream's own `TCP_INFO` is read ([`crate::sys`]). A closed send window with an
+//! acknowledgement from the neighbour within the last [`LIVENESS`] plus one probe interval means
+//! the neighbour's kernel is alive and its window closed: then the stream's TCP_USER_TIMEOUT is
+//! raised to the collective timeout (clamped to what the kernel accepts, [`MAX_USER_TIMEOUT`]).
+//! One lost probe does not undo that: a probe interval grows to 120 s after a long pause, so only
+//! silence for longer than the liveness bound past the interval counts as a host gone. The
+//! timeout is put back to [`LIVENESS`] as soon as the neighbour is seen otherwise: a byte written
+//! (the window opened), or a later check that finds the window open or the neighbour silent that
+//! long (the kernel then fails the stream at its next probe). Data in flight, and keepalive on
+//! idle streams, keep the one-minute bound throughout; a vanished host behind a closed window
+//! after a long pause is found within the liveness bound plus two probe intervals (at most about
+//! five minutes).
 //!
 //! Without `TCP_INFO` (not Linux, or a kernel before 5.4) nothing is raised: a neighbour that
 //! stops reading for longer than [`LIVENESS`] then fails the collective, as it would without this
@@ -28,9 +29,6 @@
 //!
 //! Not covered: a rank outside any collective (between calls) does not check, so a neighbour
 //! that stops reading bytes it has queued for longer than [`LIVENESS`] still fails its stream.
-//! Nor is the left stream checked: the leftward way (the two-way gathers' frames, a block or a
-//! one-slice segment each) writes to the left neighbour too, and a left neighbour that stops
-//! reading while those bytes fill its window for longer than [`LIVENESS`] fails that stream.
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -76,7 +74,7 @@ fn raised_timeout(timeout: Duration) -> Duration {
     timeout.clamp(LIVENESS, MAX_USER_TIMEOUT)
 }
 
-/// How long a collective waits without progress before it looks at the right stream, and how
+/// How long a collective waits without progress on a stream before it looks at it, and how
 /// often it looks again: well inside [`LIVENESS`], so the raise comes before the kernel acts.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(10);
 
@@ -94,7 +92,7 @@ fn send_side(info: &TcpInfo) -> SendSide {
     if info.send_window == 0 && answered { SendSide::ClosedWindowAlive } else { SendSide::Other }
 }
 
-/// The liveness state of the right stream.
+/// The liveness state of one stream.
 #[derive(Debug)]
 pub(crate) struct Liveness {
     /// TCP_USER_TIMEOUT is raised.
@@ -113,9 +111,14 @@ impl Liveness {
         self.last_check.map_or(after_stall, |c| after_stall.max(c + CHECK_EVERY))
     }
 
-    /// Looks at `stream` if a check is due; raises or restores its TCP_USER_TIMEOUT.
-    pub(crate) fn check(&mut self, stream: &TcpStream, last_progress: Instant, timeout: Duration) {
-        let now = Instant::now();
+    /// Looks at `stream` if a check is due at `now`; raises or restores its TCP_USER_TIMEOUT.
+    pub(crate) fn check(
+        &mut self,
+        stream: &TcpStream,
+        now: Instant,
+        last_progress: Instant,
+        timeout: Duration,
+    ) {
         if now < self.next_check(last_progress) {
             return;
         }
@@ -125,7 +128,7 @@ impl Liveness {
                 let raised = raised_timeout(timeout);
                 match SockRef::from(stream).set_tcp_user_timeout(Some(raised)) {
                     Ok(()) => {
-                        debug!(?raised, "right neighbour alive with a closed window; raised");
+                        debug!(?raised, "neighbour alive with a closed window; raised");
                         self.raised = true;
                     }
                     Err(error) => warn!(%error, ?raised, "cannot raise TCP_USER_TIMEOUT"),

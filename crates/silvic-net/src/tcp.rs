@@ -13,9 +13,10 @@ use tracing::{info, info_span, warn};
 
 use crate::bind::{self, BindOptions, listen, resolve};
 use crate::error::ConnectError;
-use crate::link::{Place, TcpRing};
+use crate::link::{RingPlace, TcpRing};
 use crate::liveness;
 use crate::rendezvous::{Plan, rendezvous};
+use crate::ring::seam::Route;
 use crate::ring::{Call, Element, Scratch};
 use crate::stats::{RingStats, RingWatch};
 
@@ -237,8 +238,11 @@ impl TcpCollective {
                 .map_err(|e| ConnectError::io(peer, addresses[peer].clone(), &e))?;
         }
         info!(elapsed = ?started.elapsed(), "ring formed");
-        let place = Place { rank, addresses: parsed };
-        collective.ring = Some(TcpRing::new(left, right, place, timeout));
+        let place = RingPlace { rank, addresses: parsed };
+        // The rendezvous hands over the two neighbours' streams; the link takes any number,
+        // each named by the route to the rank at its other end.
+        let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
+        collective.ring = Some(TcpRing::new(streams, place, timeout));
         Ok(collective)
     }
 

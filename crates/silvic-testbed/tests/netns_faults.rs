@@ -7,7 +7,8 @@
 //! Needs root, `ip`, `nft` and `tc`, and fails without them: nextest's default profile skips
 //! these tests (they show as skipped), and `cargo nextest run --profile ci` runs them (as
 //! `.ci/run` does as root). The three cases bound by the one-minute liveness tier run
-//! concurrently in one test, so the whole file takes about two minutes.
+//! concurrently in one test, so the whole file takes about two minutes, besides the rank
+//! stopped for 100 s with data from both neighbours (about three minutes on its own).
 //!
 //! Upper bounds are the behaviour's own plus [`MARGIN`]: a close is heard at once, a reset at
 //! the first keepalive probe (after 5 s idle), a vanished host within [`LIVENESS`]. The
@@ -366,6 +367,76 @@ fn netns_liveness_link_down_and_drop_fail_within_a_minute_but_sigstop_is_waited_
         }
     }
     assert!(failed.is_empty(), "cases failed (see their panics above): {failed:?}");
+}
+
+/// Rank 2 stopped for 100 s in the middle of allgathers of 8 MiB blocks, its host's receive
+/// buffers capped at 256 KiB, the collective timeout 10 minutes. The two-way gather sends to
+/// rank 2 from both sides, so both neighbours come to probe its closed window: the one to its
+/// left on its right stream, the one to its right on its left stream. Neither may give up (the
+/// zero-window lift covers every stream that carries data), and after SIGCONT every rank
+/// finishes every call with correct results.
+#[test]
+fn netns_a_stopped_rank_with_data_from_both_neighbours_is_waited_for() {
+    require("netns_stop_both_ways");
+    let pause = Duration::from_secs(100);
+    assert!(pause > LIVENESS + Duration::from_secs(30));
+    let args = words(&["kind=gather", "bytes=8388608", "count=10", "timeout=600"]);
+    let net = Net::create("both", WORLD).unwrap_or_else(|e| panic!("both: network: {e}"));
+    let capped = "net.ipv4.tcp_rmem=4096 262144 262144";
+    net.exec(&net.hosts[VICTIM], "sysctl", &["-qw", capped]).unwrap();
+    let mut world = World::start(exe(), WORLD, Some(net), &Layout::default(), &args, |_| vec![])
+        .unwrap_or_else(|e| panic!("both: start: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    world.wait_oks(&[VICTIM], 2, deadline).unwrap_or_else(|e| panic!("both: warm-up: {e}"));
+    world.ranks[VICTIM].signal(Signal::STOP).unwrap();
+    let t0 = Instant::now();
+    // The premise: each neighbour comes to probe a closed window towards the stopped rank
+    // (timer 4 in its /proc/net/tcp, to the victim's address) before the liveness bound would
+    // have expired.
+    let victim: std::net::Ipv4Addr = host_ip(VICTIM).parse().unwrap();
+    let victim = format!("{:08X}:", u32::from_le_bytes(victim.octets()));
+    let probing = |table: &str| {
+        table.lines().skip(1).any(|row| {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            fields.get(2).is_some_and(|remote| remote.starts_with(&victim))
+                && fields.get(5).is_some_and(|timer| timer.starts_with("04:"))
+        })
+    };
+    let net = world.net.as_ref().unwrap();
+    for neighbour in [VICTIM - 1, VICTIM + 1] {
+        loop {
+            let table = net.exec(&net.hosts[neighbour], "cat", &["/proc/net/tcp"]).unwrap();
+            if probing(&table) {
+                break;
+            }
+            assert!(
+                t0.elapsed() < LIVENESS,
+                "host {neighbour} never probes the stopped rank's window:\n{table}"
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+    println!("FAULT sigstop both ways | both neighbours probing after {:?}", t0.elapsed());
+    // While it is stopped, nobody may give up.
+    for (rank, child) in world.ranks.iter_mut().enumerate() {
+        if rank == VICTIM {
+            continue;
+        }
+        while let Some(line) = child.next_line(t0 + pause) {
+            assert!(
+                !line.text.starts_with("ERR"),
+                "rank {rank} failed during the pause: {}",
+                line.text
+            );
+            assert!(!line.text.starts_with("WRONG"), "rank {rank}: {}", line.text);
+        }
+    }
+    thread::sleep((t0 + pause).saturating_duration_since(Instant::now()));
+    world.ranks[VICTIM].signal(Signal::CONT).unwrap();
+    let ends = outcomes("sigstop both ways", &mut world, Instant::now(), Duration::from_secs(180));
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        assert_eq!(end, &End::Done, "sigstop both ways: rank {rank} did not finish every call");
+    }
 }
 
 /// The OK lines' per-call milliseconds of every rank.

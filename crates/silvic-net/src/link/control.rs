@@ -1,5 +1,5 @@
-//! The control side of the ring link: reading the control frames between data frames on both
-//! streams, queueing waiting notices, whom a wait blames, and what a failed write means.
+//! The control side of the ring link: reading the control frames between data frames on every
+//! stream, queueing waiting notices, whom a wait blames, and what a failed write means.
 //!
 //! Invariants: control frames are read in order and every one looked at (a notice or a data
 //! frame never hides an abort: a data frame stops the reading, to be read whole when its turn
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use silvic_core::CollectiveError;
 
 use super::reader::{Between, Control, next_control, stream_error};
-use super::{Counted, Side, TcpRing};
+use super::{Counted, TcpRing};
 use crate::frame::Waiting;
 use crate::wait::nonblocking;
 
@@ -81,17 +81,15 @@ pub(super) struct Heard {
 }
 
 impl TcpRing {
-    /// The error for a failed write to `side`: the abort that neighbour sent before it closed,
-    /// if it is waiting to be read between frames, else the socket error itself. Only looked
-    /// for when `between` frames: bytes of a frame partly read are no frame header.
-    pub(super) fn gone(&mut self, side: Side, e: &io::Error, between: bool) -> CollectiveError {
-        let (stream, ahead, peer) = match side {
-            Side::Left => (&self.left, &mut self.ahead_left, self.left_rank),
-            Side::Right => (&self.right, &mut self.ahead_right, self.right_rank),
-        };
-        let mut src = Counted { stream, bytes: &mut self.stats.bytes_received };
+    /// The error for a failed write to stream `s`: the abort that neighbour sent before it
+    /// closed, if it is waiting to be read between frames, else the socket error itself. Only
+    /// looked for when `between` frames: bytes of a frame partly read are no frame header.
+    pub(super) fn gone(&mut self, s: usize, e: &io::Error, between: bool) -> CollectiveError {
+        let stream = &mut self.streams[s];
+        let peer = stream.peer;
+        let mut src = Counted { stream: &stream.socket, bytes: &mut self.stats.bytes_received };
         while let Some(Ok(Between::Control(control))) =
-            between.then(|| next_control(ahead, &mut src, peer, self.world))
+            between.then(|| next_control(&mut stream.ahead, &mut src, peer, self.world))
         {
             if let Control::Abort { error, .. } = control {
                 return error;
@@ -100,106 +98,65 @@ impl TcpRing {
         stream_error(peer, e)
     }
 
-    /// Reads the control frames on the right stream while no frame of this call may come in
-    /// from it (all of them, in a call that reads no frame from the right): notices are noted,
-    /// an abort of this call (or any failure while the call still writes to the right) fails
-    /// the call.
-    /// Returns whether to keep watching: not once a data frame (one waiting for its turn) shows up.
-    pub(super) fn read_reverse(
+    /// Reads the control frames on stream `s` while no frame of this call may come in from it:
+    /// notices of this call are noted; an abort of this call (or an earlier one), and any abort
+    /// or failure while the call is still `writing` to the stream, fails the call. Otherwise an
+    /// abort of a later call, or the stream's end, is kept for the next call and the stream is
+    /// no longer watched: a neighbour that has taken everything may end its job before this
+    /// rank has read its last frame, and one that failed has told the other neighbours too (if
+    /// this call still needs a frame from it, reading that frame fails the call). Returns
+    /// whether to keep watching: not once a data frame (one waiting for its turn, or the next
+    /// call's) shows up.
+    pub(super) fn read_controls(
         &mut self,
+        s: usize,
         seq: u64,
         writing: bool,
     ) -> Result<bool, CollectiveError> {
-        while !self.right_ended {
-            let mut src = Counted { stream: &self.right, bytes: &mut self.stats.bytes_received };
-            let failure =
-                match next_control(&mut self.ahead_right, &mut src, self.right_rank, self.world) {
-                    Ok(Between::Blocked) => return Ok(true),
-                    Ok(Between::Data) => return Ok(false),
-                    Ok(Between::Control(Control::Waiting { notice, seq: of })) => {
-                        if of == seq {
-                            self.heard_right = Some(Heard { notice, at: Instant::now() });
-                        }
-                        continue;
+        let stream = &mut self.streams[s];
+        while !stream.ended {
+            let mut src = Counted { stream: &stream.socket, bytes: &mut self.stats.bytes_received };
+            let failure = match next_control(&mut stream.ahead, &mut src, stream.peer, self.world) {
+                Ok(Between::Blocked) => return Ok(true),
+                Ok(Between::Data) => return Ok(false),
+                Ok(Between::Control(Control::Waiting { notice, seq: of })) => {
+                    if of == seq {
+                        stream.heard = Some(Heard { notice, at: Instant::now() });
                     }
-                    Ok(Between::Control(Control::Abort { seq: of, error })) => {
-                        if of <= seq || writing {
-                            return Err(error);
-                        }
-                        error
+                    continue;
+                }
+                Ok(Between::Control(Control::Abort { seq: of, error })) => {
+                    if of <= seq || writing {
+                        return Err(error);
                     }
-                    Err(error) if writing => return Err(error),
-                    Err(error) => error,
-                };
-            // Nothing in this call needs the right any more: the next call reports it.
-            self.right_ended = true;
+                    error
+                }
+                Err(error) if writing => return Err(error),
+                Err(error) => error,
+            };
+            stream.ended = true;
             self.pending.get_or_insert(failure);
         }
         Ok(false)
     }
 
-    /// Reads control frames from the left while no frame of this call may come in from it:
-    /// notices are noted, an abort of this call fails the call and one of a later call is kept
-    /// for the next call. Returns whether to keep watching the left: not once a data frame (one
-    /// waiting for its turn, or the next call's), an abort or the end of the stream shows up;
-    /// the end is left for the next read.
-    pub(super) fn read_left_controls(&mut self, seq: u64) -> Result<bool, CollectiveError> {
-        loop {
-            let mut src = Counted { stream: &self.left, bytes: &mut self.stats.bytes_received };
-            match next_control(&mut self.ahead_left, &mut src, self.left_rank, self.world) {
-                Ok(Between::Blocked) => return Ok(true),
-                Ok(Between::Data) | Err(_) => return Ok(false),
-                Ok(Between::Control(Control::Waiting { notice, seq: of })) => {
-                    if of == seq {
-                        self.heard_left = Some(Heard { notice, at: Instant::now() });
-                    }
-                }
-                Ok(Between::Control(Control::Abort { seq: of, error })) => {
-                    if of == seq {
-                        return Err(error);
-                    }
-                    self.pending.get_or_insert(error);
-                    return Ok(false);
-                }
-            }
-        }
-    }
-
-    /// The rank to blame for waiting on `side` since its last sign of life at `since`: the
-    /// neighbour there, or the rank its notice names if that notice is newer (never this rank:
-    /// a neighbour may have heard of this rank's wait before this rank's own notice).
-    pub(super) fn blame(&self, side: Side, since: Instant) -> usize {
-        let (peer, heard) = match side {
-            Side::Left => (self.left_rank, self.heard_left),
-            Side::Right => (self.right_rank, self.heard_right),
-        };
-        match heard {
-            Some(h) if h.at >= since && h.notice.on != self.rank => h.notice.on,
-            _ => peer,
-        }
-    }
-
-    /// Queues a waiting notice for both neighbours, each only between data frames to it.
+    /// Queues a waiting notice for every neighbour whose stream `at_boundary` says is between
+    /// data frames, and writes what each stream takes.
     pub(super) fn send_notice(
         &mut self,
         notice: Waiting,
         seq: u64,
-        left_done: bool,
-        right_done: bool,
+        at_boundary: impl Fn(usize) -> bool,
     ) {
         let frame = notice.encode(seq);
-        if left_done && self.to_left.is_empty() {
-            self.to_left.push(&frame);
-        }
-        if right_done && self.to_right.is_empty() {
-            self.to_right.push(&frame);
-        }
-        for (queued, stream) in [(&mut self.to_left, &self.left), (&mut self.to_right, &self.right)]
-        {
-            match queued.flush(stream) {
+        for (s, stream) in self.streams.iter_mut().enumerate() {
+            if at_boundary(s) && stream.queued.is_empty() {
+                stream.queued.push(&frame);
+            }
+            match stream.queued.flush(&stream.socket) {
                 Ok(n) => self.stats.bytes_sent += n as u64,
                 // The failure shows on reading the stream.
-                Err(_) => queued.drop_rest(),
+                Err(_) => stream.queued.drop_rest(),
             }
         }
     }

@@ -1,42 +1,47 @@
-//! The TCP ring link: moves a collective's plan of frames over two non-blocking sockets, driven
-//! by poll(2).
+//! The TCP ring link: moves a collective's plan of frames over non-blocking streams, one
+//! [`Stream`] per neighbour, driven by poll(2).
 //!
-//! Each rank holds two streams. A plan ([`FramePlan`]) has a rightward way (frames written to the
-//! right neighbour, as many read from the left) and a leftward way (written to the left, read
-//! from the right; empty in a world of two), so data frames may travel both directions of both
-//! streams. Every frame moves the moment the plan lets it: a frame goes out once the
-//! frames it forwards are in, and comes in once what it overwrites is out, so a rank forwards a
-//! block while the next one arrives, with no lock-step between them. Control frames (aborts
-//! and waiting notices) travel both directions too, and both directions are watched for the
-//! whole of every call, so a failure travels around the ring both ways in moments.
+//! A plan ([`FramePlan`]) has ways, each a route round the ring: on way `w` frames are written
+//! to the stream of its route and read from the stream of the opposite route ([`Table`]). The
+//! two-way ring is two streams (to the right neighbour, route `+1`, and to the left, `-1`) and
+//! two ways (rightward and leftward; the leftward one empty in a world of two), so data frames
+//! may travel both directions of both streams. Every frame moves the moment the plan lets it: a
+//! frame goes out once the frames it forwards are in, and comes in once what it overwrites is
+//! out, so a rank forwards a block while the next one arrives, with no lock-step between them.
+//! Control frames (aborts and waiting notices) travel both directions too, and every stream is
+//! watched for the whole of every call, so a failure travels around the ring both ways in
+//! moments.
 //!
 //! Invariants:
-//! - A call writes and reads at the same time, on both ways; it never blocks on a write before
+//! - A call writes and reads at the same time, on every way; it never blocks on a write before
 //!   it reads, so buffers of any size cannot deadlock however small the socket buffers are. A
-//!   plan's gates never wait on each other in a circle (a frame out waits for earlier frames
-//!   in, a frame in for earlier frames out), so some frame can always move.
+//!   plan's gates keep the seam's rule (a gate looks only at earlier frames of its way and at
+//!   earlier ways), so some frame can always move.
 //! - Readiness is a hint: every read and write runs until it would block, and `EINTR` retries.
-//! - Both streams are read whatever the call waits for, per direction: the frames of the way
-//!   that comes in on it, when the plan lets them (notices before them noted, an abort before
-//!   them fails the call); otherwise the control frames up to the next data frame, which waits
-//!   for its turn (an abort of this call fails the call). The right stream's end (or an abort
-//!   of a later call) while this rank has nothing left to send it is kept and returned by the
-//!   next call, since a right neighbour that has taken everything may end its job before this
-//!   rank has read its last frame.
+//! - Every stream is read whatever the call waits for: the frames of the way that comes in on
+//!   it, when the plan lets them (notices before them noted, an abort before them fails the
+//!   call); otherwise the control frames up to the next data frame, which waits for its turn (an
+//!   abort of this call fails the call). A stream's end (or an abort of a later call) while this
+//!   call needs nothing more of it is kept and returned by the next call, since a neighbour that
+//!   has taken everything may end its job before this rank has read its last frame.
 //! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
 //!   frame never hides an abort behind it (a data frame is read whole before what follows it).
 //!   A data frame of the next call waits for that call, and what follows it with it. A notice
 //!   of another call than the current one is ignored.
 //! - A data frame's header and payload go out in one vectored write when the socket takes them.
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
-//!   moved no byte and sent no waiting notice for that long. A waiting rank sends notices to both
-//!   neighbours ([`notice_every`]), naming the rank it blames (its own stalled neighbour, or the
-//!   rank that neighbour's fresh notice names), so only a neighbour of a stalled rank times out,
-//!   and every error names the stalled rank. A data frame starts only once all of it may go,
-//!   so a frame stalled half-way is the reader's doing, never a wait further round the ring.
+//!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
+//!   timeout, notice, warning and deadline from the moment it is handed). A waiting rank sends
+//!   notices to every neighbour (`control::notice_every`), naming the rank it blames (its own stalled neighbour,
+//!   or the rank that neighbour's fresh notice names), so only a neighbour of a stalled rank
+//!   times out, and every error names the stalled rank. A data frame starts only once all of it
+//!   may go, so a frame stalled half-way is the reader's doing, never a wait further round the
+//!   ring.
 //! - An outgoing frame, data or control, is written whole or the stream is shut: a notice or an
 //!   abort only ever follows a complete frame on its stream, so a receiver never mistakes it for
 //!   payload.
+//! - Every stream that carries data has its own liveness watch: a neighbour alive behind a
+//!   closed window is waited for up to the collective timeout, whichever way the data flows.
 //! - A rank waits by spinning (yielding the core on every turn) for at most [`SPIN`] after its
 //!   last progress, then blocks in poll(2): short waits skip a wake-up, long ones cost no CPU.
 //!   A frame that came in and lets a frame of at most [`FORWARD_AT_ONCE`] bytes go is
@@ -49,25 +54,27 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
-use silvic_core::CollectiveError;
+use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
-use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN, Waiting};
-use crate::liveness::Liveness;
+use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN};
 use crate::ring::seam::{Call, FramePlan, Link, Route};
 use crate::stats::RingStats;
 use crate::wait::wait;
 
 mod control;
 mod reader;
+mod stream;
+mod watch;
 mod way;
 
-use control::{Heard, Queued, notice_every};
+use control::Heard;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
-use reader::ReadAhead;
-use way::{Counted, Way};
+use stream::{Stream, Table};
+use watch::{Seen, Watch};
+use way::{Counted, Ways};
 
 /// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
 /// can append an abort frame. Past this it just shuts the stream.
@@ -89,94 +96,64 @@ const FORWARD_AT_ONCE: usize = 64 * 1024;
 /// Bytes of a stream one read takes ahead: a header and a small payload arrive in one call.
 const READ_AHEAD: usize = HEADER_LEN + 16 * 1024;
 
-/// A collective that has waited this long without progress logs a warning, then again each
-/// time its wait doubles.
-const WARN_AFTER: Duration = Duration::from_secs(10);
+/// The most streams a ring has (per-stream flags of a call are bit masks).
+const MAX_STREAMS: usize = 64;
 
-/// Which neighbour an event concerns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Left,
-    Right,
-}
-
-/// When a call last saw data move to or from each neighbour.
-#[derive(Debug, Clone, Copy)]
-struct Active {
-    left: Instant,
-    right: Instant,
-}
-
-/// A rank's two ring streams.
+/// A rank's ring streams.
 #[derive(Debug)]
 pub(crate) struct TcpRing {
-    left: TcpStream,
-    right: TcpStream,
+    streams: Vec<Stream>,
     rank: usize,
     world: usize,
-    left_rank: usize,
-    right_rank: usize,
     /// Every rank's address, for log lines.
     addresses: Vec<SocketAddr>,
     timeout: Duration,
-    /// False while a data frame to the left (right) is partly written.
-    left_boundary: bool,
-    right_boundary: bool,
-    /// The right stream has ended or failed while nothing needed it.
-    right_ended: bool,
     /// A failure heard when nothing in the call needed it: the next call returns it.
     pending: Option<CollectiveError>,
-    /// Notices queued for the left and the right, written between data frames.
-    to_left: Queued,
-    to_right: Queued,
-    /// The last notice each neighbour sent.
-    heard_left: Option<Heard>,
-    heard_right: Option<Heard>,
-    /// TCP_USER_TIMEOUT of the right stream, raised while the right neighbour is alive but
-    /// not reading.
-    liveness: Liveness,
     /// How long a call spins before it blocks ([`SPIN`]).
     spin: Duration,
-    /// What was read from each stream beyond the last frame.
-    ahead_left: ReadAhead,
-    ahead_right: ReadAhead,
     stats: RingStats,
+    /// The ways of the call in progress and their streams, kept between calls.
+    ways: Ways,
+    table: Table,
 }
 
 /// Where the ring sits in its world: this rank, the world size and every rank's address.
 #[derive(Debug, Clone)]
-pub(crate) struct Place {
+pub(crate) struct RingPlace {
     pub(crate) rank: usize,
     pub(crate) addresses: Vec<SocketAddr>,
 }
 
+/// A failure of a call, and the stream it came from (the others finish their frames).
+type StreamFailure = (usize, CollectiveError);
+
 impl TcpRing {
-    /// Wraps the two streams of a formed ring. They must be non-blocking.
-    pub(crate) fn new(left: TcpStream, right: TcpStream, place: Place, timeout: Duration) -> Self {
+    /// Wraps the streams of a formed ring, each with the route of the neighbour at its other
+    /// end. They must be non-blocking.
+    pub(crate) fn new(
+        streams: Vec<(Route, TcpStream)>,
+        place: RingPlace,
+        timeout: Duration,
+    ) -> Self {
         let world = place.addresses.len();
         let rank = place.rank;
+        assert!(streams.len() <= MAX_STREAMS, "{} streams", streams.len());
+        let streams = streams
+            .into_iter()
+            .map(|(route, socket)| Stream::new(socket, route, rank, world))
+            .collect();
         TcpRing {
-            left,
-            right,
+            streams,
             rank,
             world,
-            left_rank: Route::RIGHTWARD.receives_from(rank, world),
-            right_rank: Route::RIGHTWARD.sends_to(rank, world),
             addresses: place.addresses,
             timeout,
-            left_boundary: true,
-            right_boundary: true,
-            right_ended: false,
             pending: None,
-            to_left: Queued::default(),
-            to_right: Queued::default(),
-            heard_left: None,
-            heard_right: None,
-            liveness: Liveness::new(),
             spin: SPIN,
-            ahead_left: ReadAhead::new(READ_AHEAD),
-            ahead_right: ReadAhead::new(READ_AHEAD),
             stats: RingStats::default(),
+            ways: Ways::default(),
+            table: Table::default(),
         }
     }
 
@@ -184,286 +161,258 @@ impl TcpRing {
         self.timeout = timeout;
     }
 
-    /// What the link has counted so far (collectives are counted by the caller).
+    /// What the link has counted so far (collectives are counted by the caller). The waits on
+    /// the streams to the left and the right neighbour are `waited_left` and `waited_right`.
     pub(crate) fn stats(&self) -> RingStats {
-        self.stats
-    }
-
-    fn stream(&self, side: Side) -> &TcpStream {
-        match side {
-            Side::Left => &self.left,
-            Side::Right => &self.right,
+        let mut stats = self.stats;
+        for stream in &self.streams {
+            match stream.route {
+                Route::LEFTWARD => stats.waited_left += stream.waited,
+                Route::RIGHTWARD => stats.waited_right += stream.waited,
+                _ => {}
+            }
         }
+        stats
     }
 
-    /// Writes what the stream on `side` takes: queued notices first, then the frames of `way`
-    /// (only the one partly written unless `more`; `other` is the other way), header and payload
-    /// in one vectored write.
-    /// Returns whether a byte of a frame moved. `between` says whether the frame read from that
-    /// stream is at a boundary (see [`TcpRing::gone`]).
+    /// Whether the call still needs stream `s`: to write a frame to it or read one from it.
+    fn needs(&self, s: usize) -> bool {
+        let writes = self.table.writer(s).is_some_and(|w| !self.ways.out_done(w));
+        writes || self.table.reader(s).is_some_and(|w| !self.ways.in_done(w))
+    }
+
+    /// Whether no data frame to stream `s` is partly written.
+    fn out_boundary(&self, s: usize) -> bool {
+        self.table.writer(s).is_none_or(|w| self.ways.at_boundary(w))
+    }
+
+    /// Writes what stream `s` takes: queued notices first, then the frames of the way that
+    /// writes it (only the one partly written unless `more`), header and payload in one
+    /// vectored write. Returns whether a byte of a frame moved.
     fn write_some(
         &mut self,
-        side: Side,
+        s: usize,
         plan: &dyn FramePlan,
-        (way, other): (&mut Way, &Way),
-        between: bool,
         more: bool,
-    ) -> Result<bool, CollectiveError> {
-        let (stream, queued) = match side {
-            Side::Left => (&self.left, &mut self.to_left),
-            Side::Right => (&self.right, &mut self.to_right),
+    ) -> Result<bool, StreamFailure> {
+        let writer = self.table.writer(s);
+        // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]).
+        let between = self.table.reader(s).is_none_or(|w| self.ways.in_at_boundary(w));
+        let writing = writer.is_some_and(|w| !self.ways.out_done(w));
+        let flushed = {
+            let stream = &mut self.streams[s];
+            stream.queued.flush(&stream.socket)
         };
-        match queued.flush(stream) {
+        match flushed {
             Ok(n) => self.stats.bytes_sent += n as u64,
-            Err(e) if !way.out_done() => return Err(self.gone(side, &e, between)),
+            Err(e) if writing => return Err((s, self.gone(s, &e, between))),
             // Only a notice was left to send: the neighbour needs nothing more in this call.
-            // A failed right is reported by the next call; a failed left shows on reading it.
+            // The failure is reported by the next call, or shows on reading the stream.
             Err(e) => {
-                queued.drop_rest();
-                if side == Side::Right {
-                    let error = self.gone(side, &e, between);
-                    self.pending.get_or_insert(error);
-                }
+                self.streams[s].queued.drop_rest();
+                let error = self.gone(s, &e, between);
+                self.pending.get_or_insert(error);
                 return Ok(false);
             }
         }
-        if !queued.is_empty() {
+        let Some(w) = writer.filter(|_| self.streams[s].queued.is_empty()) else {
             return Ok(false);
+        };
+        let socket = &self.streams[s].socket;
+        let wrote = self.ways.write_to(plan, w, socket, &mut self.stats.bytes_sent, more);
+        let wrote = wrote.map_err(|e| (s, self.gone(s, &e, between)))?;
+        if wrote {
+            // The window opened: the neighbour reads again.
+            let stream = &mut self.streams[s];
+            stream.liveness.restore(&stream.socket);
         }
-        way.write_to(plan, other, stream, &mut self.stats.bytes_sent, more)
-            .map_err(|e| self.gone(side, &e, between))
+        Ok(wrote)
     }
 
-    /// Reads the frames of `way` that may come in from `side` (`other` is the other way);
-    /// returns whether data moved. A notice of this call read on the way is noted.
+    /// Reads the frames of the way that comes in on stream `s` that the plan lets in; returns
+    /// whether data moved. A notice of this call read on the way is noted.
     fn read_way(
         &mut self,
-        side: Side,
+        s: usize,
+        w: usize,
         plan: &mut dyn FramePlan,
-        (way, other): (&mut Way, &Way),
-    ) -> Result<bool, CollectiveError> {
-        let (stream, ahead, peer) = match side {
-            Side::Left => (&self.left, &mut self.ahead_left, self.left_rank),
-            Side::Right => (&self.right, &mut self.ahead_right, self.right_rank),
-        };
-        let mut src = Counted { stream, bytes: &mut self.stats.bytes_received };
+    ) -> Result<bool, StreamFailure> {
+        let stream = &mut self.streams[s];
+        let mut src = Counted { stream: &stream.socket, bytes: &mut self.stats.bytes_received };
         let mut heard = None;
-        let moved = way.read_from(plan, other, &mut src, ahead, (peer, self.world), &mut heard)?;
+        let peer = (stream.peer, self.world);
+        let moved = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
         if let Some(notice) = heard {
-            let heard = Some(Heard { notice, at: Instant::now() });
-            match side {
-                Side::Left => self.heard_left = heard,
-                Side::Right => self.heard_right = heard,
+            stream.heard = Some(Heard { notice, at: Instant::now() });
+        }
+        moved.map_err(|e| (s, e))
+    }
+
+    /// Writes what every stream takes (see [`TcpRing::write_some`]); returns the streams (as
+    /// bits) where a frame's byte moved.
+    fn write_all(&mut self, plan: &dyn FramePlan) -> Result<u64, StreamFailure> {
+        let mut moved = 0;
+        for s in 0..self.streams.len() {
+            if self.write_some(s, plan, true)? {
+                moved |= 1 << s;
             }
         }
         Ok(moved)
     }
 
-    /// Writes what both streams take (see [`TcpRing::write_some`]) and notes the time in
-    /// `active` for a side where a frame's byte moved.
-    fn write_both(
-        &mut self,
-        plan: &dyn FramePlan,
-        right: &mut Way,
-        left: &mut Way,
-        active: &mut Active,
-    ) -> Result<(), (Side, CollectiveError)> {
-        let between = left.incoming.at_boundary();
-        let wrote = self.write_some(Side::Right, plan, (right, left), between, true);
-        if wrote.map_err(|e| (Side::Right, e))? {
-            active.right = Instant::now();
-            self.liveness.restore(&self.right);
+    /// Moves what the streams take and the plan lets through, reading and writing every
+    /// stream: returns the streams (as bits) where data moved. `watch` says, per stream,
+    /// whether to read control frames from it while no frame of this call may come in on it;
+    /// it stops once a data frame shows up there, which waits for its turn.
+    fn turn(&mut self, plan: &mut dyn FramePlan, watch: &mut [bool]) -> Result<u64, StreamFailure> {
+        let seq = plan.call().seq;
+        let mut moved = self.write_all(plan)?;
+        let came_before = self.ways.received_total();
+        for (s, watching) in watch.iter_mut().enumerate() {
+            let reading = self.table.reader(s).filter(|&w| self.ways.wants_read(plan, w));
+            if let Some(w) = reading {
+                if self.read_way(s, w, plan)? {
+                    moved |= 1 << s;
+                    *watching = true;
+                }
+            } else if *watching {
+                let writing = self.table.writer(s).is_some_and(|w| !self.ways.out_done(w));
+                *watching = self.read_controls(s, seq, writing).map_err(|e| (s, e))?;
+            }
         }
-        let between = right.incoming.at_boundary();
-        let wrote = self.write_some(Side::Left, plan, (left, right), between, true);
-        if wrote.map_err(|e| (Side::Left, e))? {
-            active.left = Instant::now();
+        // A small frame that a frame just in lets go (any way) goes out before the core is
+        // yielded; the streams were just read, so the loop does not read them again first.
+        let came_in = self.ways.received_total() > came_before;
+        if came_in
+            && (0..self.ways.len()).any(|w| self.ways.next_out_at_most(plan, w, FORWARD_AT_ONCE))
+        {
+            moved |= self.write_all(plan)?;
         }
-        Ok(())
+        Ok(moved)
     }
 
-    fn drive(
-        &mut self,
-        plan: &mut dyn FramePlan,
-        right: &mut Way,
-        left: &mut Way,
-    ) -> Result<(), (Side, CollectiveError)> {
+    /// Runs the call: turns until every frame is through, spinning for a while after progress,
+    /// then sleeping in poll(2) until a stream is ready or the [`Watch`] has something due.
+    /// The clock is read once per turn (and once after each wait, to count it); what it means
+    /// is the watch's to say.
+    fn drive(&mut self, plan: &mut dyn FramePlan) -> Result<(), StreamFailure> {
         let Call { op, seq, .. } = plan.call();
-        let started = Instant::now();
-        // Data progress per side; a notice also shows a neighbour alive (for the timeout).
-        let mut active = Active { left: started, right: started };
-        // Whether to read control frames from a side while no frame of this call may come in
-        // from it: until a data frame shows up there, which waits for its turn.
-        let (mut watch_left, mut watch_right) = (true, true);
-        let mut next_notice: Option<Instant> = None;
-        let mut warn_at = WARN_AFTER;
-        let every = notice_every(self.timeout);
+        let n = self.streams.len();
+        let mut clock = Watch::new(Instant::now(), n, self.timeout);
+        let mut watch = [true; MAX_STREAMS];
+        let watch = &mut watch[..n];
         loop {
-            self.write_both(plan, right, left, &mut active)?;
-            let came_before = right.received() + left.received();
-            if right.wants_read(plan, left) {
-                if self.read_way(Side::Left, plan, (right, left)).map_err(|e| (Side::Left, e))? {
-                    active.left = Instant::now();
-                    watch_left = true;
-                }
-            } else if watch_left {
-                watch_left = self.read_left_controls(seq).map_err(|e| (Side::Left, e))?;
+            let moved = self.turn(plan, watch)?;
+            let now = Instant::now();
+            for s in (0..n).filter(|&s| moved & (1 << s) != 0) {
+                clock.moved(s, now);
             }
-            if left.wants_read(plan, right) {
-                if self.read_way(Side::Right, plan, (left, right)).map_err(|e| (Side::Right, e))? {
-                    active.right = Instant::now();
-                    watch_right = true;
-                }
-            } else if watch_right {
-                watch_right =
-                    self.read_reverse(seq, !right.out_done()).map_err(|e| (Side::Right, e))?;
-            }
-            // A small frame that a frame just in lets go (either way) goes out before the core is
-            // yielded; the streams were just read, so the loop does not read them again first.
-            let came_in = right.received() + left.received() > came_before;
-            if came_in
-                && (right.next_out_at_most(plan, left, FORWARD_AT_ONCE)
-                    || left.next_out_at_most(plan, right, FORWARD_AT_ONCE))
-            {
-                self.write_both(plan, right, left, &mut active)?;
-            }
-            let need_left = !right.in_done() || !left.out_done();
-            let need_right = !right.out_done() || !left.in_done();
-            if !need_left && !need_right {
+            if self.ways.all_done() {
                 return Ok(());
             }
-            let last_progress = active.left.max(active.right);
-            if last_progress.elapsed() < self.spin {
+            let needed: u64 = (0..n).filter(|&s| self.needs(s)).map(|s| 1 << s).sum();
+            if now.saturating_duration_since(clock.last_progress()) < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
-                let t = Instant::now();
                 std::thread::yield_now();
-                self.count_wait(t.elapsed(), need_left, need_right);
+                self.count_wait(now.elapsed(), needed);
                 continue;
             }
+            let seen = |s: usize| Seen { peer: self.streams[s].peer, heard: self.streams[s].heard };
+            let due = clock.tick(now, needed, self.rank, seen)?;
+            if let Some(notice) = due.notice {
+                let boundaries: u64 =
+                    (0..n).filter(|&s| self.out_boundary(s)).map(|s| 1 << s).sum();
+                self.send_notice(notice, seq, |s| boundaries & (1 << s) != 0);
+            }
+            if let Some((blamed, stalled)) = due.warning {
+                warn!("{}", waited_on(op, seq, stalled, blamed, self.addresses[blamed]));
+            }
+            let checks = (0..n).map(|s| self.streams[s].liveness.next_check(clock.active(s)));
+            let deadline = due.deadline.into_iter().chain(checks).min();
+            let events = |s: usize| {
+                let (stream, mut events) = (&self.streams[s], PollFlags::empty());
+                let writer = self.table.writer(s);
+                if writer.is_some_and(|w| self.ways.wants_write(plan, w))
+                    || !stream.queued.is_empty()
+                {
+                    events |= PollFlags::OUT;
+                }
+                let reader = self.table.reader(s);
+                let reading = reader.is_some_and(|w| self.ways.wants_read(plan, w)) || watch[s];
+                if !stream.ended && reading {
+                    events |= PollFlags::IN;
+                }
+                events
+            };
+            // On the stack, so that a wait allocates nothing: only the first `n` are polled (the
+            // rest repeat the last stream, unused).
+            let mut fds: [PollFd<'_>; MAX_STREAMS] = std::array::from_fn(|s| {
+                let events = if s < n { events(s) } else { PollFlags::empty() };
+                PollFd::new(&self.streams[s.min(n - 1)].socket, events)
+            });
+            let polled = wait(&mut fds[..n], deadline);
+            polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
+            let woke = Instant::now();
+            self.count_wait(woke.saturating_duration_since(now), needed);
+            for (s, stream) in self.streams.iter_mut().enumerate() {
+                stream.liveness.check(&stream.socket, woke, clock.active(s), self.timeout);
+            }
+        }
+    }
 
-            // Each side this call still needs, with its last sign of life.
-            let heard_at = |h: Option<Heard>, moved: Instant| h.map_or(moved, |h| h.at.max(moved));
-            let left_alive = heard_at(self.heard_left, active.left);
-            let right_alive = heard_at(self.heard_right, active.right);
-            let waits = [
-                need_left.then_some((Side::Left, active.left, left_alive)),
-                need_right.then_some((Side::Right, active.right, right_alive)),
-            ];
-            let now = Instant::now();
-            for (side, _, alive) in waits.iter().flatten() {
-                if alive.checked_add(self.timeout).is_some_and(|d| now >= d) {
-                    let peer = match side {
-                        Side::Left => self.left_rank,
-                        Side::Right => self.right_rank,
-                    };
-                    return Err((*side, CollectiveError::Timeout { peer, waited: self.timeout }));
+    /// Adds a wait to the time spent waiting on each stream the call still needed.
+    fn count_wait(&mut self, waited: Duration, needed: u64) {
+        for (s, stream) in self.streams.iter_mut().enumerate() {
+            if needed & (1 << s) != 0 {
+                stream.waited += waited;
+            }
+        }
+    }
+
+    /// After a failure on stream `failed`, keeps writing the frame partly written to each other
+    /// stream for a short while, so that the neighbour there gets a whole frame and then the
+    /// abort.
+    fn finish_frames(&mut self, failed: usize, plan: &dyn FramePlan) {
+        for s in (0..self.streams.len()).filter(|&s| s != failed) {
+            let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
+            while !self.out_boundary(s) && Instant::now() < deadline {
+                if self.write_some(s, plan, false).is_err() {
+                    break;
+                }
+                let mut fds = [PollFd::new(&self.streams[s].socket, PollFlags::OUT)];
+                if self.out_boundary(s) || wait(&mut fds, Some(deadline)).is_err() {
+                    break;
                 }
             }
-            // The side waited on longest, and whom to blame for it.
-            let (side, since, _) =
-                waits.iter().flatten().min_by_key(|w| w.1).copied().expect("the call waits");
-            let blamed = self.blame(side, since);
-            let stalled = now.saturating_duration_since(last_progress);
-            let notice_due = |next: Option<Instant>| {
-                let first = last_progress + every;
-                next.map_or(first, |t| t.max(first))
-            };
-            if now >= notice_due(next_notice) {
-                let notice = Waiting { on: blamed, waited: stalled };
-                self.send_notice(notice, seq, left.at_boundary(), right.at_boundary());
-                next_notice = Some(now + every);
-            }
-            if stalled >= warn_at {
-                warn!(
-                    "{} #{seq} has waited {} s on rank {blamed} ({})",
-                    op.name(),
-                    stalled.as_secs(),
-                    self.addresses[blamed]
-                );
-                warn_at = warn_at.saturating_mul(2);
-            }
-
-            // A timeout too long for an Instant (Duration::MAX) has no deadline.
-            let deadline = waits
-                .iter()
-                .flatten()
-                .filter_map(|(_, _, alive)| alive.checked_add(self.timeout))
-                .chain([self.liveness.next_check(last_progress)])
-                .chain([notice_due(next_notice)])
-                .chain(last_progress.checked_add(warn_at))
-                .min();
-            let mut right_events = PollFlags::empty();
-            if right.wants_write(plan, left) || !self.to_right.is_empty() {
-                right_events |= PollFlags::OUT;
-            }
-            if !self.right_ended && (left.wants_read(plan, right) || watch_right) {
-                right_events |= PollFlags::IN;
-            }
-            let mut left_events = PollFlags::empty();
-            if right.wants_read(plan, left) || watch_left {
-                left_events |= PollFlags::IN;
-            }
-            if left.wants_write(plan, right) || !self.to_left.is_empty() {
-                left_events |= PollFlags::OUT;
-            }
-            let mut fds =
-                [PollFd::new(&self.right, right_events), PollFd::new(&self.left, left_events)];
-            let t = Instant::now();
-            wait(&mut fds, deadline)
-                .map_err(|e| (Side::Left, CollectiveError::io(self.left_rank, &e)))?;
-            self.count_wait(t.elapsed(), need_left, need_right);
-            self.liveness.check(&self.right, last_progress, self.timeout);
         }
     }
 
-    /// Adds a wait to the time spent waiting on each side the call still needed.
-    fn count_wait(&mut self, waited: Duration, need_left: bool, need_right: bool) {
-        if need_left {
-            self.stats.waited_left += waited;
-        }
-        if need_right {
-            self.stats.waited_right += waited;
-        }
-    }
-
-    /// After a failure on the other side, keeps writing the frame partly written to `side` for
-    /// a short while, so that the neighbour there gets a whole frame and then the abort.
-    fn finish_frame(&mut self, side: Side, plan: &dyn FramePlan, (way, other): (&mut Way, &Way)) {
-        let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
-        while !way.at_boundary() && Instant::now() < deadline {
-            if self.write_some(side, plan, (&mut *way, other), false, false).is_err() {
-                break;
-            }
-            let mut fds = [PollFd::new(self.stream(side), PollFlags::OUT)];
-            if way.at_boundary() || wait(&mut fds, Some(deadline)).is_err() {
-                break;
-            }
-        }
-    }
-
-    /// Tells both neighbours why this rank gives up, best effort, then shuts both streams for
+    /// Tells every neighbour why this rank gives up, best effort, then shuts every stream for
     /// writing. Reads stay open until the ring is dropped, so a neighbour's last bytes are not
     /// answered with a reset that could destroy its own abort frame in flight.
     pub(crate) fn abort(&mut self, rank: usize, error: &CollectiveError, seq: u64) {
         let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
         let len = Abort::for_error(rank, error).encode(seq, &mut frame);
         let frame = &frame[..len];
-        // A notice partly written goes out whole first, so the abort starts on a frame boundary.
-        let targets = [
-            (self.left_boundary, &self.left, &self.to_left),
-            (self.right_boundary, &self.right, &self.to_right),
-        ];
-        for (at_boundary, mut stream, queued) in targets {
-            if at_boundary {
-                // Non-blocking: an abort is small; if it does not fit, the shutdown below still
-                // ends the stream.
-                let _ = stream.write(&[queued.rest(), frame].concat());
+        for stream in &self.streams {
+            // A notice partly written goes out whole first, so the abort starts on a frame
+            // boundary. Non-blocking: an abort is small; if it does not fit, the shutdown below
+            // still ends the stream.
+            if stream.boundary {
+                let _ = (&stream.socket).write(&[stream.queued.rest(), frame].concat());
             }
         }
-        let _ = self.left.shutdown(Shutdown::Write);
-        let _ = self.right.shutdown(Shutdown::Write);
+        for stream in &self.streams {
+            let _ = stream.socket.shutdown(Shutdown::Write);
+        }
     }
+}
+
+/// The warning of a call that has waited long, naming the rank it waits on and its address.
+fn waited_on(op: Op, seq: u64, stalled: Duration, blamed: usize, address: SocketAddr) -> String {
+    let waited = stalled.as_secs();
+    format!("{} #{seq} has waited {waited} s on rank {blamed} ({address})", op.name())
 }
 
 impl Link for TcpRing {
@@ -471,29 +420,16 @@ impl Link for TcpRing {
         if let Some(error) = self.pending.take() {
             return Err(error);
         }
-        // This link carries two ways, one each way round the ring.
-        let way_of = |route| plan.ways().iter().position(|r| *r == route);
-        let (Some(r), Some(l), 2) =
-            (way_of(Route::RIGHTWARD), way_of(Route::LEFTWARD), plan.ways().len())
-        else {
-            unreachable!("the two-stream link runs plans of one rightward and one leftward way")
-        };
-        let mut right = Way::new(r, plan);
-        let mut left = Way::new(l, plan);
-        let result = self.drive(plan, &mut right, &mut left);
-        let (failed, error) = match result {
-            Ok(()) => {
-                (self.left_boundary, self.right_boundary) = (true, true);
-                return Ok(());
-            }
-            Err(failure) => failure,
-        };
-        match failed {
-            Side::Left => self.finish_frame(Side::Right, plan, (&mut right, &left)),
-            Side::Right => self.finish_frame(Side::Left, plan, (&mut left, &right)),
+        self.ways.start(plan);
+        self.table.build(plan, &self.streams);
+        let result = self.drive(plan);
+        if let Err((failed, _)) = &result {
+            self.finish_frames(*failed, plan);
         }
-        (self.left_boundary, self.right_boundary) = (left.at_boundary(), right.at_boundary());
-        Err(error)
+        for s in 0..self.streams.len() {
+            self.streams[s].boundary = self.out_boundary(s);
+        }
+        result.map_err(|(_, error)| error)
     }
 }
 
@@ -505,7 +441,7 @@ mod tests {
 
     use super::*;
     use crate::frame::{Dir, Header};
-    use crate::ring::seam::{Progress, Sink};
+    use crate::ring::seam::{Moved, Sink};
     use std::io::Read;
 
     /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
@@ -537,7 +473,8 @@ mod tests {
     fn rank_one(timeout: Duration) -> (TcpRing, TcpStream, TcpStream) {
         let ((left, rank0), (right, rank2)) = (pair(), pair());
         let addresses = vec![left.local_addr().unwrap(); 3];
-        (TcpRing::new(left, right, Place { rank: 1, addresses }, timeout), rank0, rank2)
+        let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
+        (TcpRing::new(streams, RingPlace { rank: 1, addresses }, timeout), rank0, rank2)
     }
 
     /// One hop of a two-way gather for rank 1 of 3: `payload` as block 1 both ways, block 0
@@ -572,10 +509,10 @@ mod tests {
             let from = if way == 0 { 0 } else { 2 };
             self.header.carrying(DIRS[way], from)
         }
-        fn ready(&self, _: usize, _: Progress<'_>) -> bool {
+        fn ready(&self, _: usize, _: Moved<'_>) -> bool {
             true
         }
-        fn may_receive(&self, _: usize, _: Progress<'_>) -> bool {
+        fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
             true
         }
         fn payload(&self, _: usize, _: usize) -> &[u8] {
@@ -587,6 +524,13 @@ mod tests {
         fn commit(&mut self, way: usize, _: usize, n: usize) {
             self.sinks[way].commit(n);
         }
+    }
+
+    #[test]
+    fn the_warning_names_the_call_the_wait_the_rank_and_its_address() {
+        let address = "127.0.0.1:4000".parse().unwrap();
+        let text = waited_on(Op::AllreduceSumF64, 0, Duration::from_millis(20_900), 1, address);
+        assert_eq!(text, "allreduce_sum_f64 #0 has waited 20 s on rank 1 (127.0.0.1:4000)");
     }
 
     #[test]

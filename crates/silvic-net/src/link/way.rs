@@ -1,6 +1,11 @@
-//! One way round the ring as the link drives it ([`Way`]): the frames a plan sends to the
-//! neighbour on one side and those it receives from the other, each moved as soon as the plan
-//! lets it; and a read that counts its bytes ([`Counted`]).
+//! The ways of a plan as the link drives them ([`Ways`]): per way, the frames a plan sends on
+//! one stream and those it receives from another, each moved as soon as the plan lets it, with
+//! the progress of every way kept as the arrays the plan's gates read; and a read that counts
+//! its bytes ([`Counted`]).
+//!
+//! Invariants: a way's frame counts only ever grow, and a frame is counted out only once its
+//! last byte is written and in only once its last byte is read; an outgoing frame is started
+//! only when the plan's gate lets it, and then written whole (or the stream fails).
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -8,147 +13,165 @@ use std::net::TcpStream;
 use silvic_core::CollectiveError;
 
 use crate::frame::{HEADER_LEN, Waiting};
-use crate::ring::seam::{FramePlan, Progress, Receiving};
+use crate::ring::seam::{FramePlan, Moved, Receiving};
 use crate::wait::nonblocking;
 
 use super::reader::{FrameIn, ReadAhead};
 
-/// Where one way of a plan stands: frames out, frames in, and the ones in between.
-pub(super) struct Way {
-    /// The plan's index of this way.
-    way: usize,
+/// Where one way of a plan stands between its frames: the frame going out and the one coming in.
+#[derive(Debug)]
+struct Way {
     frames: usize,
-    /// Outgoing frames all written, and bytes of the next one written (its header included).
-    sent: usize,
+    /// Bytes of the next outgoing frame written (its header included), and its header.
     written: usize,
     head: [u8; HEADER_LEN],
-    /// Incoming frames all read, and the one being read.
-    received: usize,
-    pub(super) incoming: FrameIn,
+    incoming: FrameIn,
 }
 
-impl Way {
-    pub(super) fn new(way: usize, plan: &dyn FramePlan) -> Self {
-        Way {
-            way,
-            frames: plan.frames(way),
-            sent: 0,
+/// Every way of the plan a call runs: where each stands, and the frames all out and all in per
+/// way (what [`Moved`] shows the plan). Kept by the link between calls, so that a call
+/// allocates nothing once the link has seen as many ways.
+#[derive(Debug, Default)]
+pub(super) struct Ways {
+    ways: Vec<Way>,
+    sent: Vec<usize>,
+    received: Vec<usize>,
+}
+
+impl Ways {
+    /// Starts the ways of `plan`, nothing moved.
+    pub(super) fn start(&mut self, plan: &dyn FramePlan) {
+        let n = plan.ways().len();
+        self.ways.clear();
+        self.ways.extend((0..n).map(|w| Way {
+            frames: plan.frames(w),
             written: 0,
             head: [0; HEADER_LEN],
-            received: 0,
             incoming: FrameIn::new(),
+        }));
+        for counts in [&mut self.sent, &mut self.received] {
+            counts.clear();
+            counts.resize(n, 0);
         }
     }
 
-    pub(super) fn out_done(&self) -> bool {
-        self.sent == self.frames
+    pub(super) fn len(&self) -> usize {
+        self.ways.len()
     }
 
-    pub(super) fn in_done(&self) -> bool {
-        self.received == self.frames
+    fn progress(&self) -> Moved<'_> {
+        Moved { sent: &self.sent, received: &self.received }
     }
 
-    /// Incoming frames all read.
-    pub(super) fn received(&self) -> usize {
-        self.received
+    pub(super) fn out_done(&self, w: usize) -> bool {
+        self.sent[w] == self.ways[w].frames
     }
 
-    /// How far the plan has moved, this way and `other`, the other way: frames out and frames
-    /// in, indexed by the plan's ways.
-    fn moved(&self, other: &Way) -> ([usize; 2], [usize; 2]) {
-        let (mut sent, mut received) = ([0; 2], [0; 2]);
-        for w in [self, other] {
-            (sent[w.way], received[w.way]) = (w.sent, w.received);
-        }
-        (sent, received)
+    pub(super) fn in_done(&self, w: usize) -> bool {
+        self.received[w] == self.ways[w].frames
     }
 
-    /// Whether the next outgoing frame may start now and carries at most `bytes` of payload.
-    pub(super) fn next_out_at_most(&self, plan: &dyn FramePlan, other: &Way, bytes: usize) -> bool {
-        self.written == 0
-            && self.wants_write(plan, other)
-            && plan.payload(self.way, self.sent).len() <= bytes
+    /// Whether every frame of every way is out and in.
+    pub(super) fn all_done(&self) -> bool {
+        (0..self.len()).all(|w| self.out_done(w) && self.in_done(w))
     }
 
-    /// Whether no outgoing frame is partly written: a control frame may go next.
-    pub(super) fn at_boundary(&self) -> bool {
-        self.written == 0
+    /// Incoming frames all read, over every way.
+    pub(super) fn received_total(&self) -> usize {
+        self.received.iter().sum()
     }
 
-    /// Whether a frame is partly written or may start now (`other` is the other way).
-    pub(super) fn wants_write(&self, plan: &dyn FramePlan, other: &Way) -> bool {
-        let (sent, received) = self.moved(other);
-        let progress = Progress { sent: &sent, received: &received };
-        self.written > 0 || (!self.out_done() && plan.ready(self.way, progress))
+    /// Whether no outgoing frame of `w` is partly written: a control frame may go next.
+    pub(super) fn at_boundary(&self, w: usize) -> bool {
+        self.ways[w].written == 0
     }
 
-    /// Whether the next incoming frame may be read now (`other` is the other way).
-    pub(super) fn wants_read(&self, plan: &dyn FramePlan, other: &Way) -> bool {
-        let (sent, received) = self.moved(other);
-        !self.in_done() && plan.may_receive(self.way, Progress { sent: &sent, received: &received })
+    /// Whether no incoming frame of `w` is partly read.
+    pub(super) fn in_at_boundary(&self, w: usize) -> bool {
+        self.ways[w].incoming.at_boundary()
     }
 
-    /// Writes what `stream` takes, counting the bytes in `sent_bytes`: the frame partly
-    /// written, then, if `more`, every frame the plan lets go (`other` is the other way), each
-    /// header and payload in one vectored write. Returns whether a byte moved.
+    /// Whether the next outgoing frame of `w` may start now and carries at most `bytes`.
+    pub(super) fn next_out_at_most(&self, plan: &dyn FramePlan, w: usize, bytes: usize) -> bool {
+        self.ways[w].written == 0
+            && self.wants_write(plan, w)
+            && plan.payload(w, self.sent[w]).len() <= bytes
+    }
+
+    /// Whether a frame of `w` is partly written or may start now.
+    pub(super) fn wants_write(&self, plan: &dyn FramePlan, w: usize) -> bool {
+        self.ways[w].written > 0 || (!self.out_done(w) && plan.ready(w, self.progress()))
+    }
+
+    /// Whether the next incoming frame of `w` may be read now.
+    pub(super) fn wants_read(&self, plan: &dyn FramePlan, w: usize) -> bool {
+        !self.in_done(w) && plan.may_receive(w, self.progress())
+    }
+
+    /// Writes what `stream` takes of way `w`, counting the bytes in `sent_bytes`: the frame
+    /// partly written, then, if `more`, every frame the plan lets go, each header and payload in
+    /// one vectored write. Returns whether a byte moved.
     pub(super) fn write_to(
         &mut self,
         plan: &dyn FramePlan,
-        other: &Way,
+        w: usize,
         mut stream: &TcpStream,
         sent_bytes: &mut u64,
         more: bool,
     ) -> io::Result<bool> {
         let mut moved = false;
         loop {
-            if self.written == 0 {
-                if !more || !self.wants_write(plan, other) {
+            if self.ways[w].written == 0 {
+                if !more || !self.wants_write(plan, w) {
                     return Ok(moved);
                 }
-                self.head = plan.header(self.way, self.sent).encode();
+                self.ways[w].head = plan.header(w, self.sent[w]).encode();
             }
-            let payload = plan.payload(self.way, self.sent);
+            let payload = plan.payload(w, self.sent[w]);
+            let way = &mut self.ways[w];
             let written = nonblocking(|| {
-                if self.written < HEADER_LEN {
-                    let parts = [IoSlice::new(&self.head[self.written..]), IoSlice::new(payload)];
+                if way.written < HEADER_LEN {
+                    let parts = [IoSlice::new(&way.head[way.written..]), IoSlice::new(payload)];
                     stream.write_vectored(&parts)
                 } else {
-                    stream.write(&payload[self.written - HEADER_LEN..])
+                    stream.write(&payload[way.written - HEADER_LEN..])
                 }
             })?;
             let Some(n) = written else { return Ok(moved) };
-            self.written += n;
+            way.written += n;
             *sent_bytes += n as u64;
             moved = true;
-            if self.written == HEADER_LEN + payload.len() {
-                (self.sent, self.written) = (self.sent + 1, 0);
+            if way.written == HEADER_LEN + payload.len() {
+                way.written = 0;
+                self.sent[w] += 1;
             }
         }
     }
 
-    /// Reads what `src` has, through `ahead`, into the frames the plan lets in (`other` is the
-    /// other way), from `peer` of a world of `world`. Returns whether data moved; a waiting
-    /// notice read on the way is put in `heard` (see [`FrameIn::read_from`]).
+    /// Reads what `src` has, through `ahead`, into the frames of way `w` the plan lets in, from
+    /// `peer` of a world of `world`. Returns whether data moved; a waiting notice read on the
+    /// way is put in `heard` (see [`FrameIn::read_from`]).
     pub(super) fn read_from<R: Read>(
         &mut self,
         plan: &mut dyn FramePlan,
-        other: &Way,
+        w: usize,
         src: &mut R,
         ahead: &mut ReadAhead,
         (peer, world): (usize, usize),
         heard: &mut Option<Waiting>,
     ) -> Result<bool, CollectiveError> {
         let mut moved = false;
-        while self.wants_read(plan, other) {
-            let expect = plan.expect(self.way, self.received);
-            let mut sink = Receiving { plan: &mut *plan, way: self.way, frame: self.received };
-            moved |=
-                self.incoming.read_from(src, ahead, (peer, world), &expect, &mut sink, heard)?;
-            if !self.incoming.done() {
+        while self.wants_read(plan, w) {
+            let j = self.received[w];
+            let expect = plan.expect(w, j);
+            let mut sink = Receiving { plan: &mut *plan, way: w, frame: j };
+            let incoming = &mut self.ways[w].incoming;
+            moved |= incoming.read_from(src, ahead, (peer, world), &expect, &mut sink, heard)?;
+            if !incoming.done() {
                 break;
             }
-            self.received += 1;
-            self.incoming = FrameIn::new();
+            *incoming = FrameIn::new();
+            self.received[w] += 1;
         }
         Ok(moved)
     }

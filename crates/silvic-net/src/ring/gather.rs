@@ -13,7 +13,7 @@ use silvic_core::CollectiveError;
 
 use super::element::{Element, as_bytes, elements};
 use super::schedule::{self, segment};
-use super::seam::{Call, FramePlan, Link, Progress, Route};
+use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::twoway::{self, Move};
 use super::{RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use crate::frame::Header;
@@ -100,10 +100,10 @@ impl<B: Blocks + ?Sized> FramePlan for GatherPlan<'_, B> {
         let len = self.blocks.expected(recv) as u64;
         Header { len, ..self.header.carrying(wire_dir(way), recv) }
     }
-    fn ready(&self, way: usize, progress: Progress<'_>) -> bool {
+    fn ready(&self, way: usize, progress: Moved<'_>) -> bool {
         progress.received[way] >= progress.sent[way]
     }
-    fn may_receive(&self, _: usize, _: Progress<'_>) -> bool {
+    fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
         true
     }
     fn payload(&self, way: usize, i: usize) -> &[u8] {

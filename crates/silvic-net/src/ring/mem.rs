@@ -23,7 +23,7 @@ use std::time::Duration;
 use silvic_core::CollectiveError;
 
 use super::schedule::{self, segment_of};
-use super::seam::{FramePlan, Link, Progress, Receiving, Route, Sink};
+use super::seam::{FramePlan, Link, Moved, Receiving, Route, Sink};
 use crate::frame::{HEADER_LEN, Header};
 
 /// The most ways a plan may have in this driver (gates are kept as bit masks).
@@ -87,14 +87,14 @@ pub(crate) struct MemLink {
 }
 
 struct Ring {
-    state: Mutex<State>,
+    state: Mutex<RingState>,
     /// One per rank: woken when that rank is handed a move.
     turn: Vec<Condvar>,
 }
 
 impl Ring {
     /// The state; a rank's thread that panicked (a failed assertion) leaves it usable.
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, RingState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -110,7 +110,7 @@ enum Phase {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Move {
+enum Action {
     Send(usize),
     Receive(usize),
     Closed(usize),
@@ -127,25 +127,25 @@ struct RankState {
 
 /// Frames in flight on one stream, with the buffers of frames already taken, kept for reuse.
 #[derive(Default)]
-struct Stream {
+struct InFlight {
     frames: VecDeque<Vec<u8>>,
     spare: Vec<Vec<u8>>,
 }
 
-struct State {
+struct RingState {
     world: usize,
     config: Driver,
     dice: Dice,
     ranks: Vec<RankState>,
-    /// Streams by (sender, route offset), found by [`State::stream`].
-    streams: Vec<((usize, isize), Stream)>,
-    granted: Option<(usize, Move)>,
+    /// Streams by (sender, route offset), found by [`RingState::stream`].
+    streams: Vec<((usize, isize), InFlight)>,
+    granted: Option<(usize, Action)>,
     stuck: bool,
     /// A hash of every move and piece drawn so far.
     trace: u64,
 }
 
-impl State {
+impl RingState {
     fn mix(&mut self, value: usize) {
         self.trace = (self.trace.rotate_left(7) ^ value as u64).wrapping_mul(0x100_0000_01b3);
     }
@@ -157,11 +157,11 @@ impl State {
         n
     }
 
-    fn stream(&mut self, sender: usize, offset: isize) -> &mut Stream {
+    fn stream(&mut self, sender: usize, offset: isize) -> &mut InFlight {
         let at = match self.streams.iter().position(|(k, _)| *k == (sender, offset)) {
             Some(at) => at,
             None => {
-                self.streams.push(((sender, offset), Stream::default()));
+                self.streams.push(((sender, offset), InFlight::default()));
                 self.streams.len() - 1
             }
         };
@@ -180,20 +180,20 @@ impl State {
     }
 
     /// Every move possible now, in a fixed order; `visit` sees each.
-    fn moves(&self, mut visit: impl FnMut(usize, Move)) {
+    fn moves(&self, mut visit: impl FnMut(usize, Action)) {
         for (r, rank) in self.ranks.iter().enumerate().filter(|(_, s)| s.phase == Phase::Waiting) {
             for w in 0..rank.offsets.len() {
                 if rank.send & (1 << w) != 0
                     && self.in_flight(r, rank.offsets[w]) < self.config.capacity
                 {
-                    visit(r, Move::Send(w));
+                    visit(r, Action::Send(w));
                 }
                 if rank.receive & (1 << w) != 0 {
                     let (from, offset) = self.source(r, w);
                     if self.in_flight(from, offset) > 0 {
-                        visit(r, Move::Receive(w));
+                        visit(r, Action::Receive(w));
                     } else if self.ranks[from].phase == Phase::Gone {
-                        visit(r, Move::Closed(w));
+                        visit(r, Action::Closed(w));
                     }
                 }
             }
@@ -210,10 +210,10 @@ impl State {
         }
         let sends_only = self.config.sends_first && {
             let mut any = false;
-            self.moves(|_, m| any |= matches!(m, Move::Send(_)));
+            self.moves(|_, m| any |= matches!(m, Action::Send(_)));
             any
         };
-        let counts = |m: &Move| !sends_only || matches!(m, Move::Send(_));
+        let counts = |m: &Action| !sends_only || matches!(m, Action::Send(_));
         let mut n = 0;
         self.moves(|_, m| n += usize::from(counts(&m)));
         if n == 0 {
@@ -236,9 +236,9 @@ impl State {
         self.granted = chosen;
         if let Some((r, m)) = chosen {
             let (kind, w) = match m {
-                Move::Send(w) => (1, w),
-                Move::Receive(w) => (2, w),
-                Move::Closed(w) => (3, w),
+                Action::Send(w) => (1, w),
+                Action::Receive(w) => (2, w),
+                Action::Closed(w) => (3, w),
             };
             self.mix((r * MAX_WAYS + w) * 4 + kind);
             ring.turn[r].notify_one();
@@ -261,7 +261,7 @@ pub(crate) fn mem_ring(driver: Driver) -> Vec<MemLink> {
     let ranks = (0..world)
         .map(|_| RankState { phase: Phase::Busy, offsets: Vec::new(), send: 0, receive: 0 })
         .collect();
-    let state = State {
+    let state = RingState {
         world,
         dice: Dice(driver.seed),
         config: driver,
@@ -293,13 +293,13 @@ impl MemLink {
     /// Makes move `m` of `plan`; the lock is held, so no other rank moves meanwhile.
     fn make(
         &mut self,
-        state: &mut State,
+        state: &mut RingState,
         plan: &mut dyn FramePlan,
-        m: Move,
+        m: Action,
     ) -> Result<(), CollectiveError> {
         let me = self.rank;
         match m {
-            Move::Send(w) => {
+            Action::Send(w) => {
                 let i = self.progress_sent[w];
                 let offset = plan.ways()[w].offset;
                 let stream = state.stream(me, offset);
@@ -311,7 +311,7 @@ impl MemLink {
                 self.progress_sent[w] += 1;
                 self.sent[w] += 1;
             }
-            Move::Receive(w) => {
+            Action::Receive(w) => {
                 let j = self.progress_received[w];
                 let (from, offset) = state.source(me, w);
                 let frame = state.stream(from, offset).frames.pop_front().expect("in flight");
@@ -340,7 +340,7 @@ impl MemLink {
                 state.stream(from, offset).spare.push(frame);
                 self.progress_received[w] += 1;
             }
-            Move::Closed(w) => {
+            Action::Closed(w) => {
                 return Err(CollectiveError::PeerClosed { peer: state.source(me, w).0 });
             }
         }
@@ -363,8 +363,7 @@ impl Link for MemLink {
         let mut state = ring.lock();
         let me = self.rank;
         let result = loop {
-            let progress =
-                Progress { sent: &self.progress_sent, received: &self.progress_received };
+            let progress = Moved { sent: &self.progress_sent, received: &self.progress_received };
             let (mut send, mut receive, mut done) = (0u64, 0u64, true);
             for w in 0..ways {
                 let frames = plan.frames(w);
@@ -441,7 +440,7 @@ pub(crate) fn assert_gates_keep_the_rule(plan: &dyn FramePlan, case: &str) {
             let mut moved: Vec<usize> =
                 (0..ways).map(|v| if v < w { frames[v] } else { 0 }).collect();
             moved[w] = i;
-            let progress = Progress { sent: &moved, received: &moved };
+            let progress = Moved { sent: &moved, received: &moved };
             assert!(plan.ready(w, progress), "{case}: frame {i} out on way {w} waits on more");
             assert!(plan.may_receive(w, progress), "{case}: frame {i} in on way {w} waits on more");
         }
@@ -494,10 +493,10 @@ mod tests {
         fn expect(&self, w: usize, i: usize) -> Header {
             self.header(w, i)
         }
-        fn ready(&self, w: usize, progress: Progress<'_>) -> bool {
+        fn ready(&self, w: usize, progress: Moved<'_>) -> bool {
             progress.received[w] > 0
         }
-        fn may_receive(&self, _: usize, _: Progress<'_>) -> bool {
+        fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
             true
         }
         fn payload(&self, _: usize, _: usize) -> &[u8] {

@@ -3,7 +3,7 @@
 //! A new algorithm is one new file: a [`seam::FramePlan`] and the call that builds it. The
 //! modules, by concept:
 //!
-//! - [`seam`]: what a link imports (the plan and link traits, per-way [`seam::Progress`], the
+//! - [`seam`]: what a link imports (the plan and link traits, per-way [`seam::Moved`], the
 //!   rule that keeps gates from waiting in a circle, and how a driver runs a plan);
 //! - [`element`]: the element codec, the numbers as the bytes payloads carry;
 //! - [`gather`]: the gather plan (the two-way allgather), `allgather_bytes` and the allreduce's

@@ -32,7 +32,7 @@ use silvic_core::{CollectiveError, RecordFold, block_bounds};
 
 use super::gather::{self, Blocks};
 use super::schedule::{pass, segment};
-use super::seam::{Call, FramePlan, Link, Progress, Route};
+use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::{RIGHTWARD, Scratch, TWO_WAYS};
 use crate::frame::{Dir, Header};
 
@@ -84,11 +84,11 @@ impl FramePlan for ScatterPlan<'_> {
     fn expect(&self, _: usize, j: usize) -> Header {
         self.frame_header(self.moves(j).1)
     }
-    fn ready(&self, _: usize, progress: Progress<'_>) -> bool {
+    fn ready(&self, _: usize, progress: Moved<'_>) -> bool {
         let i = progress.sent[RIGHTWARD];
         i == 0 || progress.received[RIGHTWARD] >= i
     }
-    fn may_receive(&self, _: usize, progress: Progress<'_>) -> bool {
+    fn may_receive(&self, _: usize, progress: Moved<'_>) -> bool {
         progress.received[RIGHTWARD] <= progress.sent[RIGHTWARD]
     }
     fn payload(&self, _: usize, i: usize) -> &[u8] {

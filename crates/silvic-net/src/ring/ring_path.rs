@@ -6,19 +6,22 @@
 //! one-way ring, with the same bytes. Sliced segments are gathered rightward
 //! ([`RingPlan::two_way`]).
 //!
-//! Each segment is cut into `count` slices ([`schedule::slices`]). Slice `k` makes its
-//! reduce-scatter steps and rightward gather steps as consecutive rightward frames, and its
-//! leftward hops (if any) as consecutive leftward frames, so slice `k + 1` sets off while slice
-//! `k` is still on its way round. A frame forwards what the way's frame before it brought
-//! (folded, in the reduce-scatter); the first of a slice sends this rank's own values, and the
-//! first leftward one this rank's owned segment once the reduce-scatter has folded it. Each
-//! element still meets the ranks in its segment's fold order.
+//! Each segment is cut into `count` slices ([`schedule::slices`]), and the slices go round in
+//! windows of [`schedule::WINDOW`] (the last one smaller): the rightward frames of a window are
+//! its steps in order, each step made of its slices in order, so the window's slices travel
+//! side by side and a step pays the link's latency once for all of them, not once per slice.
+//! Window `g + 1` sets off behind window `g`. A frame forwards what the frame of the same slice
+//! one step before brought (folded, in the reduce-scatter); the first step of a slice sends this
+//! rank's own values, and the first leftward frame (when segments are one slice, so there is no
+//! window to speak of) this rank's owned segment once the reduce-scatter has folded it. The
+//! order of frames never changes which values meet: each element still meets the ranks in its
+//! segment's fold order, so the window changes no result bit.
 //!
 //! Nothing is overwritten before it is sent:
 //! - Rightward, a rank takes in at most one frame more than it has sent: frame `j` comes in once
 //!   frame `j - 1` is out. Step `s` of the reduce-scatter sends segment `rank - s` and receives
-//!   segment `rank - s - 1`, and hop `h` of the rightward gather overwrites segment `rank - h`,
-//!   which the reduce-scatter sent at step `h`, long before. The credit also keeps the ring in
+//!   segment `rank - s - 1`, and hop `h` of the rightward gather overwrites slice `k` of segment
+//!   `rank - h`, which the reduce-scatter sent at step `h` of slice `k`, an earlier frame. The credit also keeps the ring in
 //!   step without a barrier (the socket buffers hold what a neighbour sends beyond it; reading
 //!   further ahead made the ring slower, README's Performance section).
 //! - Leftward hop `h` overwrites segment `rank + h + 2`, which the reduce-scatter sent at step
@@ -33,7 +36,7 @@ use silvic_core::CollectiveError;
 
 use super::element::{Element, as_bytes, as_bytes_mut, elements};
 use super::schedule::{self, pass};
-use super::seam::{Call, FramePlan, Link, Progress, Route};
+use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::twoway::{self, Move};
 use super::{LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use crate::frame::Header;
@@ -48,6 +51,8 @@ struct RingPlan<'a, T, C> {
     buf: &'a mut [T],
     combine: C,
     count: usize,
+    /// Slices that go round side by side ([`schedule::WINDOW`]).
+    window: usize,
     scratch: &'a mut [u8],
     /// Per way, the frame being received.
     filling: [Filling; 2],
@@ -98,11 +103,32 @@ impl<T: Element, C: Fn(T, T) -> T> RingPlan<'_, T, C> {
         }
     }
 
+    /// The slices of the window slice `k` belongs to: the first, and how many.
+    fn window_of(&self, k: usize) -> (usize, usize) {
+        let first = k - k % self.window;
+        (first, self.window.min(self.count - first))
+    }
+
+    /// The index among the rightward frames of step `at` of slice `k`.
+    fn right_index(&self, k: usize, at: usize) -> usize {
+        let (first, slices) = self.window_of(k);
+        first * self.per_slice(RIGHTWARD) + at * slices + (k - first)
+    }
+
     /// What frame `i` on `way` moves.
     fn frame(&self, way: usize, i: usize) -> RingFrame {
         let Call { rank, world, .. } = self.call;
         let per = self.per_slice(way);
-        let (at, slice) = (i % per, i / per);
+        // Rightward frames go window by window, step by step, slice by slice (see the module
+        // doc); leftward ones exist only for one-slice segments, slice by slice.
+        let (at, slice) = if way == RIGHTWARD {
+            let first = i / (per * self.window) * self.window;
+            let (first, slices) = self.window_of(first);
+            let offset = i - first * per;
+            (offset / slices, first + offset % slices)
+        } else {
+            (i % per, i / per)
+        };
         // The gather moves owned segments: rank `b` owns segment `b + 1`.
         let owned = |m: Move| ((m.send + 1) % world, (m.recv + 1) % world);
         let ((send, recv), folds) = match way {
@@ -154,27 +180,30 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
         let f = self.frame(way, j);
         self.frame_header(way, f.recv, f.slice)
     }
-    fn ready(&self, way: usize, progress: Progress<'_>) -> bool {
+    fn ready(&self, way: usize, progress: Moved<'_>) -> bool {
         let i = progress.sent[way];
         let f = self.frame(way, i);
         match way {
-            RIGHTWARD => f.at == 0 || progress.received[RIGHTWARD] >= i,
+            // A step forwards what the slice's step before brought.
+            RIGHTWARD => {
+                f.at == 0 || progress.received[RIGHTWARD] > self.right_index(f.slice, f.at - 1)
+            }
             // The owned segment is whole once the slice's last reduce-scatter frame is in.
             _ if f.at == 0 => {
-                let folded = f.slice * self.per_slice(RIGHTWARD) + self.call.world - 1;
-                progress.received[RIGHTWARD] >= folded
+                let folded = self.right_index(f.slice, self.call.world - 2);
+                progress.received[RIGHTWARD] > folded
             }
             _ => progress.received[LEFTWARD] >= i,
         }
     }
-    fn may_receive(&self, way: usize, progress: Progress<'_>) -> bool {
+    fn may_receive(&self, way: usize, progress: Moved<'_>) -> bool {
         let j = progress.received[way];
         match way {
             RIGHTWARD => j <= progress.sent[RIGHTWARD],
             _ => {
                 let f = self.frame(way, j);
                 let step = self.call.world - f.at - 2;
-                progress.sent[RIGHTWARD] > f.slice * self.per_slice(RIGHTWARD) + step
+                progress.sent[RIGHTWARD] > self.right_index(f.slice, step)
             }
         }
     }
@@ -234,6 +263,7 @@ pub(crate) fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
         buf,
         combine,
         count,
+        window: schedule::WINDOW,
         scratch: &mut scratch.fold,
         filling: [Filling::NONE; 2],
     };
@@ -277,7 +307,8 @@ mod tests {
     }
 
     /// The ring plan under every order of moves its gates allow (sampled at random, streams
-    /// holding one frame, two, or any number), for worlds 1..=16, 1..=3 slices per segment and several lengths:
+    /// holding one frame, two, or any number), for worlds 1..=16, 1..=4 slices per segment,
+    /// windows of 1..=4 slices and several lengths:
     /// every rank ends with the oracle's bits, and no order gets stuck. A gate one frame too
     /// loose lets a frame forward what has not come in, or overwrite what is not yet out, and
     /// some order then shows it in the bits; one that waits in a circle gets stuck.
@@ -285,14 +316,17 @@ mod tests {
     fn ring_plan_gives_the_oracle_bits_in_any_order_its_gates_allow() {
         let mut seeds = Dice(0x9e37_79b9_7f4a_7c15);
         for world in 1..=16 {
-            for count in 1..=3 {
+            for count in 1..=4 {
                 for len in [world * count, 2 * world * count + 1, 5 * world * count + 3] {
                     let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
                     let expected = bits(&reference(&inputs, fold::sum_f64));
-                    for capacity in [1, 2, 1000, 1, 2, 1000] {
+                    let runs = [(1, 1), (2, 2), (1000, 3), (1, 4), (2, 3), (1000, 2)];
+                    for (capacity, window) in runs {
                         let seed = seeds.below(usize::MAX) as u64;
                         let driver = Driver::new(world).seed(seed).capacity(capacity).piece(20);
-                        let case = format!("world {world} count {count} len {len} seed {seed}");
+                        let case = format!(
+                            "world {world} count {count} window {window} len {len} seed {seed}"
+                        );
                         let results = on_ring(driver, |rank, link| {
                             let mut buf = inputs[rank].clone();
                             let mut scratch = [0u8; 20];
@@ -301,6 +335,7 @@ mod tests {
                                 buf: &mut buf[..],
                                 combine: fold::sum_f64,
                                 count,
+                                window,
                                 scratch: &mut scratch,
                                 filling: [Filling::NONE; 2],
                             };
@@ -316,7 +351,8 @@ mod tests {
         }
     }
 
-    /// The ring plan's gates, structurally, for worlds 2..=16, 1..=3 slices and every rank: of a
+    /// The ring plan's gates, structurally, for worlds 2..=16, 1..=5 slices in windows of 1..=3
+    /// and every rank: of a
     /// frame coming in and a frame going out with the same slice, one always comes before the
     /// other, whatever order the link moves them in. So no frame overwrites a slice that a frame
     /// still on its way out is reading. An honest neighbour cannot send a frame before the gate
@@ -326,7 +362,8 @@ mod tests {
     #[allow(clippy::needless_range_loop)] // events index several tables at once
     fn ring_plan_never_takes_in_a_slice_while_a_frame_out_may_still_be_reading_it() {
         for world in 2..=16 {
-            for count in 1..=3 {
+            for (count, window) in [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (4, 3), (5, 2), (3, 3)]
+            {
                 let mut buf = vec![0.0f64; world * count * 2];
                 let mut scratch = vec![0u8; 64];
                 for rank in 0..world {
@@ -335,10 +372,11 @@ mod tests {
                         buf: &mut buf,
                         combine: fold::sum_f64,
                         count,
+                        window,
                         scratch: &mut scratch,
                         filling: [Filling::NONE; 2],
                     };
-                    let case = format!("world {world} count {count} rank {rank}");
+                    let case = format!("world {world} count {count} window {window} rank {rank}");
                     let frames = [plan.frames(RIGHTWARD), plan.frames(LEFTWARD)];
                     // Four chains of events: out rightward, out leftward, in rightward, in
                     // leftward. An event is (chain, index); `clock[event][c]` counts the events
@@ -352,7 +390,7 @@ mod tests {
                         } else {
                             received[c - 2] = i;
                         }
-                        let progress = Progress { sent: &sent, received: &received };
+                        let progress = Moved { sent: &sent, received: &received };
                         if c < 2 {
                             plan.ready(c, progress)
                         } else {
@@ -491,11 +529,13 @@ mod tests {
         }
     }
 
-    /// The ring plan keeps the seam's rule for worlds 1..=16, 1..=3 slices and every rank.
+    /// The ring plan keeps the seam's rule for worlds 1..=16, 1..=5 slices in windows of 1..=3
+    /// and every rank.
     #[test]
     fn ring_gates_look_only_at_earlier_frames_and_ways() {
         for world in 1..=16 {
-            for count in 1..=3 {
+            for (count, window) in [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (4, 3), (5, 2), (3, 3)]
+            {
                 let mut buf = vec![0.0f64; world * count * 2];
                 let mut scratch = vec![0u8; 64];
                 for rank in 0..world {
@@ -504,10 +544,11 @@ mod tests {
                         buf: &mut buf,
                         combine: fold::sum_f64,
                         count,
+                        window,
                         scratch: &mut scratch,
                         filling: [Filling::NONE; 2],
                     };
-                    let case = format!("world {world} count {count} rank {rank}");
+                    let case = format!("world {world} count {count} window {window} rank {rank}");
                     assert_gates_keep_the_rule(&plan, &case);
                 }
             }

@@ -80,6 +80,14 @@ pub(crate) fn gather_limit(world: usize) -> usize {
 /// comparison that chose this size.
 pub(crate) const SLICE_BYTES: usize = 256 * 1024;
 
+/// Slices of a segment that go round the ring side by side (the ring plan's window): the
+/// frames of a window's slices go step by step, so a step pays a hop's latency once for all of
+/// them rather than once per slice. Every rank must use the same window (it orders the frames
+/// on the wire: another window is another protocol version). One slice, the order before
+/// windows: wider windows were faster through 500 us hops at world 4 but slower on loopback,
+/// where a slice is best forwarded while its fold is still in cache (docs/ring-window.md).
+pub(crate) const WINDOW: usize = 1;
+
 /// How many slices each segment of a `len`-element buffer (`elem` bytes each) is cut into in a
 /// world of `world`: enough that the longest segment's slices hold at most [`SLICE_BYTES`],
 /// and at least one.

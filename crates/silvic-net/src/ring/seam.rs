@@ -8,7 +8,7 @@
 //! A plan has [`FramePlan::ways`] ways. On way `w`, a rank sends [`FramePlan::frames`]`(w)`
 //! frames to the rank [`Route::offset`] places round the ring from it, and receives as many
 //! from the rank that far back, each way's frames in order. A driver keeps, per way, how many
-//! frames are all out and how many all in (a [`Progress`]) and repeats, in any order it likes:
+//! frames are all out and how many all in (a [`Moved`]) and repeats, in any order it likes:
 //!
 //! - **Send** frame `i = sent[w]` of way `w` once [`FramePlan::ready`]`(w, progress)`: its
 //!   bytes are [`FramePlan::header`]`(w, i)` encoded, then [`FramePlan::payload`]`(w, i)`.
@@ -67,6 +67,7 @@ impl Route {
     }
 
     /// The rank this way's frames come from.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn receives_from(self, rank: usize, world: usize) -> usize {
         (rank as isize - self.offset).rem_euclid(world as isize) as usize
     }
@@ -75,7 +76,7 @@ impl Route {
 /// How far a driver has moved a plan: per way (indexed as [`FramePlan::ways`]), the frames all
 /// out and the frames all in.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Progress<'a> {
+pub(crate) struct Moved<'a> {
     pub(crate) sent: &'a [usize],
     pub(crate) received: &'a [usize],
 }
@@ -95,9 +96,9 @@ pub(crate) trait FramePlan {
     /// is taken).
     fn expect(&self, way: usize, j: usize) -> Header;
     /// Whether the next outgoing frame on `way` (frame `progress.sent[way]`) may go.
-    fn ready(&self, way: usize, progress: Progress<'_>) -> bool;
+    fn ready(&self, way: usize, progress: Moved<'_>) -> bool;
     /// Whether the next incoming frame on `way` (frame `progress.received[way]`) may be taken.
-    fn may_receive(&self, way: usize, progress: Progress<'_>) -> bool;
+    fn may_receive(&self, way: usize, progress: Moved<'_>) -> bool;
     /// The payload of outgoing frame `i`; asked for only once it is ready.
     fn payload(&self, way: usize, i: usize) -> &[u8];
     /// Room for the next payload bytes of incoming frame `j`; empty once it is all in.
