@@ -418,7 +418,7 @@ mod tests {
         let timeout = Duration::from_millis(300);
         let e = gather_within(&dir, 3, timeout, Duration::from_secs(20)).unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("ranks [1, 2] are missing"), "{text}");
+        assert!(text.contains("ranks [1, 2] never gave their addresses"), "{text}");
         assert!(text.contains("rank-1 was ignored: not a regular file"), "{text}");
         assert!(text.contains("rank-2 was ignored"), "{text}");
         fs::remove_dir_all(&dir).unwrap();

@@ -308,7 +308,7 @@ mod tests {
         let e = server.join().unwrap().unwrap_err();
         let text = e.to_string();
         assert_eq!(e.peer(), Some(2));
-        assert!(text.contains("ranks [2] are missing"), "{text}");
+        assert!(text.contains("ranks [2] never gave their addresses"), "{text}");
         assert!(text.contains("a connection claiming rank 2 (from 127.0.0.1:"), "{text}");
         assert!(text.contains("was refused: job token mismatch"), "{text}");
         let told = one.join().unwrap().unwrap_err();

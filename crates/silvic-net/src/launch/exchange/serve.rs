@@ -370,7 +370,7 @@ impl Server<'_> {
             }
         }
         ConnectError::RendezvousTimeout {
-            rendezvous: format!("address exchange on {}", self.listen_address),
+            rendezvous: self.listen_address.clone(),
             missing,
             waited: self.plan.timeout,
             detail,
