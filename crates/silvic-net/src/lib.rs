@@ -56,8 +56,8 @@
 //!   peer sends, and no error exits the process.
 //! - **Watchable.** [`TcpCollective::stats`] counts collectives, bytes and the time waited on
 //!   each neighbour; [`TcpCollective::watch`] shows another thread, while a call runs, which
-//!   call each rank is in and since when; a collective that waits logs a warning after 10 s and then as its wait
-//!   doubles, naming the rank it waits on and its address.
+//!   call each rank is in and since when; a collective that waits logs a warning after 10 s
+//!   and then as its wait doubles, naming the rank it waits on and its address.
 //!
 //! # Threat model
 //!

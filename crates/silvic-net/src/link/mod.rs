@@ -32,11 +32,11 @@
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
 //!   timeout, notice, warning and deadline from the moment it is handed). A waiting rank sends
-//!   notices to every neighbour (`control::notice_every`), naming the rank it blames (its own stalled neighbour,
-//!   or the rank that neighbour's fresh notice names), so only a neighbour of a stalled rank
-//!   times out, and every error names the stalled rank. A data frame starts only once all of it
-//!   may go, so a frame stalled half-way is the reader's doing, never a wait further round the
-//!   ring.
+//!   notices to every neighbour (`control::notice_every`), naming the rank it blames (its own
+//!   stalled neighbour, or the rank that neighbour's fresh notice names), so only a neighbour
+//!   of a stalled rank times out, and every error names the stalled rank. A data frame starts
+//!   only once all of it may go, so a frame stalled half-way is the reader's doing, never a wait
+//!   further round the ring.
 //! - An outgoing frame, data or control, is written whole or the stream is shut: a notice or an
 //!   abort only ever follows a complete frame on its stream, so a receiver never mistakes it for
 //!   payload.

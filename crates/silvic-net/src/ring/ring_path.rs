@@ -21,9 +21,10 @@
 //! - Rightward, a rank takes in at most one frame more than it has sent: frame `j` comes in once
 //!   frame `j - 1` is out. Step `s` of the reduce-scatter sends segment `rank - s` and receives
 //!   segment `rank - s - 1`, and hop `h` of the rightward gather overwrites slice `k` of segment
-//!   `rank - h`, which the reduce-scatter sent at step `h` of slice `k`, an earlier frame. The credit also keeps the ring in
-//!   step without a barrier (the socket buffers hold what a neighbour sends beyond it; reading
-//!   further ahead made the ring slower, docs/performance.md).
+//!   `rank - h`, which the reduce-scatter sent at step `h` of slice `k`, an earlier frame. The
+//!   credit also keeps the ring in step without a barrier (the socket buffers hold what a
+//!   neighbour sends beyond it; reading further ahead made the ring slower,
+//!   docs/performance.md).
 //! - Leftward hop `h` overwrites segment `rank + h + 2`, which the reduce-scatter sent at step
 //!   `world - h - 2`: it comes in once that rightward frame is out. An honest right neighbour
 //!   cannot send it earlier (the segment was folded on its way through this rank), so the gate

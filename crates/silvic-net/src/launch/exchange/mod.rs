@@ -536,7 +536,8 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("(last error: Connection refused"), "{e}");
-        let silent = TcpListener::bind("127.0.0.1:0").unwrap(); // accepts (the backlog), never answers
+        // Accepts (the backlog), never answers.
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let timeout = Duration::from_secs(6);
         let e = join(&Join {
             server: silent.local_addr().unwrap(),
