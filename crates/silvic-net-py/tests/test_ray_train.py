@@ -7,10 +7,12 @@ read them. Times between events come from those records (wall clock, one machine
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -175,6 +177,43 @@ def test_a_worker_that_stops_calling_is_named_by_the_hang_report(
     assert "failing the attempt: it waited past fail_after=8 s" in error.report
     (stopped,) = events(tmp_path, victim, "stopped")
     print(f"\nfailed {failed - stopped['at']:.1f} s after rank {victim} stopped calling:\n{error.report}")
+
+
+def test_lightgbm_on_four_workers_grows_one_model_from_every_shard(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """examples/ray_train_lightgbm.py's train loop: real LightGBM, data-parallel, over the ring."""
+    lgb = pytest.importorskip("lightgbm")
+    from ray.train.lightgbm import RayTrainReportCallback
+    from train_loops import lightgbm_example, load_example
+
+    rows, rounds = 4000, 10
+    config = {"seed": 3, "rows": rows, "rounds": rounds}
+    result = fit(lightgbm_example, config, tmp_path, backend=SilvicConfig(timeout=60.0))
+    assert result.error is None
+    models = [(tmp_path / f"model{rank}.txt").read_text() for rank in range(WORLD)]
+    # The shards differ (seeded by rank): only trees grown from histograms summed over the ring
+    # come out the same on every worker.
+    for rank in range(1, WORLD):
+        assert models[rank] == models[0], f"rank {rank}'s model differs from rank 0's"
+    trees = lgb.Booster(model_str=models[0]).dump_model()["tree_info"]
+    assert len(trees) == rounds
+    assert all(tree["num_leaves"] > 1 for tree in trees), "a tree without a split"
+    # Every tree's root counts the rows of all four shards, not one worker's.
+    assert {tree["tree_structure"]["internal_count"] for tree in trees} == {WORLD * rows}
+
+    metrics = result.metrics
+    assert metrics["trees"] == rounds and metrics["workers_with_rank0_model"] == WORLD, metrics
+    rmse = metrics["valid_rmse_all_workers"]
+    example = load_example("ray_train_lightgbm")
+    labels = np.concatenate(
+        [example.make_shard(3 * 1000 + 500 + rank, rows // 5)[1] for rank in range(WORLD)]
+    )
+    # Finite, and better than predicting the mean: the trees learned.
+    assert math.isfinite(rmse) and rmse < float(np.std(labels)), (rmse, np.std(labels))
+    saved = RayTrainReportCallback.get_model(result.checkpoint)
+    assert saved.dump_model()["tree_info"] == trees, "the checkpoint is not rank 0's model"
+    print(f"\n{len(trees)} trees, the same on {WORLD} workers; validation RMSE {rmse:.4f}")
 
 
 def progress(entered: int, index: Optional[int] = None, in_call: float = 0.0) -> dict[str, Any]:

@@ -4,6 +4,7 @@ this machine's one filesystem), one JSON line per event, so the test reads every
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -92,3 +93,21 @@ def straggler(config: dict[str, Any]) -> None:
             time.sleep(config["sleep"])
         ring.allgather_bytes(step.to_bytes(4, "little"))
     ray.train.report({"steps": config["steps"]})
+
+
+def lightgbm_example(config: dict[str, Any]) -> None:
+    """The train loop of examples/ray_train_lightgbm.py, run as it is; then each worker writes
+    the model it ended with to ``config["out"]``."""
+    booster = load_example("ray_train_lightgbm").train_loop(config)
+    rank = ray.train.get_context().get_world_rank()
+    (Path(config["out"]) / f"model{rank}.txt").write_text(booster.model_to_string())
+
+
+def load_example(name: str) -> Any:
+    """examples/NAME.py of this repository, imported from its file (examples/ is no package)."""
+    path = Path(__file__).resolve().parents[3] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
