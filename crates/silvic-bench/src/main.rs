@@ -23,6 +23,7 @@ mod launch;
 mod link_limit;
 mod rendezvous;
 mod report;
+mod sizes;
 mod sweep;
 mod timing;
 mod workload;

@@ -234,7 +234,7 @@ mod tests {
                 let header = Header::data(call.op, 0, 0, 0);
                 let plan =
                     GatherPlan { call, header, blocks: &mut blocks[..], filling: [(0, 0); 2] };
-                crate::ring::mem::assert_gates_keep_the_rule(&plan, &format!("world {world}"));
+                crate::ring::oracle::assert_gates_keep_the_rule(&plan, &format!("world {world}"));
             }
         }
     }

@@ -49,6 +49,8 @@ pub(crate) mod element;
 pub(crate) mod gather;
 #[cfg(test)]
 pub(crate) mod mem;
+#[cfg(test)]
+pub(crate) mod oracle;
 pub(crate) mod records;
 pub(crate) mod ring_path;
 pub(crate) mod schedule;
@@ -139,7 +141,8 @@ pub(crate) fn allreduce_numbers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mem::{Driver, bits, input, on_ring, reference};
+    use mem::{Driver, on_ring};
+    use oracle::{bits, input, reference};
     use silvic_core::Op;
 
     /// Runs `world` ranks over `inputs` with `combine`, each rank both paths in turn, then the

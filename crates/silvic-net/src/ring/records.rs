@@ -211,7 +211,8 @@ pub(crate) fn allreduce_records(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::mem::{Dice, Driver, assert_gates_keep_the_rule, on_ring};
+    use crate::ring::mem::{Dice, Driver, on_ring};
+    use crate::ring::oracle::assert_gates_keep_the_rule;
     use silvic_core::Op;
 
     /// A fold whose result shows the order: each 12-byte record is (f64, u32), a sum of floats

@@ -275,9 +275,8 @@ pub(crate) fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
 mod tests {
     use super::*;
     use crate::ring::allreduce;
-    use crate::ring::mem::{
-        Dice, Driver, assert_gates_keep_the_rule, bits, input, on_ring, reference,
-    };
+    use crate::ring::mem::{Dice, Driver, on_ring};
+    use crate::ring::oracle::{assert_gates_keep_the_rule, bits, input, reference};
     use silvic_core::{Op, fold};
 
     #[test]

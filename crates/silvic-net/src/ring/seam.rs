@@ -1,5 +1,5 @@
 //! The seam between the ring's algorithms and whatever carries their frames: a collective is a
-//! [`FramePlan`], and a [`Link`] moves it. The TCP link (`crate::link`), the fuzz targets' slice
+//! [`FramePlan`], and a [`Link`] moves it. The TCP link (`link`), the fuzz targets' slice
 //! link and the tests' in-memory driver (`super::mem`) import this module and nothing else of
 //! the ring.
 //!
