@@ -33,6 +33,7 @@ use tracing::warn;
 
 use super::Plan;
 use super::conn::Conn;
+use super::evict::{Progress, Standing, victim};
 use crate::handshake::fresh_nonce;
 use crate::handshake::{Acceptor, Claims, Failure, MAC_LEN, Message, MessageError, Next};
 use crate::wait::nonblocking;
@@ -47,40 +48,6 @@ pub(crate) const MAX_PER_SOURCE: usize = 32;
 pub(crate) const MAX_ACCEPTS_PER_TURN: usize = 64;
 /// How long the listener rests after accept failed with no handshake to close for room.
 pub(crate) const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
-
-/// How far an incoming connection has got, in the order it is worth keeping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Progress {
-    /// Nothing valid yet.
-    Silent,
-    /// A valid Hello, answered with a Challenge; the proof is awaited.
-    Challenged,
-    /// Proven and welcomed: the Welcome is being written.
-    Welcomed,
-}
-
-/// What the eviction rule knows of one held handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Standing {
-    /// It comes from a preferred address.
-    pub(super) preferred: bool,
-    /// How far its handshake got.
-    pub(super) progress: Progress,
-    /// It was accepted in the current turn, and not yet polled.
-    pub(super) fresh: bool,
-    /// Its accept order: lower is older.
-    pub(super) id: u64,
-}
-
-/// The handshake to drop for room, as an index into `held`, if any may be dropped: see the
-/// module doc for the order. The newcomer is never among `held`.
-pub(super) fn victim(held: impl IntoIterator<Item = Standing>) -> Option<usize> {
-    held.into_iter()
-        .enumerate()
-        .filter(|(_, s)| s.progress != Progress::Welcomed && !s.fresh)
-        .min_by_key(|(_, s)| (s.preferred, s.progress, s.id))
-        .map(|(i, _)| i)
-}
 
 /// Whom a lobby admits, and the key and roster their proofs are checked with.
 #[derive(Clone, Copy)]

@@ -15,6 +15,7 @@
 pub(crate) mod accept;
 mod conn;
 mod dial;
+mod evict;
 
 use std::collections::HashSet;
 use std::io;

@@ -42,6 +42,7 @@
 //!   so nothing read sizes an allocation beyond [`wire::MAX_ABORT_TEXT`].
 
 mod join;
+mod member;
 mod serve;
 mod wire;
 

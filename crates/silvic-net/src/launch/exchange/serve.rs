@@ -3,13 +3,13 @@
 //! member (each looked at once more) the list goes to all of them at once.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
-use socket2::{SockRef, TcpKeepalive};
 use tracing::{debug, warn};
 
+use super::member::{Heard, Member, listen_to, tell};
 use super::wire::{
     ADDRESS_LEN, LIST, NO_ROSTER, PING, abort_message, decode_address, duplicate_message,
     encode_address, exchange_key,
@@ -23,12 +23,6 @@ use crate::wait::{Backoff, nonblocking, wait as poll_wait};
 /// When the exchange says whom it still waits for: after 5 s, then at doubling gaps up to a
 /// minute (a rank 0 given half an hour says so about 35 times).
 const PROGRESS: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(60));
-/// Keepalive on a member's connection: a rank whose host died is noticed within about
-/// `idle + retries x interval`, rather than holding its rank until the deadline.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
-const KEEPALIVE_RETRIES: u32 = 3;
-
 /// What rank 0 needs to serve the exchange.
 #[derive(Debug)]
 pub(crate) struct Serve<'a> {
@@ -48,53 +42,6 @@ struct Proven {
     inbox: [u8; ADDRESS_LEN],
     got: usize,
     deadline: Instant,
-}
-
-/// A rank that sent its address and waits for the list.
-struct Member {
-    stream: TcpStream,
-    address: SocketAddr,
-    /// Another process claims this rank: it waits here while this one is asked (a [`PING`])
-    /// whether it is still there, until the instant given.
-    contender: Option<(Box<Member>, Instant)>,
-}
-
-impl Member {
-    fn new(stream: TcpStream, address: SocketAddr) -> Member {
-        // A member says nothing until the list: keepalive notices a host that died meanwhile.
-        let keepalive = TcpKeepalive::new()
-            .with_time(KEEPALIVE_IDLE)
-            .with_interval(KEEPALIVE_INTERVAL)
-            .with_retries(KEEPALIVE_RETRIES);
-        if let Err(e) = SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
-            debug!(%address, error = %e, "exchange: no keepalive on a member");
-        }
-        Member { stream, address, contender: None }
-    }
-}
-
-/// What a member's connection showed.
-enum Heard {
-    Nothing,
-    /// Its answer to a [`PING`].
-    Pong,
-    /// Closed, broken, or saying what a waiting rank never says.
-    Gone,
-}
-
-fn listen_to(stream: &mut TcpStream) -> Heard {
-    let mut byte = [0u8; 1];
-    match nonblocking(|| stream.read(&mut byte)) {
-        Ok(None) => Heard::Nothing,
-        Ok(Some(1)) if byte[0] == PING => Heard::Pong,
-        _ => Heard::Gone,
-    }
-}
-
-/// Best effort, without waiting: a last message to a rank rank 0 is about to close. The
-/// socket's buffer is empty (a member is sent nothing before), so the bytes fit.
-fn tell(mut stream: TcpStream, bytes: &[u8]) {
-    let _ = nonblocking(|| stream.write(bytes));
 }
 
 /// Rank 0's whole state while the exchange runs.
