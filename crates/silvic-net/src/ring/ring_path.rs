@@ -351,6 +351,36 @@ mod tests {
         }
     }
 
+    /// Calls `check` with every rank's ring plan of each world in `worlds`, in the shapes (slices,
+    /// window) the plan tests cover, and the case's name.
+    fn each_ring_plan(
+        worlds: std::ops::RangeInclusive<usize>,
+        mut check: impl FnMut(&RingPlan<'_, f64, fn(f64, f64) -> f64>, &str),
+    ) {
+        for world in worlds {
+            for (count, window) in [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (4, 3), (5, 2), (3, 3)]
+            {
+                let mut buf = vec![0.0f64; world * count * 2];
+                let mut scratch = vec![0u8; 64];
+                for rank in 0..world {
+                    let plan = RingPlan {
+                        call: Call { rank, world, op: Op::AllreduceSumF64, seq: 0 },
+                        buf: &mut buf,
+                        combine: fold::sum_f64 as fn(f64, f64) -> f64,
+                        count,
+                        window,
+                        scratch: &mut scratch,
+                        filling: [Filling::NONE; 2],
+                    };
+                    check(
+                        &plan,
+                        &format!("world {world} count {count} window {window} rank {rank}"),
+                    );
+                }
+            }
+        }
+    }
+
     /// The ring plan's gates, structurally, for worlds 2..=16, 1..=5 slices in windows of 1..=3
     /// and every rank: of a
     /// frame coming in and a frame going out with the same slice, one always comes before the
@@ -361,117 +391,92 @@ mod tests {
     #[test]
     #[allow(clippy::needless_range_loop)] // events index several tables at once
     fn ring_plan_never_takes_in_a_slice_while_a_frame_out_may_still_be_reading_it() {
-        for world in 2..=16 {
-            for (count, window) in [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (4, 3), (5, 2), (3, 3)]
-            {
-                let mut buf = vec![0.0f64; world * count * 2];
-                let mut scratch = vec![0u8; 64];
-                for rank in 0..world {
-                    let plan = RingPlan {
-                        call: Call { rank, world, op: Op::AllreduceSumF64, seq: 0 },
-                        buf: &mut buf,
-                        combine: fold::sum_f64,
-                        count,
-                        window,
-                        scratch: &mut scratch,
-                        filling: [Filling::NONE; 2],
-                    };
-                    let case = format!("world {world} count {count} window {window} rank {rank}");
-                    let frames = [plan.frames(RIGHTWARD), plan.frames(LEFTWARD)];
-                    // Four chains of events: out rightward, out leftward, in rightward, in
-                    // leftward. An event is (chain, index); `clock[event][c]` counts the events
-                    // of chain `c` that come before it in every order the gates allow.
-                    let len = |c: usize| frames[c % 2];
-                    let gate = |c: usize, i: usize, before: [usize; 4]| {
-                        let (mut sent, mut received) =
-                            ([before[0], before[1]], [before[2], before[3]]);
-                        if c < 2 {
-                            sent[c] = i;
-                        } else {
-                            received[c - 2] = i;
-                        }
-                        let progress = Moved { sent: &sent, received: &received };
-                        if c < 2 {
-                            plan.ready(c, progress)
-                        } else {
-                            plan.may_receive(c - 2, progress)
-                        }
-                    };
-                    // What each gate needs directly: per other chain, the fewest events that
-                    // open it with every other chain as far on as it goes.
-                    let all = [frames[0], frames[1], frames[0], frames[1]];
-                    let mut clock: Vec<Vec<[usize; 4]>> = (0..4)
-                        .map(|c| {
-                            (0..len(c))
-                                .map(|i| {
-                                    let mut need = [0; 4];
-                                    need[c] = i;
-                                    for o in (0..4).filter(|&o| o != c) {
-                                        let opens = |k: usize| {
-                                            let mut before = all;
-                                            before[o] = k;
-                                            gate(c, i, before)
-                                        };
-                                        need[o] = (0..=all[o]).find(|&k| opens(k)).unwrap();
-                                    }
-                                    need
-                                })
-                                .collect()
+        each_ring_plan(2..=16, |plan, case| {
+            let frames = [plan.frames(RIGHTWARD), plan.frames(LEFTWARD)];
+            // Four chains of events: out rightward, out leftward, in rightward, in
+            // leftward. An event is (chain, index); `clock[event][c]` counts the events
+            // of chain `c` that come before it in every order the gates allow.
+            let len = |c: usize| frames[c % 2];
+            let gate = |c: usize, i: usize, before: [usize; 4]| {
+                let (mut sent, mut received) = ([before[0], before[1]], [before[2], before[3]]);
+                if c < 2 {
+                    sent[c] = i;
+                } else {
+                    received[c - 2] = i;
+                }
+                let progress = Moved { sent: &sent, received: &received };
+                if c < 2 { plan.ready(c, progress) } else { plan.may_receive(c - 2, progress) }
+            };
+            // What each gate needs directly: per other chain, the fewest events that
+            // open it with every other chain as far on as it goes.
+            let all = [frames[0], frames[1], frames[0], frames[1]];
+            let mut clock: Vec<Vec<[usize; 4]>> = (0..4)
+                .map(|c| {
+                    (0..len(c))
+                        .map(|i| {
+                            let mut need = [0; 4];
+                            need[c] = i;
+                            for o in (0..4).filter(|&o| o != c) {
+                                let opens = |k: usize| {
+                                    let mut before = all;
+                                    before[o] = k;
+                                    gate(c, i, before)
+                                };
+                                need[o] = (0..=all[o]).find(|&k| opens(k)).unwrap();
+                            }
+                            need
                         })
-                        .collect();
-                    // What comes before an event's predecessors comes before it.
-                    loop {
-                        let mut changed = false;
-                        for c in 0..4 {
-                            for i in 0..len(c) {
-                                let mut need = clock[c][i];
-                                for o in 0..4 {
-                                    if need[o] > 0 {
-                                        let prior = clock[o][need[o] - 1];
-                                        for x in 0..4 {
-                                            need[x] = need[x].max(prior[x]);
-                                        }
-                                    }
-                                }
-                                if raise(&mut clock[c][i], need) {
-                                    changed = true;
+                        .collect()
+                })
+                .collect();
+            // What comes before an event's predecessors comes before it.
+            loop {
+                let mut changed = false;
+                for c in 0..4 {
+                    for i in 0..len(c) {
+                        let mut need = clock[c][i];
+                        for o in 0..4 {
+                            if need[o] > 0 {
+                                let prior = clock[o][need[o] - 1];
+                                for x in 0..4 {
+                                    need[x] = need[x].max(prior[x]);
                                 }
                             }
                         }
-                        if !changed {
-                            break;
+                        if raise(&mut clock[c][i], need) {
+                            changed = true;
                         }
                     }
-                    for c in 0..4 {
-                        for i in 0..len(c) {
+                }
+                if !changed {
+                    break;
+                }
+            }
+            for c in 0..4 {
+                for i in 0..len(c) {
+                    assert!(clock[c][i][c] <= i, "{case}: chain {c} event {i} waits on itself");
+                }
+            }
+            let slice_of = |c: usize, i: usize| {
+                let f = plan.frame(c % 2, i);
+                (if c < 2 { f.send } else { f.recv }, f.slice)
+            };
+            for d in 2..4 {
+                for j in 0..len(d) {
+                    for e in 0..2 {
+                        for i in 0..len(e) {
+                            let ordered = clock[d][j][e] > i || clock[e][i][d] > j;
                             assert!(
-                                clock[c][i][c] <= i,
-                                "{case}: chain {c} event {i} waits on itself"
+                                slice_of(e, i) != slice_of(d, j) || ordered,
+                                "{case}: frame {j} in on way {} may overwrite what frame \
+                                 {i} out on way {e} is still sending",
+                                d - 2
                             );
-                        }
-                    }
-                    let slice_of = |c: usize, i: usize| {
-                        let f = plan.frame(c % 2, i);
-                        (if c < 2 { f.send } else { f.recv }, f.slice)
-                    };
-                    for d in 2..4 {
-                        for j in 0..len(d) {
-                            for e in 0..2 {
-                                for i in 0..len(e) {
-                                    let ordered = clock[d][j][e] > i || clock[e][i][d] > j;
-                                    assert!(
-                                        slice_of(e, i) != slice_of(d, j) || ordered,
-                                        "{case}: frame {j} in on way {} may overwrite what frame \
-                                         {i} out on way {e} is still sending",
-                                        d - 2
-                                    );
-                                }
-                            }
                         }
                     }
                 }
             }
-        }
+        });
     }
 
     /// Raises `clock` to `need`; whether it changed.
@@ -533,25 +538,6 @@ mod tests {
     /// and every rank.
     #[test]
     fn ring_gates_look_only_at_earlier_frames_and_ways() {
-        for world in 1..=16 {
-            for (count, window) in [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (4, 3), (5, 2), (3, 3)]
-            {
-                let mut buf = vec![0.0f64; world * count * 2];
-                let mut scratch = vec![0u8; 64];
-                for rank in 0..world {
-                    let plan = RingPlan {
-                        call: Call { rank, world, op: Op::AllreduceSumF64, seq: 0 },
-                        buf: &mut buf,
-                        combine: fold::sum_f64,
-                        count,
-                        window,
-                        scratch: &mut scratch,
-                        filling: [Filling::NONE; 2],
-                    };
-                    let case = format!("world {world} count {count} window {window} rank {rank}");
-                    assert_gates_keep_the_rule(&plan, &case);
-                }
-            }
-        }
+        each_ring_plan(1..=16, |plan, case| assert_gates_keep_the_rule(plan, case));
     }
 }
