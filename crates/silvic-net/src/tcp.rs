@@ -15,9 +15,10 @@ use crate::bind::{self, BindOptions, listen, resolve};
 use crate::error::ConnectError;
 use crate::link::{RingPlace, TcpRing};
 use crate::liveness;
+use crate::probe;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::seam::Route;
-use crate::ring::{Call, Element, Scratch};
+use crate::ring::{Call, Element, Scratch, schedule};
 use crate::stats::{RingStats, RingWatch};
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
@@ -242,7 +243,31 @@ impl TcpCollective {
         // The rendezvous hands over the two neighbours' streams; the link takes any number,
         // each named by the route to the rank at its other end.
         let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
-        collective.ring = Some(TcpRing::new(streams, place, timeout));
+        let mut ring = TcpRing::new(streams, place, timeout);
+        let network = match probe::measure(&mut ring, rank, world, &mut collective.scratch) {
+            Ok(network) => network,
+            Err(error) => {
+                warn!(%error, "measuring the network failed; closing the ring");
+                ring.abort(rank, &error, probe::FIRST_PROBE_SEQ);
+                let error = as_seen_by(rank, error);
+                if let CollectiveError::Aborted { .. } = error {
+                    // Another rank failed, in a probe or already in its first call (ranks leave
+                    // the probes one after another): the ring formed, and every call on it
+                    // returns that failure, as if it had come a moment later.
+                    collective.failed = Some(error);
+                    collective.ring = Some(ring);
+                    return Ok(collective);
+                }
+                return Err(probe_failed(error, addresses, timeout));
+            }
+        };
+        ring.measured(network);
+        info!(
+            hop_us = network.hop_ns / 1000,
+            window = schedule::window(network),
+            "network measured"
+        );
+        collective.ring = Some(ring);
         Ok(collective)
     }
 
@@ -376,6 +401,31 @@ impl TcpCollective {
         self.run(op, size_of_val(buf), |ring, seq, scratch| {
             crate::ring::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
         })
+    }
+}
+
+/// A failure of the probes `connect` runs once the ring has formed, as a [`ConnectError`]
+/// naming the rank at fault: a timeout as the rendezvous's own, anything else as an i/o error
+/// with the collective's message.
+fn probe_failed(error: CollectiveError, addresses: &[String], timeout: Duration) -> ConnectError {
+    let peer = error.peer().unwrap_or_default();
+    let address = addresses[peer].clone();
+    match error {
+        CollectiveError::Timeout { .. } => ConnectError::Timeout {
+            peer,
+            address,
+            waited: timeout,
+            waiting_for: "to measure the network once the ring formed".into(),
+        },
+        CollectiveError::Io { kind, .. } => {
+            ConnectError::Io { peer, address, kind, message: error.to_string() }
+        }
+        _ => ConnectError::Io {
+            peer,
+            address,
+            kind: std::io::ErrorKind::ConnectionAborted,
+            message: error.to_string(),
+        },
     }
 }
 
