@@ -20,8 +20,13 @@ use std::time::{Duration, Instant};
 
 use silvic_core::{CollectiveError, Dtype, Op, Reduction, fold};
 
+use tracing::{info, warn};
+
+use crate::error::ConnectError;
+use crate::link::TcpRing;
 use crate::ring::seam::Network;
-use crate::ring::{Call, Link, Scratch, allreduce, twoway};
+use crate::ring::{Call, Link, Scratch, allreduce, schedule, twoway};
+use crate::tcp::as_seen_by;
 
 /// Timed probes per ring. The first also waits for the slowest rank to arrive, so the fastest
 /// of the rest is the figure.
@@ -57,6 +62,61 @@ pub(crate) fn measure(
     Ok(Network { hop_ns: agreed[0] })
 }
 
+/// Measures the network of a ring `connect` has just formed and hands it to the ring. `Ok(None)`
+/// once measured; `Ok(Some(error))` when another rank failed first (an abort came, see the
+/// module doc), for the ring to be handed out failed; `Err` naming the rank at fault otherwise.
+/// On either failure the neighbours are told and the streams shut.
+pub(crate) fn settle(
+    ring: &mut TcpRing,
+    rank: usize,
+    scratch: &mut Scratch,
+    addresses: &[String],
+    timeout: Duration,
+) -> Result<Option<CollectiveError>, ConnectError> {
+    let world = addresses.len();
+    match measure(ring, rank, world, scratch) {
+        Ok(network) => {
+            ring.measured(network);
+            let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
+            info!(hop_us, window, "network measured");
+            Ok(None)
+        }
+        Err(error) => {
+            warn!(%error, "measuring the network failed; closing the ring");
+            ring.abort(rank, &error, FIRST_PROBE_SEQ);
+            match as_seen_by(rank, error) {
+                aborted @ CollectiveError::Aborted { .. } => Ok(Some(aborted)),
+                error => Err(connect_error(error, addresses, timeout)),
+            }
+        }
+    }
+}
+
+/// A failure of the probes `connect` runs once the ring has formed, as a [`ConnectError`]
+/// naming the rank at fault: a timeout as the rendezvous's own, anything else as an i/o error
+/// with the collective's message.
+fn connect_error(error: CollectiveError, addresses: &[String], timeout: Duration) -> ConnectError {
+    let peer = error.peer().unwrap_or_default();
+    let address = addresses[peer].clone();
+    match error {
+        CollectiveError::Timeout { .. } => ConnectError::Timeout {
+            peer,
+            address,
+            waited: timeout,
+            waiting_for: "to measure the network once the ring formed".into(),
+        },
+        CollectiveError::Io { kind, .. } => {
+            ConnectError::Io { peer, address, kind, message: error.to_string() }
+        }
+        _ => ConnectError::Io {
+            peer,
+            address,
+            kind: std::io::ErrorKind::ConnectionAborted,
+            message: error.to_string(),
+        },
+    }
+}
+
 /// A hop's cost, in nanoseconds, from the time of one small allreduce on the gather path in a
 /// world of `world` (which takes [`twoway::hops`] hops).
 pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
@@ -68,7 +128,29 @@ pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
 mod tests {
     use super::*;
     use crate::ring::mem::{Driver, on_ring};
-    use crate::ring::schedule;
+
+    #[test]
+    fn a_failed_probe_is_a_connect_error_naming_the_rank() {
+        let addresses: Vec<String> = (0..3).map(|r| format!("10.0.0.{r}:7000")).collect();
+        let timeout = Duration::from_secs(9);
+        let waited = Duration::from_secs(9);
+        match connect_error(CollectiveError::Timeout { peer: 2, waited }, &addresses, timeout) {
+            ConnectError::Timeout { peer: 2, address, waited, waiting_for } => {
+                assert_eq!((address.as_str(), waited), ("10.0.0.2:7000", timeout));
+                assert!(waiting_for.contains("measure the network"), "{waiting_for}");
+            }
+            other => panic!("{other}"),
+        }
+        let closed = CollectiveError::PeerClosed { peer: 1 };
+        match connect_error(closed.clone(), &addresses, timeout) {
+            ConnectError::Io { peer: 1, address, kind, message } => {
+                assert_eq!(address, "10.0.0.1:7000");
+                assert_eq!(kind, std::io::ErrorKind::ConnectionAborted);
+                assert_eq!(message, closed.to_string());
+            }
+            other => panic!("{other}"),
+        }
+    }
 
     #[test]
     fn a_hop_is_the_call_over_its_hops() {

@@ -18,7 +18,7 @@ use crate::liveness;
 use crate::probe;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::seam::Route;
-use crate::ring::{Call, Element, Scratch, schedule};
+use crate::ring::{Call, Element, Scratch};
 use crate::stats::{RingStats, RingWatch};
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
@@ -244,29 +244,8 @@ impl TcpCollective {
         // each named by the route to the rank at its other end.
         let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
         let mut ring = TcpRing::new(streams, place, timeout);
-        let network = match probe::measure(&mut ring, rank, world, &mut collective.scratch) {
-            Ok(network) => network,
-            Err(error) => {
-                warn!(%error, "measuring the network failed; closing the ring");
-                ring.abort(rank, &error, probe::FIRST_PROBE_SEQ);
-                let error = as_seen_by(rank, error);
-                if let CollectiveError::Aborted { .. } = error {
-                    // Another rank failed, in a probe or already in its first call (ranks leave
-                    // the probes one after another): the ring formed, and every call on it
-                    // returns that failure, as if it had come a moment later.
-                    collective.failed = Some(error);
-                    collective.ring = Some(ring);
-                    return Ok(collective);
-                }
-                return Err(probe_failed(error, addresses, timeout));
-            }
-        };
-        ring.measured(network);
-        info!(
-            hop_us = network.hop_ns / 1000,
-            window = schedule::window(network),
-            "network measured"
-        );
+        collective.failed =
+            probe::settle(&mut ring, rank, &mut collective.scratch, addresses, timeout)?;
         collective.ring = Some(ring);
         Ok(collective)
     }
@@ -404,31 +383,6 @@ impl TcpCollective {
     }
 }
 
-/// A failure of the probes `connect` runs once the ring has formed, as a [`ConnectError`]
-/// naming the rank at fault: a timeout as the rendezvous's own, anything else as an i/o error
-/// with the collective's message.
-fn probe_failed(error: CollectiveError, addresses: &[String], timeout: Duration) -> ConnectError {
-    let peer = error.peer().unwrap_or_default();
-    let address = addresses[peer].clone();
-    match error {
-        CollectiveError::Timeout { .. } => ConnectError::Timeout {
-            peer,
-            address,
-            waited: timeout,
-            waiting_for: "to measure the network once the ring formed".into(),
-        },
-        CollectiveError::Io { kind, .. } => {
-            ConnectError::Io { peer, address, kind, message: error.to_string() }
-        }
-        _ => ConnectError::Io {
-            peer,
-            address,
-            kind: std::io::ErrorKind::ConnectionAborted,
-            message: error.to_string(),
-        },
-    }
-}
-
 /// A failure as rank `rank` reports it to its caller: `peer()` names another rank, never
 /// `rank` (SPEC). An abort relayed from `origin` whose cause names this rank (the origin found
 /// this rank's buffer of another length, or this rank in another call) becomes the same
@@ -436,7 +390,7 @@ fn probe_failed(error: CollectiveError, addresses: &[String], timeout: Duration)
 /// timed out on it, or lost its stream) becomes the origin closing its streams to this rank, the
 /// one thing this rank saw of it (the origin's own error is in the log line before). Every
 /// other error is kept as it is.
-fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
+pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
     let CollectiveError::Aborted { origin, cause } = error else {
         return error;
     };
