@@ -45,12 +45,20 @@
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
 //! over poll(2), and the tests plug in the in-memory driver.
 
+#[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
+pub(crate) mod bruck;
 pub(crate) mod element;
 pub(crate) mod gather;
+#[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
+pub(crate) mod index;
+#[cfg(test)]
+pub(crate) mod lockstep;
 #[cfg(test)]
 pub(crate) mod mem;
 #[cfg(test)]
 pub(crate) mod oracle;
+#[cfg(test)]
+pub(crate) mod plan_checks;
 pub(crate) mod records;
 pub(crate) mod ring_path;
 pub(crate) mod schedule;
