@@ -173,8 +173,6 @@ pub(super) struct IndexPlan<'a, T, C> {
     pub(super) combine: C,
     pub(super) count: usize,
     pub(super) chunk: usize,
-    /// Whether the allgather's ways follow the index's.
-    pub(super) gathers: bool,
     pub(super) routes: Vec<Route>,
     pub(super) store: &'a Store,
     pub(super) transit: &'a mut [u8],
@@ -198,19 +196,7 @@ impl<'a, T: Element, C: Fn(T, T) -> T> IndexPlan<'a, T, C> {
         let routes: Vec<Route> =
             (0..rounds).chain((0..rounds).filter(|_| gathers)).map(route).collect();
         let filling = vec![Filling { frame: usize::MAX, bytes: 0, pending: 0 }; routes.len()];
-        IndexPlan {
-            call,
-            buf,
-            combine,
-            count,
-            chunk,
-            gathers,
-            routes,
-            store,
-            transit,
-            fold,
-            filling,
-        }
+        IndexPlan { call, buf, combine, count, chunk, routes, store, transit, fold, filling }
     }
 
     fn rounds(&self) -> usize {

@@ -10,7 +10,7 @@
 //! before its payload is handed over in pieces of random size: a way that uses a shared stream
 //! out of turn fails here. No move possible before every plan is through: stuck.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::mem::Dice;
 use super::seam::{FramePlan, Moved, Receiving, Sink};
@@ -29,18 +29,16 @@ pub(crate) fn drive(
     let ways: Vec<usize> = plans.iter().map(|p| p.ways().len()).collect();
     let mut sent: Vec<Vec<usize>> = ways.iter().map(|&w| vec![0; w]).collect();
     let mut received = sent.clone();
-    let mut streams: HashMap<(usize, usize), VecDeque<Vec<u8>>> = HashMap::new();
+    // Stream from rank a to rank b at a * world + b.
+    let mut streams: Vec<VecDeque<Vec<u8>>> = vec![VecDeque::new(); world * world];
     let mut options = Vec::new();
+    let mut left: usize =
+        (0..world).map(|r| (0..ways[r]).map(|w| 2 * plans[r].frames(w)).sum::<usize>()).sum();
     loop {
-        let done = (0..world).all(|r| {
-            (0..ways[r]).all(|w| {
-                let frames = plans[r].frames(w);
-                sent[r][w] == frames && received[r][w] == frames
-            })
-        });
-        if done {
+        if left == 0 {
             return Ok(());
         }
+        left -= 1; // the move drawn below, or a failure
         // A rank drawn first, then one of its moves: cheap per move, and every order the gates
         // allow can still be drawn.
         let start = dice.below(world);
@@ -53,11 +51,16 @@ pub(crate) fn drive(
                 let frames = plan.frames(w);
                 let to = route.sends_to(r, world);
                 let from = route.receives_from(r, world);
-                let held = |a, b| streams.get(&(a, b)).map_or(0, VecDeque::len);
-                if sent[r][w] < frames && plan.ready(w, progress) && held(r, to) < capacity {
+                if sent[r][w] < frames
+                    && streams[r * world + to].len() < capacity
+                    && plan.ready(w, progress)
+                {
                     options.push((w, true));
                 }
-                if received[r][w] < frames && plan.may_receive(w, progress) && held(from, r) > 0 {
+                if received[r][w] < frames
+                    && !streams[from * world + r].is_empty()
+                    && plan.may_receive(w, progress)
+                {
                     options.push((w, false));
                 }
             }
@@ -74,13 +77,13 @@ pub(crate) fn drive(
             let i = sent[r][w];
             let mut frame = plans[r].header(w, i).encode().to_vec();
             frame.extend_from_slice(plans[r].payload(w, i));
-            streams.entry((r, route.sends_to(r, world))).or_default().push_back(frame);
+            streams[r * world + route.sends_to(r, world)].push_back(frame);
             sent[r][w] += 1;
             continue;
         }
         let j = received[r][w];
         let from = route.receives_from(r, world);
-        let frame = streams.get_mut(&(from, r)).and_then(VecDeque::pop_front).expect("waiting");
+        let frame = streams[from * world + r].pop_front().expect("a frame waiting");
         let head = Header::decode(frame[..HEADER_LEN].try_into().expect("a header"))
             .map_err(|e| format!("rank {r} way {w} frame {j}: {e}"))?;
         head.expect(&plans[r].expect(w, j), from)
