@@ -47,6 +47,8 @@
 
 #[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
 pub(crate) mod bruck;
+#[cfg_attr(not(test), allow(dead_code, reason = "the cut once the link has chord streams"))]
+pub(crate) mod cost;
 pub(crate) mod element;
 pub(crate) mod gather;
 #[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
