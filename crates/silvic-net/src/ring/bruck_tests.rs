@@ -187,3 +187,29 @@ fn bruck_allreduce_equals_the_gather_path_and_the_oracle() {
         }
     }
 }
+
+/// The trainer's block allgather by Bruck's rounds: the same buffer as the two-way gather's,
+/// unequal and empty blocks included, call after call on one ring.
+#[test]
+fn bruck_block_allgather_equals_the_two_way_one() {
+    for world in [1, 2, 3, 6, 11] {
+        let blocks: Vec<usize> = (0..world).map(|r| (r * 5 + 3) % 7).collect();
+        let total: usize = blocks.iter().sum();
+        let results = on_ring(Driver::new(world).seed(world as u64), |r, link| {
+            let start: usize = blocks[..r].iter().sum();
+            let mut mine = vec![0u8; total];
+            mine[start..start + blocks[r]].copy_from_slice(&block_bytes(r, blocks[r]));
+            let mut two_way = mine.clone();
+            let call = |seq| Call { rank: r, world, op: Op::AllgatherBlocks, seq };
+            crate::ring::records::bruck_allgather_blocks(link, call(0), &mut mine, &blocks)
+                .unwrap();
+            crate::ring::records::allgather_blocks(link, call(1), &mut two_way, &blocks).unwrap();
+            (mine, two_way)
+        });
+        let whole: Vec<u8> = (0..world).flat_map(|r| block_bytes(r, blocks[r])).collect();
+        for (bruck, two_way) in results {
+            assert_eq!(bruck, whole, "world {world}");
+            assert_eq!(two_way, whole, "world {world}");
+        }
+    }
+}

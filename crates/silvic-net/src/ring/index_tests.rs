@@ -243,3 +243,38 @@ fn index_allreduce_equals_the_oracle_and_the_ring_path() {
         }
     }
 }
+
+/// Every path through the one dispatcher gives the same bits, on one ring, call after call,
+/// for every op at a few worlds: the cut may later pick any of them.
+#[test]
+fn every_path_gives_the_same_bits_through_allreduce_on() {
+    fn check<T: Element + Sync>(
+        world: usize,
+        len: usize,
+        name: &str,
+        combine: fn(T, T) -> T,
+        inputs: fn(usize, usize) -> Vec<T>,
+    ) {
+        let all: Vec<Vec<T>> = (0..world).map(|r| inputs(r, len)).collect();
+        let expected = bytes_of(&reference_of(&all, combine));
+        let results = on_ring(Driver::new(world).seed(len as u64), |r, link| {
+            let mut scratch = Scratch::default();
+            let paths = crate::ring::cost::Path::ALL;
+            paths.map(|path| {
+                let mut buf = all[r].clone();
+                let call = Call { rank: r, world, op: Op::AllreduceSumF64, seq: path as u64 };
+                crate::ring::allreduce_on(path, link, call, &mut buf, combine, &mut scratch)
+                    .unwrap();
+                (path, bytes_of(&buf))
+            })
+        });
+        for (r, got) in results.iter().enumerate() {
+            for (path, bits) in got {
+                assert!(*bits == expected, "{name} {path:?} world {world} len {len} rank {r}");
+            }
+        }
+    }
+    for world in [2, 3, 6, 9] {
+        every_op!(check, world, 4 * world + 1);
+    }
+}
