@@ -27,9 +27,9 @@
 //! # Memory: the transit store
 //!
 //! Data that has moved but is not home yet waits in a store. A slot of `p` set bits moves `p`
-//! times; its moves `1 … p-2` land in the store, alternately in its two cells (`p = 2`: one
-//! cell), so that move `m` never lands where move `m - 1` is still being sent from (that send
-//! is of an earlier round: the receive gate waits for it). The store holds [`cells`]`(n)`
+//! times; after each move but the last its data lands in the store, alternately in its two
+//! cells (`p = 2`: one cell), so that move `m` never lands where move `m - 1` is still being
+//! sent from (that send is of an earlier round: the receive gate waits for it). The store holds [`cells`]`(n)`
 //! slices, fewer than `2n`. A call whose store would pass [`STORE_MAX_BYTES`] is cut into
 //! chunks (each segment into the same number of slices, chunk `c` being every segment's slice
 //! `c`), one index per chunk, one after another, and one allgather of whole segments after the

@@ -278,3 +278,23 @@ fn every_path_gives_the_same_bits_through_allreduce_on() {
         every_op!(check, world, 4 * world + 1);
     }
 }
+
+/// Ranks that pass buffers of different lengths fail at the first frame on both log-depth
+/// paths, naming each other, never with garbage.
+#[test]
+fn mismatched_lengths_are_caught_at_the_first_frame_on_both_paths() {
+    for path in [crate::ring::cost::Path::Bruck, crate::ring::cost::Path::Index] {
+        let results = on_ring(Driver::new(2).sends_first(), |r, link| {
+            let mut buf = vec![1.0; if r == 0 { 1000 } else { 500 }];
+            let call = Call { rank: r, world: 2, op: Op::AllreduceSumF64, seq: 0 };
+            let sum = fold::sum_f64;
+            crate::ring::allreduce_on(path, link, call, &mut buf, sum, &mut Scratch::default())
+        });
+        use silvic_core::CollectiveError::LengthMismatch;
+        let expected = [
+            Err(LengthMismatch { peer: 1, expected: 8000, got: 4000 }),
+            Err(LengthMismatch { peer: 0, expected: 4000, got: 8000 }),
+        ];
+        assert_eq!(results, expected, "{path:?}");
+    }
+}
