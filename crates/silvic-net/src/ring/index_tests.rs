@@ -298,3 +298,39 @@ fn mismatched_lengths_are_caught_at_the_first_frame_on_both_paths() {
         assert_eq!(results, expected, "{path:?}");
     }
 }
+
+/// The calls themselves through the threaded driver (one thread a rank) for worlds 1..=20 and
+/// 32 (the lockstep tests above cover every world to 64; the threaded driver's stream table is
+/// a list, slow with the hundreds of streams of larger worlds): both log-depth paths give the
+/// oracle's bits at a length not divisible by the world, the index in chunks from world 16 on
+/// (its store capped at 64 bytes).
+#[test]
+fn both_log_depth_calls_give_the_oracle_bits_on_threads() {
+    for world in (1..=20).chain([32]) {
+        let len = world + 3;
+        let all: Vec<Vec<f64>> = (0..world).map(|r| plan_checks::inputs_f64(r, len)).collect();
+        let expected = bytes_of(&reference_of(&all, fold::sum_f64));
+        let results = on_ring(Driver::new(world).seed(world as u64).capacity(2), |r, link| {
+            let mut scratch = Scratch::default();
+            let call = |seq| Call { rank: r, world, op: Op::AllreduceSumF64, seq };
+            let mut bruck = all[r].clone();
+            crate::ring::bruck::bruck_allreduce(
+                link,
+                call(0),
+                &mut bruck,
+                fold::sum_f64,
+                &mut scratch,
+            )
+            .unwrap();
+            let mut index = all[r].clone();
+            let cap = if world >= 16 { 64 } else { STORE_MAX_BYTES };
+            index_allreduce_capped(link, call(1), &mut index, fold::sum_f64, &mut scratch, cap)
+                .unwrap();
+            [bytes_of(&bruck), bytes_of(&index)]
+        });
+        for (r, got) in results.iter().enumerate() {
+            assert!(got[0] == expected, "bruck world {world} rank {r}");
+            assert!(got[1] == expected, "index world {world} rank {r}");
+        }
+    }
+}
