@@ -93,3 +93,40 @@ fn the_index_pays_for_its_chunks() {
     assert!(count > 1);
     assert_eq!(big.hops, 6 * (count + 1));
 }
+
+/// The model's traffic is what the plans send: for worlds 1..=64 and buffers whose segments are
+/// equal, the frames' payloads of every rank sum to the model's bytes, and the plans' rounds to
+/// its hops.
+#[test]
+fn the_model_counts_what_the_plans_send() {
+    use crate::ring::bruck::BruckPlan;
+    use crate::ring::gather::Flat;
+    use crate::ring::index::{IndexPlan, Store};
+    use crate::ring::seam::{Call, FramePlan};
+    use silvic_core::Op;
+    let sent = |plan: &dyn FramePlan| -> (u128, u64) {
+        let ways = plan.ways().len();
+        let bytes = (0..ways).flat_map(|w| (0..plan.frames(w)).map(move |i| (w, i)));
+        (bytes.map(|(w, i)| u128::from(plan.header(w, i).len)).sum(), ways as u64)
+    };
+    for world in 1..=64 {
+        let len = 3 * world;
+        let bytes = len * 8;
+        let mut buf = vec![0.0f64; len];
+        let store = Store::new(world, 3 * 8);
+        let (mut transit, mut fold) = (vec![0; store.bytes()], vec![0; 16]);
+        let mut gathered = vec![0u8; world * bytes];
+        for rank in 0..world {
+            let call = Call { rank, world, op: Op::AllreduceSumF64, seq: 0 };
+            let sum = silvic_core::fold::sum_f64;
+            let index =
+                IndexPlan::new(call, &mut buf, sum, (1, 0), &store, &mut transit, &mut fold);
+            let model = traffic(Path::Index, bytes, 8, world);
+            assert_eq!(sent(&index), (model.sent_n / world as u128, model.hops), "world {world}");
+            let mut flat = Flat { buf: &mut gathered, block: bytes };
+            let bruck = BruckPlan::new(call, bytes as u64, &mut flat);
+            let model = traffic(Path::Bruck, bytes, 8, world);
+            assert_eq!(sent(&bruck), (model.sent_n / world as u128, model.hops), "world {world}");
+        }
+    }
+}
