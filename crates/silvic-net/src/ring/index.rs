@@ -168,20 +168,24 @@ pub(super) enum Place {
 
 /// The index of one chunk, and the allgather after it if it is the last, as a plan.
 pub(super) struct IndexPlan<'a, T, C> {
-    pub(super) call: Call,
-    pub(super) buf: &'a mut [T],
-    pub(super) combine: C,
-    pub(super) count: usize,
-    pub(super) chunk: usize,
-    pub(super) routes: Vec<Route>,
-    pub(super) store: &'a Store,
-    pub(super) transit: &'a mut [u8],
-    pub(super) fold: &'a mut [u8],
+    call: Call,
+    buf: &'a mut [T],
+    combine: C,
+    /// The chunks of the call, and the one this plan moves.
+    count: usize,
+    chunk: usize,
+    /// The index's rounds, then (in the last chunk's plan) the allgather's.
+    routes: Vec<Route>,
+    store: &'a Store,
+    transit: &'a mut [u8],
+    fold: &'a mut [u8],
+    /// Per way, the frame coming in.
     filling: Vec<Filling>,
 }
 
 impl<'a, T: Element, C: Fn(T, T) -> T> IndexPlan<'a, T, C> {
-    #[allow(clippy::too_many_arguments)] // one plan of many chunks: every part is needed
+    /// The plan of chunk `chunk` of `count` (see the module doc), its transit data in
+    /// `transit` laid out as `store` says, its folds through `fold` (at least one element).
     pub(super) fn new(
         call: Call,
         buf: &'a mut [T],
