@@ -170,6 +170,20 @@ pub(crate) fn gather_allreduce<T: Element, C: Fn(T, T) -> T>(
     let gathered = &mut scratch.gathered[..];
     gathered[rank * block..(rank + 1) * block].copy_from_slice(mine);
     gather(link, call, block as u64, &mut Flat { buf: gathered, block })?;
+    fold_gathered(buf, world, gathered, block, combine);
+    Ok(())
+}
+
+/// Folds the whole buffers of a world of `world`, gathered end to end in `gathered` (`block`
+/// bytes each, rank by rank), into `buf`, element by element in fold order: what every path
+/// that gathers raw contributions does once they are in, so all of them give the same bits.
+pub(super) fn fold_gathered<T: Element, C: Fn(T, T) -> T>(
+    buf: &mut [T],
+    world: usize,
+    gathered: &[u8],
+    block: usize,
+    combine: C,
+) {
     // Segment by segment, rank by rank in fold order: each element sees the same sequence of
     // combines as one folded alone would, while the inner loop runs straight over memory.
     let len = buf.len();
@@ -190,7 +204,6 @@ pub(crate) fn gather_allreduce<T: Element, C: Fn(T, T) -> T>(
             }
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

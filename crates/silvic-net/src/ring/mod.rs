@@ -14,7 +14,13 @@
 //! - [`varlen`]: the allgather of blocks of any length and the broadcast, gathers that learn
 //!   the lengths first;
 //! - [`schedule`] and [`twoway`]: the pure arithmetic both plans are built on;
-//! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank.
+//! - [`bruck`] and [`index`]: the log-depth plans (Bruck's allgather, and index-fold-gather),
+//!   whose rounds go to `rank ± 2^k`: not chosen until the link has chord streams;
+//!   [`allreduce_on`] runs any path, and [`cost`] is the model that will choose among them;
+//! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank;
+//!   `lockstep` (tests only) moves every rank's plan in one thread over streams named by rank
+//!   pairs, and `plan_checks` (tests only) checks plans of any number of ways without running
+//!   them: the stream-sharing rule, distinct headers, nothing overwritten in flight.
 //!
 //! Invariants this module keeps, whatever carries the bytes:
 //!
@@ -45,12 +51,22 @@
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
 //! over poll(2), and the tests plug in the in-memory driver.
 
+#[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
+pub(crate) mod bruck;
+#[cfg_attr(not(test), allow(dead_code, reason = "the cut once the link has chord streams"))]
+pub(crate) mod cost;
 pub(crate) mod element;
 pub(crate) mod gather;
+#[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
+pub(crate) mod index;
+#[cfg(test)]
+pub(crate) mod lockstep;
 #[cfg(test)]
 pub(crate) mod mem;
 #[cfg(test)]
 pub(crate) mod oracle;
+#[cfg(test)]
+pub(crate) mod plan_checks;
 pub(crate) mod records;
 pub(crate) mod ring_path;
 pub(crate) mod schedule;
@@ -106,6 +122,26 @@ pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
         gather::gather_allreduce(link, call, buf, combine, scratch)
     } else {
         ring_path::ring_allreduce(link, call, buf, combine, scratch)
+    }
+}
+
+/// [`allreduce`] on the path `path`, whatever the cut says: every path gives the same bits. The
+/// log-depth paths ([`bruck`], [`index`]) route frames to `rank ± 2^k`, which only a link with
+/// chord streams carries; [`cost::cheapest`] is the cut that will choose among all four.
+#[cfg_attr(not(test), allow(dead_code, reason = "chosen once the link has chord streams"))]
+pub(crate) fn allreduce_on<T: Element, C: Fn(T, T) -> T + Copy>(
+    path: cost::Path,
+    link: &mut dyn Link,
+    call: Call,
+    buf: &mut [T],
+    combine: C,
+    scratch: &mut Scratch,
+) -> Result<(), CollectiveError> {
+    match path {
+        cost::Path::Gather => gather::gather_allreduce(link, call, buf, combine, scratch),
+        cost::Path::Ring => ring_path::ring_allreduce(link, call, buf, combine, scratch),
+        cost::Path::Bruck => bruck::bruck_allreduce(link, call, buf, combine, scratch),
+        cost::Path::Index => index::index_allreduce(link, call, buf, combine, scratch),
     }
 }
 

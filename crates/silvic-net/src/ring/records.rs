@@ -185,6 +185,19 @@ pub(crate) fn allgather_blocks(
     gather::gather(link, call, buf.len() as u64, &mut Spans { buf, bounds: &bounds })
 }
 
+/// [`allgather_blocks`] by Bruck's rounds ([`super::bruck`]): the same blocks, checked the same
+/// way, in `ceil(log2 n)` rounds over chord streams.
+#[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
+pub(crate) fn bruck_allgather_blocks(
+    link: &mut dyn Link,
+    call: Call,
+    buf: &mut [u8],
+    blocks: &[usize],
+) -> Result<(), CollectiveError> {
+    let bounds = block_bounds(buf.len(), blocks, 1, call.world)?;
+    super::bruck::bruck_gather(link, call, buf.len() as u64, &mut Spans { buf, bounds: &bounds })
+}
+
 /// Replaces `buf`, whole `record`-byte records, with its fold over the ring: a reduce-scatter
 /// of one [`segment`] of records per rank, then the owned blocks gathered.
 pub(crate) fn allreduce_records(

@@ -44,7 +44,7 @@ use crate::frame::Header;
 
 /// Bytes of received data folded at a time. Small enough to stay in cache, large enough that a
 /// read moves plenty per system call.
-const FOLD_SCRATCH: usize = 128 * 1024;
+pub(super) const FOLD_SCRATCH: usize = 128 * 1024;
 
 /// The ring path as a plan (see the module doc).
 struct RingPlan<'a, T, C> {
