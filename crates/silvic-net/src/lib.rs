@@ -111,6 +111,7 @@ mod link;
 mod liveness;
 mod rendezvous;
 mod ring;
+pub mod simulate;
 mod stats;
 #[allow(unsafe_code)]
 mod sys;

@@ -14,7 +14,8 @@
 //! - [`varlen`]: the allgather of blocks of any length and the broadcast, gathers that learn
 //!   the lengths first;
 //! - [`schedule`] and [`twoway`]: the pure arithmetic both plans are built on;
-//! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank.
+//! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank
+//!   (the simulator's virtual-time driver, `crate::simulate`, runs the same plans without bytes).
 //!
 //! Invariants this module keeps, whatever carries the bytes:
 //!
@@ -93,8 +94,25 @@ pub(crate) struct Scratch {
     gathered: Vec<u8>,
 }
 
+/// The paths an allreduce can take; either gives the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AllreducePath {
+    /// One allgather of whole buffers, folded locally ([`gather::gather_allreduce`]).
+    Gather,
+    /// The reduce-scatter and gather of slices ([`ring_path::ring_allreduce`]).
+    Ring,
+}
+
+impl AllreducePath {
+    /// The path an allreduce of `bytes` takes in a world of `world`: what
+    /// [`schedule::uses_gather`] picks, the same on every rank.
+    pub(crate) fn chosen(bytes: usize, world: usize) -> AllreducePath {
+        if schedule::uses_gather(bytes, world) { Self::Gather } else { Self::Ring }
+    }
+}
+
 /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order, on the
-/// path [`schedule::uses_gather`] picks.
+/// path [`AllreducePath::chosen`] picks.
 pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     link: &mut dyn Link,
     call: Call,
@@ -102,10 +120,22 @@ pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    if schedule::uses_gather(std::mem::size_of_val(buf), call.world) {
-        gather::gather_allreduce(link, call, buf, combine, scratch)
-    } else {
-        ring_path::ring_allreduce(link, call, buf, combine, scratch)
+    let path = AllreducePath::chosen(std::mem::size_of_val(buf), call.world);
+    allreduce_on(path, link, call, buf, combine, scratch)
+}
+
+/// [`allreduce`] on `path`, whatever the cost model would pick (the simulator forces paths).
+pub(crate) fn allreduce_on<T: Element, C: Fn(T, T) -> T + Copy>(
+    path: AllreducePath,
+    link: &mut dyn Link,
+    call: Call,
+    buf: &mut [T],
+    combine: C,
+    scratch: &mut Scratch,
+) -> Result<(), CollectiveError> {
+    match path {
+        AllreducePath::Gather => gather::gather_allreduce(link, call, buf, combine, scratch),
+        AllreducePath::Ring => ring_path::ring_allreduce(link, call, buf, combine, scratch),
     }
 }
 
