@@ -11,6 +11,7 @@ use clap::{CommandFactory, Parser, ValueEnum};
 
 use crate::rendezvous::parse_rendezvous;
 pub(crate) use crate::rendezvous::{Rendezvous, TOKEN_VAR, Token};
+use crate::simulate::{SimulateArgs, Simulation};
 use crate::sizes::ladder;
 use crate::sizes::parse_size;
 use crate::workload::Kind;
@@ -155,6 +156,9 @@ pub(crate) struct Args {
     /// No progress line on stderr.
     #[arg(long, short = 'q')]
     quiet: bool,
+
+    #[command(flatten)]
+    simulate: SimulateArgs,
 }
 
 /// The `--op` choices.
@@ -217,6 +221,8 @@ pub(crate) enum Mode {
     },
     /// Build `world` namespace hosts and start one rank on each.
     Netns,
+    /// Simulate the calls in virtual time ([`Config::simulation`]).
+    Simulate,
 }
 
 /// How rank 0 prints its results.
@@ -255,6 +261,8 @@ pub(crate) struct Config {
     pub(crate) check: bool,
     pub(crate) progress: bool,
     pub(crate) cpu: bool,
+    /// The network model and path of `--simulate`.
+    pub(crate) simulation: Option<Simulation>,
 }
 
 impl Args {
@@ -318,7 +326,9 @@ impl Args {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
             return Err(fail("--timeout must be a positive number of seconds".into()));
         }
+        let simulation = self.simulate.simulation(world, &kinds, &sizes).map_err(fail)?;
         let mode = match (self.rank, self.rendezvous, self.threads) {
+            _ if simulation.is_some() => Mode::Simulate,
             (Some(rank), Some(rendezvous), _) => {
                 if rank >= world {
                     return Err(fail(format!("--rank {rank} is out of range for --world {world}")));
@@ -374,6 +384,7 @@ impl Args {
             check: !self.no_check,
             progress: !self.quiet,
             cpu: self.cpu,
+            simulation,
         })
     }
 }

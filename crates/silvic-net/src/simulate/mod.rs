@@ -213,6 +213,44 @@ fn choices(collective: Collective) -> String {
     std::iter::once("auto").chain(forced).collect::<Vec<_>>().join(", ")
 }
 
+/// Checks that [`simulate`] can run `collective` on `world` ranks of `bytes` each on `path`,
+/// without running it: the world, the length, the path and the memory it would hold.
+pub fn check(
+    collective: Collective,
+    world: usize,
+    bytes: usize,
+    path: Path,
+) -> Result<(), SimulateError> {
+    if !(1..=MAX_WORLD).contains(&world) {
+        return Err(SimulateError::World(world));
+    }
+    if path != Path::Auto && !collective.paths().contains(&path) {
+        return Err(SimulateError::NoSuchPath { collective, path });
+    }
+    let held = match collective {
+        Collective::Allreduce if bytes % 8 != 0 => return Err(SimulateError::Length(bytes)),
+        Collective::Allreduce if taken(collective, world, bytes, path) == Path::Ring => bytes,
+        _ => world.saturating_mul(bytes),
+    };
+    if held > MAX_BUFFER_BYTES {
+        let path = taken(collective, world, bytes, path);
+        return Err(SimulateError::TooLarge { path, bytes, world });
+    }
+    Ok(())
+}
+
+/// The path a call takes: `path`, or the real call's choice for [`Path::Auto`].
+fn taken(collective: Collective, world: usize, bytes: usize, path: Path) -> Path {
+    match (collective, path) {
+        (Collective::Allreduce, Path::Auto) => match AllreducePath::chosen(bytes, world) {
+            AllreducePath::Gather => Path::Gather,
+            AllreducePath::Ring => Path::Ring,
+        },
+        (Collective::Allgather, _) => Path::Gather,
+        (_, path) => path,
+    }
+}
+
 /// Simulates one call of `collective` on `world` ranks over `network`, every rank passing
 /// `bytes` (an allreduce's buffer, or an allgather's block), on `path`.
 pub fn simulate(
@@ -223,30 +261,15 @@ pub fn simulate(
     path: Path,
 ) -> Result<Simulated, SimulateError> {
     let model = network.model()?;
-    if !(1..=MAX_WORLD).contains(&world) {
-        return Err(SimulateError::World(world));
-    }
-    if path != Path::Auto && !collective.paths().contains(&path) {
-        return Err(SimulateError::NoSuchPath { collective, path });
-    }
+    check(collective, world, bytes, path)?;
+    let path = taken(collective, world, bytes, path);
     let mut link = VirtualLink { model, spent: Outcome { end_ps: 0, frames: 0 }, stuck: None };
-    let taken = match collective {
+    match collective {
         Collective::Allreduce => {
-            if bytes % 8 != 0 {
-                return Err(SimulateError::Length(bytes));
-            }
             let chosen = match path {
-                Path::Auto => AllreducePath::chosen(bytes, world),
                 Path::Gather => AllreducePath::Gather,
                 _ => AllreducePath::Ring,
             };
-            let (taken, held) = match chosen {
-                AllreducePath::Gather => (Path::Gather, world.saturating_mul(bytes)),
-                AllreducePath::Ring => (Path::Ring, bytes),
-            };
-            if held > MAX_BUFFER_BYTES {
-                return Err(SimulateError::TooLarge { path: taken, bytes, world });
-            }
             let call = Call { rank: 0, world, op: Op::AllreduceSumF64, seq: 0 };
             let mut buf = vec![0.0f64; bytes / 8];
             let scratch = &mut Scratch::default();
@@ -257,23 +280,18 @@ pub fn simulate(
                 let folded = (world - 1) as u64 * bytes as u64;
                 link.spent.end_ps += (folded as f64 * model.fold_ps_per_byte).round() as u64;
             }
-            taken
         }
         Collective::Allgather => {
-            if world.saturating_mul(bytes) > MAX_BUFFER_BYTES {
-                return Err(SimulateError::TooLarge { path: Path::Gather, bytes, world });
-            }
             let call = Call { rank: 0, world, op: Op::AllgatherBytes, seq: 0 };
             let mut blocks = vec![Vec::new(); world];
             blocks[0] = vec![0; bytes];
             let ran = ring::allgather(&mut link, call, bytes as u64, &mut blocks);
             ran.map_err(|_| link.stuck_error())?;
-            Path::Gather
         }
-    };
+    }
     let ps = link.spent.end_ps;
     let time = Duration::from_nanos(ps / 1000 + u64::from(ps % 1000 >= 500));
-    Ok(Simulated { time, path: taken, frames: link.spent.frames })
+    Ok(Simulated { time, path, frames: link.spent.frames })
 }
 
 /// The simulator's [`Link`]: each plan it is handed runs on every rank of the plan's world in
