@@ -204,7 +204,7 @@ impl OpArg {
 }
 
 /// How the ranks of this run are started.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Mode {
     /// Start `world` copies of this program as the ranks and wait for them.
     Launch,
@@ -221,8 +221,8 @@ pub(crate) enum Mode {
     },
     /// Build `world` namespace hosts and start one rank on each.
     Netns,
-    /// Simulate the calls in virtual time ([`Config::simulation`]).
-    Simulate,
+    /// Start no rank: simulate the calls in virtual time, on this network model and path.
+    Simulate(Simulation),
 }
 
 /// How rank 0 prints its results.
@@ -261,8 +261,6 @@ pub(crate) struct Config {
     pub(crate) check: bool,
     pub(crate) progress: bool,
     pub(crate) cpu: bool,
-    /// The network model and path of `--simulate`.
-    pub(crate) simulation: Option<Simulation>,
 }
 
 impl Args {
@@ -327,9 +325,9 @@ impl Args {
             return Err(fail("--timeout must be a positive number of seconds".into()));
         }
         let simulation = self.simulate.simulation(world, &kinds, &sizes).map_err(fail)?;
-        let mode = match (self.rank, self.rendezvous, self.threads) {
-            _ if simulation.is_some() => Mode::Simulate,
-            (Some(rank), Some(rendezvous), _) => {
+        let mode = match (self.rank, self.rendezvous, self.threads, simulation) {
+            (_, _, _, Some(simulation)) => Mode::Simulate(simulation),
+            (Some(rank), Some(rendezvous), _, _) => {
                 if rank >= world {
                     return Err(fail(format!("--rank {rank} is out of range for --world {world}")));
                 }
@@ -357,7 +355,7 @@ impl Args {
                 Mode::Rank { rank, rendezvous, token: Token(token) }
             }
             _ if self.netns_hosts.is_some() => Mode::Netns,
-            (_, _, true) => Mode::Threads,
+            (_, _, true, _) => Mode::Threads,
             _ => Mode::Launch,
         };
         let format = match (self.csv, self.json) {
@@ -384,7 +382,6 @@ impl Args {
             check: !self.no_check,
             progress: !self.quiet,
             cpu: self.cpu,
-            simulation,
         })
     }
 }

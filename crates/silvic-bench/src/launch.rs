@@ -44,10 +44,7 @@ pub(crate) fn run(config: &Config) -> Result<u64, Failure> {
             one_rank_by_exchange(config, *rank, url, &token.0)
         }
         Mode::Netns => netns(config),
-        Mode::Simulate => match &config.simulation {
-            Some(simulation) => crate::simulate::run(config, simulation),
-            None => Err("--simulate without a network model".into()),
-        },
+        Mode::Simulate(simulation) => crate::simulate::run(config, simulation),
     }
 }
 
