@@ -109,6 +109,7 @@ mod handshake;
 pub mod launch;
 mod link;
 mod liveness;
+mod probe;
 mod rendezvous;
 mod ring;
 pub mod simulate;

@@ -15,6 +15,7 @@ use crate::bind::{self, BindOptions, listen, resolve};
 use crate::error::ConnectError;
 use crate::link::{RingPlace, TcpRing};
 use crate::liveness;
+use crate::probe;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::seam::Route;
 use crate::ring::{Call, Element, Scratch};
@@ -242,7 +243,10 @@ impl TcpCollective {
         // The rendezvous hands over the two neighbours' streams; the link takes any number,
         // each named by the route to the rank at its other end.
         let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
-        collective.ring = Some(TcpRing::new(streams, place, timeout));
+        let mut ring = TcpRing::new(streams, place, timeout);
+        collective.failed =
+            probe::settle(&mut ring, rank, &mut collective.scratch, addresses, timeout)?;
+        collective.ring = Some(ring);
         Ok(collective)
     }
 
@@ -386,7 +390,7 @@ impl TcpCollective {
 /// timed out on it, or lost its stream) becomes the origin closing its streams to this rank, the
 /// one thing this rank saw of it (the origin's own error is in the log line before). Every
 /// other error is kept as it is.
-fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
+pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
     let CollectiveError::Aborted { origin, cause } = error else {
         return error;
     };

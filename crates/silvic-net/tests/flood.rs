@@ -25,7 +25,7 @@ mod common;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -400,24 +400,35 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
     assert!(rejected > 0, "no stranger was told why it was refused");
 }
 
+/// What a scanner has done: connections opened, and when it opened the last one (nanoseconds
+/// after it started).
+#[derive(Default)]
+struct Scanned {
+    opened: AtomicUsize,
+    last_open_ns: AtomicU64,
+}
+
 /// A port scanner that does not stop: connections opened as fast as `threads` threads can, each
-/// held silent (the newest `hold` per thread) until `stop`. Returns how many it opened.
+/// held silent (the newest `hold` per thread) until `stop`, counted in `scanned`.
 fn silent_flood(
     target: String,
     threads: usize,
     hold: usize,
     stop: Arc<AtomicBool>,
-    opened: Arc<AtomicUsize>,
+    scanned: Arc<Scanned>,
 ) -> JoinHandle<()> {
+    let started = Instant::now();
     thread::spawn(move || {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                let (target, stop, opened) = (target.clone(), stop.clone(), opened.clone());
+                let (target, stop, scanned) = (target.clone(), stop.clone(), scanned.clone());
                 thread::spawn(move || {
                     let mut held = std::collections::VecDeque::with_capacity(hold);
                     while !stop.load(Ordering::Relaxed) {
                         if let Ok(s) = TcpStream::connect(&target) {
-                            opened.fetch_add(1, Ordering::Relaxed);
+                            scanned.opened.fetch_add(1, Ordering::Relaxed);
+                            let at = started.elapsed().as_nanos() as u64;
+                            scanned.last_open_ns.fetch_max(at, Ordering::Relaxed);
                             if held.len() == hold {
                                 held.pop_front();
                             }
@@ -446,7 +457,7 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
         .with_max_level(tracing::Level::DEBUG)
         .with_writer(std::io::stderr)
         .try_init();
-    let (stop, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let (stop, scanned) = (Arc::new(AtomicBool::new(false)), Arc::new(Scanned::default()));
     // Rank 0 reaches rank 1 through a link with 250 ms of delay each way: after its Hello, the
     // neighbour's proof comes one round trip, half a second, later. The scanner goes straight
     // to rank 1.
@@ -464,17 +475,19 @@ fn a_neighbour_on_a_slow_link_is_not_pushed_out_by_a_silent_flood() {
     // Rank 1 accepts first, the flood starts, and rank 0 joins once its table is full.
     ranks.start(1, rank1, addresses.clone(), TOKEN, timeout, outcome);
     let flood_started = Instant::now();
-    let flood = silent_flood(direct, 2, 1000, stop.clone(), opened.clone());
-    while opened.load(Ordering::Relaxed) < MAX_PENDING {
+    let flood = silent_flood(direct, 2, 1000, stop.clone(), scanned.clone());
+    while scanned.opened.load(Ordering::Relaxed) < MAX_PENDING {
         assert!(flood_started.elapsed() < timeout, "the silent flood does not flow");
         thread::sleep(Duration::from_millis(1));
     }
     ranks.start(0, rank0, addresses, TOKEN, timeout, outcome);
     let outcomes = ranks.join(timeout + MARGIN);
     stop.store(true, Ordering::Relaxed);
-    let flooded_for = flood_started.elapsed();
     flood.join().unwrap();
-    let opened = opened.load(Ordering::Relaxed);
+    let opened = scanned.opened.load(Ordering::Relaxed);
+    // The scanner's rate while rank 1 listened: once the ring has formed, its listener is
+    // closed and the scanner opens nothing more, however long connect goes on.
+    let flooded_for = Duration::from_nanos(scanned.last_open_ns.load(Ordering::Relaxed));
     eprintln!("silent flood: {opened} connections in {flooded_for:?}; connect: {outcomes:?}");
     // The test means something only if the scanner is fast enough to have pushed the neighbour
     // out by age alone: more than MAX_PENDING connections per round trip.

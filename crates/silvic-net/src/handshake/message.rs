@@ -24,8 +24,10 @@ use byteorder::{BigEndian, ByteOrder};
 /// Welcome must repeat the claims of the Hello and the Challenge; the exchange's rank 0 answers
 /// every Hello with a Challenge that claims nothing and judges the claims after the proof, and
 /// speaks PING and ABORT to waiting ranks; frames carry the kinds of the trainers' ops
-/// (`TrainerCollective`) and aborts the cause of a refused argument.
-pub const VERSION: u16 = 6;
+/// (`TrainerCollective`) and aborts the cause of a refused argument. 7: once the ring forms,
+/// `connect` measures a hop with allreduces of its own sequence numbers, and the ring plan's
+/// window comes from the hop every rank agreed on.
+pub const VERSION: u16 = 7;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.

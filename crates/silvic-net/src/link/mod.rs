@@ -58,7 +58,7 @@ use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
 use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN};
-use crate::ring::seam::{Call, FramePlan, Link, Route};
+use crate::ring::seam::{Call, FramePlan, Link, Network, Route};
 use crate::stats::RingStats;
 use crate::wait::wait;
 
@@ -116,6 +116,10 @@ pub(crate) struct TcpRing {
     /// The ways of the call in progress and their streams, kept between calls.
     ways: Ways,
     table: Table,
+    /// What the ranks measured of the network when the ring formed (`crate::probe`).
+    network: Network,
+    /// Bytes read ahead while the network was measured, for the first call to count.
+    read_ahead_at_start: u64,
 }
 
 /// Where the ring sits in its world: this rank, the world size and every rank's address.
@@ -154,6 +158,20 @@ impl TcpRing {
             stats: RingStats::default(),
             ways: Ways::default(),
             table: Table::default(),
+            network: Network::UNMEASURED,
+            read_ahead_at_start: 0,
+        }
+    }
+
+    /// Takes the network every rank agreed on, and starts the counts of [`TcpRing::stats`]
+    /// afresh: what was moved to measure it is not the caller's. Bytes read ahead and not yet
+    /// taken belong to the caller's first call, and are counted when it runs.
+    pub(crate) fn measured(&mut self, network: Network) {
+        self.network = network;
+        self.stats = RingStats::default();
+        for stream in &mut self.streams {
+            stream.waited = Duration::ZERO;
+            self.read_ahead_at_start += stream.ahead.buffered().len() as u64;
         }
     }
 
@@ -416,7 +434,12 @@ fn waited_on(op: Op, seq: u64, stalled: Duration, blamed: usize, address: Socket
 }
 
 impl Link for TcpRing {
+    fn network(&self) -> Network {
+        self.network
+    }
+
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
+        self.stats.bytes_received += std::mem::take(&mut self.read_ahead_at_start);
         if let Some(error) = self.pending.take() {
             return Err(error);
         }

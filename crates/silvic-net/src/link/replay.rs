@@ -11,7 +11,7 @@ use silvic_core::CollectiveError;
 
 use super::READ_AHEAD;
 use super::reader::{FrameIn, ReadAhead};
-use crate::ring::seam::{FramePlan, Link, Receiving, Route};
+use crate::ring::seam::{FramePlan, Link, Network, Receiving, Route};
 
 /// Rank `rank` of a world of `world`, reading its left neighbour's frames from `left` and its
 /// right neighbour's from `right`.
@@ -40,6 +40,10 @@ impl<R: Read> SliceLink<R> {
 }
 
 impl<R: Read> Link for SliceLink<R> {
+    fn network(&self) -> Network {
+        Network::UNMEASURED
+    }
+
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
         for way in 0..plan.ways().len() {
             // A way's frames come from the left stream if it runs rightward, else the right.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use silvic_core::CollectiveError;
 
-use super::seam::{FramePlan, Link, Moved, Receiving, Route, Sink};
+use super::seam::{FramePlan, Link, Moved, Network, Receiving, Route, Sink};
 use crate::frame::{HEADER_LEN, Header};
 
 /// The most ways a plan may have in this driver (gates are kept as bit masks).
@@ -348,6 +348,10 @@ impl MemLink {
 }
 
 impl Link for MemLink {
+    fn network(&self) -> Network {
+        Network::UNMEASURED
+    }
+
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
         let ways = plan.ways().len();
         assert!(ways <= MAX_WAYS, "a plan of {ways} ways");

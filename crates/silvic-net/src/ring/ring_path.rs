@@ -7,7 +7,7 @@
 //! ([`RingPlan::two_way`]).
 //!
 //! Each segment is cut into `count` slices ([`schedule::slices`]), and the slices go round in
-//! windows of [`schedule::WINDOW`] (the last one smaller): the rightward frames of a window are
+//! windows of [`schedule::window`] slices (the last one smaller): the rightward frames of a window are
 //! its steps in order, each step made of its slices in order, so the window's slices travel
 //! side by side and a step pays the link's latency once for all of them, not once per slice.
 //! Window `g + 1` sets off behind window `g`. A frame forwards what the frame of the same slice
@@ -52,7 +52,7 @@ struct RingPlan<'a, T, C> {
     buf: &'a mut [T],
     combine: C,
     count: usize,
-    /// Slices that go round side by side ([`schedule::WINDOW`]).
+    /// Slices that go round side by side ([`schedule::window`]).
     window: usize,
     scratch: &'a mut [u8],
     /// Per way, the frame being received.
@@ -267,7 +267,7 @@ pub(crate) fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
         buf,
         combine,
         count,
-        window: schedule::WINDOW,
+        window: schedule::window(link.network()),
         scratch: &mut scratch.fold,
         filling: [Filling::NONE; 2],
     };

@@ -6,6 +6,8 @@
 
 use std::ops::Range;
 
+use super::seam::Network;
+
 /// Buffers of fewer bytes than this always take the gather path: one allgather of whole
 /// buffers, folded locally in [`fold_order`].
 pub(crate) const SMALL_BYTES: usize = 4096;
@@ -80,13 +82,21 @@ pub(crate) fn gather_limit(world: usize) -> usize {
 /// comparison that chose this size.
 pub(crate) const SLICE_BYTES: usize = 256 * 1024;
 
-/// Slices of a segment that go round the ring side by side (the ring plan's window): the
-/// frames of a window's slices go step by step, so a step pays a hop's latency once for all of
-/// them rather than once per slice. Every rank must use the same window (it orders the frames
-/// on the wire: another window is another protocol version). One slice, the order before
-/// windows: wider windows were faster through 500 us hops at world 4 but slower on loopback,
-/// where a slice is best forwarded while its fold is still in cache (docs/ring-window.md).
-pub(crate) const WINDOW: usize = 1;
+/// The widest window [`window`] gives: a bound on the frames a rank has in flight per way.
+pub(crate) const MAX_WINDOW: usize = 8;
+
+/// Slices of a segment that go round the ring side by side (the ring plan's window) on
+/// `network`: the frames of a window's slices go step by step, so a step pays a hop once for
+/// all of them rather than once per slice. One slice, plus as many as leave a rank at
+/// [`RATE_BYTES_PER_US`] while a hop passes: one on loopback, where a slice is best forwarded
+/// while its fold is still in cache, more where hops are long (docs/ring-window.md). Every rank
+/// must use the same window (it orders the frames on the wire): every rank has the same
+/// `network`.
+pub(crate) fn window(network: Network) -> usize {
+    let in_flight = u128::from(network.hop_ns) * u128::from(RATE_BYTES_PER_US) / 1000;
+    let extra = in_flight / SLICE_BYTES as u128;
+    1 + usize::try_from(extra).unwrap_or(usize::MAX).min(MAX_WINDOW - 1)
+}
 
 /// How many slices each segment of a `len`-element buffer (`elem` bytes each) is cut into in a
 /// world of `world`: enough that the longest segment's slices hold at most [`SLICE_BYTES`],
@@ -290,6 +300,23 @@ mod tests {
             }
             // The memory bound holds above 4 KiB.
             assert!(limit < SMALL_BYTES || world * limit <= GATHER_MAX_BYTES, "world {world}");
+        }
+    }
+
+    #[test]
+    fn the_window_is_one_slice_until_a_hop_outlasts_a_slice_and_is_bounded() {
+        let window = |hop_us: u64| window(Network { hop_ns: hop_us * 1000 });
+        assert_eq!(window(0), 1);
+        assert_eq!(window(10), 1, "a loopback hop");
+        // A slice leaves a rank in SLICE_BYTES / RATE microseconds.
+        let slice_us = (SLICE_BYTES as u64).div_ceil(RATE_BYTES_PER_US);
+        assert_eq!(window(slice_us - 1), 1);
+        assert_eq!(window(slice_us), 2);
+        assert_eq!(window(500), 1 + 500 / slice_us as usize);
+        assert_eq!(window(u64::MAX / 1000), MAX_WINDOW);
+        assert_eq!(super::window(Network { hop_ns: u64::MAX }), MAX_WINDOW);
+        for hop_us in 0..5000 {
+            assert!(window(hop_us) <= window(hop_us + 1), "not monotone at {hop_us} us");
         }
     }
 

@@ -114,11 +114,27 @@ pub(crate) trait FramePlan {
     }
 }
 
+/// What a ring knows of its network: measured once when it forms (`crate::probe`), agreed
+/// by every rank (the worst rank's figure), so every rank derives the same plans from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Network {
+    /// What one hop costs, in nanoseconds: a small frame's way to a neighbour and its wake-up.
+    pub(crate) hop_ns: u64,
+}
+
+impl Network {
+    /// A network nothing was measured of: in-memory tests, and links without a clock.
+    pub(crate) const UNMEASURED: Network = Network { hop_ns: 0 };
+}
+
 /// Something that moves a plan's frames between ranks.
 pub(crate) trait Link {
     /// Moves every frame of `plan`, each as soon as the plan lets it, writing and reading at the
     /// same time; returns once all are through.
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError>;
+    /// What the ranks measured of the network this link carries frames over, the same on every
+    /// rank: plans that order their frames by it ask here.
+    fn network(&self) -> Network;
 }
 
 /// Where the payload of a received frame goes, as it arrives.

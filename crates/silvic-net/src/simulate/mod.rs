@@ -7,7 +7,10 @@
 //! [`simulate`] builds the calling rank's plan exactly as a real call does (the same cost model
 //! picks the path unless one is forced, the same plan types, the same frame lengths and gates)
 //! and hands it to a driver of virtual time instead of the TCP link. So a plan that changes, or
-//! a new one, is simulated as it is, not as a second copy of its schedule says it is.
+//! a new one, is simulated as it is, not as a second copy of its schedule says it is. Plans that
+//! read what the ring measured of its network when it formed (the ring plan's window reads the
+//! hop) read what a ring formed on the model would measure: the probe's small allreduce
+//! (`crate::probe`), simulated first, over its hops.
 //!
 //! # What is modelled ([`Network`])
 //!
@@ -46,7 +49,8 @@ use std::time::Duration;
 
 use silvic_core::{Op, fold};
 
-use crate::ring::seam::{Call, FramePlan, Link};
+use crate::probe;
+use crate::ring::seam::{self, Call, FramePlan, Link};
 use crate::ring::{self, AllreducePath, Scratch};
 use driver::{Model, Outcome, Stuck};
 
@@ -262,8 +266,19 @@ pub fn simulate(
 ) -> Result<Simulated, SimulateError> {
     let model = network.model()?;
     check(collective, world, bytes, path)?;
+    simulate_on(VirtualLink::formed(model, world)?, collective, world, bytes, path)
+}
+
+/// [`simulate`] on `link`, whose measured network the plans read, of checked arguments.
+fn simulate_on(
+    mut link: VirtualLink,
+    collective: Collective,
+    world: usize,
+    bytes: usize,
+    path: Path,
+) -> Result<Simulated, SimulateError> {
     let path = taken(collective, world, bytes, path);
-    let mut link = VirtualLink { model, spent: Outcome { end_ps: 0, frames: 0 }, stuck: None };
+    let model = link.model;
     match collective {
         Collective::Allreduce => {
             let chosen = match path {
@@ -289,26 +304,51 @@ pub fn simulate(
             ran.map_err(|_| link.stuck_error())?;
         }
     }
-    let ps = link.spent.end_ps;
-    let time = Duration::from_nanos(ps / 1000 + u64::from(ps % 1000 >= 500));
-    Ok(Simulated { time, path, frames: link.spent.frames })
+    Ok(Simulated { time: link.time(), path, frames: link.spent.frames })
 }
 
 /// The simulator's [`Link`]: each plan it is handed runs on every rank of the plan's world in
 /// virtual time, after the plans before it.
 struct VirtualLink {
     model: Model,
+    /// What a ring formed on the model measures of it (the plans read it, as from a real link).
+    measured: seam::Network,
     spent: Outcome,
     stuck: Option<Stuck>,
 }
 
 impl VirtualLink {
+    /// A link of a world of `world` over `model` that knows what a real ring would measure
+    /// when it forms there: the probe's small allreduce (`crate::probe`), simulated, over its
+    /// hops. So the plans built on this link (the ring plan's window) are the ones a real ring
+    /// on that network would build.
+    fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
+        let unmeasured = VirtualLink::new(model, seam::Network::UNMEASURED);
+        let probe = simulate_on(unmeasured, Collective::Allreduce, world, 8, Path::Auto)?;
+        let hop_ns = probe::hop_from(probe.time, world);
+        Ok(VirtualLink::new(model, seam::Network { hop_ns }))
+    }
+
+    /// A link over `model` whose plans read `measured`, no time spent yet.
+    fn new(model: Model, measured: seam::Network) -> VirtualLink {
+        VirtualLink { model, measured, spent: Outcome { end_ps: 0, frames: 0 }, stuck: None }
+    }
+
+    /// The virtual time spent so far, to the nanosecond.
+    fn time(&self) -> Duration {
+        let ps = self.spent.end_ps;
+        Duration::from_nanos(ps / 1000 + u64::from(ps % 1000 >= 500))
+    }
+
     fn stuck_error(&self) -> SimulateError {
         SimulateError::Stuck(self.stuck.map_or(0, |s| s.rank))
     }
 }
 
 impl Link for VirtualLink {
+    fn network(&self) -> seam::Network {
+        self.measured
+    }
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), silvic_core::CollectiveError> {
         let world = plan.call().world;
         match driver::drive(&[&*plan], world, self.model) {

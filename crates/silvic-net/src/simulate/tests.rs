@@ -3,7 +3,7 @@ use std::cell::RefCell;
 use super::driver::drive;
 use super::*;
 use crate::frame::Header;
-use crate::ring::seam::{Moved, Route};
+use crate::ring::seam::{self, Moved, Route};
 use crate::ring::{gather, schedule};
 
 fn network(hop_us: u64, link_gbit: f64, overhead_us: u64, fold_gbyte: f64) -> Network {
@@ -50,17 +50,41 @@ fn the_same_call_gives_the_same_time_on_every_run() {
     }
 }
 
+/// The ring measures its hop when it forms, by the probe's small allreduce: on the model, a
+/// world of 2 sends one 8-byte frame each way and folds the other's 8 bytes.
+#[test]
+fn the_simulated_ring_measures_the_hop_a_probe_would() {
+    let model = network(7, EXACT, 3, 1.0).model().unwrap();
+    let link = VirtualLink::formed(model, 2).unwrap();
+    assert_eq!(link.measured, seam::Network { hop_ns: 3000 + 8 + 7000 + 8 });
+    // A world of 5 takes 2 hops each way. The first leftward frame waits on the link out for
+    // the first rightward one; from then on the leftward way is the later: its frame in
+    // (3008 + 3008 + 7000) sends its next at once (3008 + 7000), then the 4 blocks fold.
+    let link = VirtualLink::formed(model, 5).unwrap();
+    let call = 3 * 3008 + 2 * 7000 + 4 * 8;
+    assert_eq!(link.measured, seam::Network { hop_ns: call / 2 });
+}
+
+/// For one plan (the hop the ring measured, so its window, held fixed: one slice, three),
+/// more latency or overhead never makes a call faster, and no call beats its bytes over the
+/// link. Across windows it can: a slower probe widens the ring plan's window, which may be
+/// faster on the model.
 #[test]
 fn more_latency_or_overhead_is_never_faster_and_bytes_bound_the_time() {
     for world in [2, 3, 4, 7, 16] {
         for bytes in [8, 4096, 32 << 10, 1 << 20] {
             for collective in [Collective::Allreduce, Collective::Allgather] {
-                for &path in collective.paths() {
+                for (&path, hop_ns) in
+                    collective.paths().iter().flat_map(|p| [(p, 0), (p, 400_000)])
+                {
                     let time = |hop, overhead| {
-                        let net = network(hop, 10.0, overhead, 5.0);
-                        simulate(&net, collective, world, bytes, path).unwrap().time
+                        let model = network(hop, 10.0, overhead, 5.0).model().unwrap();
+                        let link = VirtualLink::new(model, seam::Network { hop_ns });
+                        simulate_on(link, collective, world, bytes, path).unwrap().time
                     };
-                    let case = format!("{collective:?} {path:?} world {world} bytes {bytes}");
+                    let case = format!(
+                        "{collective:?} {path:?} world {world} bytes {bytes} measured hop {hop_ns} ns"
+                    );
                     let mut last = Duration::ZERO;
                     for hop in [0, 10, 100, 5000] {
                         let t = time(hop, 5);
@@ -75,7 +99,7 @@ fn more_latency_or_overhead_is_never_faster_and_bytes_bound_the_time() {
                         _ => (world - 1) * bytes,
                     };
                     // Less a byte per frame: segments differ by an element.
-                    let share = share.saturating_sub(8 * 2 * world);
+                    let share: usize = share.saturating_sub(8 * 2 * world);
                     let floor = Duration::from_secs_f64(share as f64 * 8.0 / 10e9);
                     assert!(time(0, 0) >= floor, "{case}");
                 }
@@ -259,9 +283,18 @@ enum Probe {
     Check { asked: Vec<Asked>, shape: Vec<Vec<(u64, u64, bool)>>, slack: u64, case: String },
 }
 
-impl Link for Probe {
+/// A [`Probe`] on a network measured as `network` (which sets the ring plan's window).
+struct ProbeLink {
+    network: seam::Network,
+    probe: Probe,
+}
+
+impl Link for ProbeLink {
+    fn network(&self) -> seam::Network {
+        self.network
+    }
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), silvic_core::CollectiveError> {
-        match self {
+        match &mut self.probe {
             Probe::Record { asked, shape: s } => {
                 let recording = Recording { plan: &*plan, asked: RefCell::default() };
                 let model = network(50, 10.0, 5, 5.0).model().unwrap();
@@ -295,13 +328,13 @@ impl Link for Probe {
 }
 
 /// One rank's real call of a plan shape, over a probe.
-type RankCall = dyn Fn(&mut Probe, usize);
+type RankCall = dyn Fn(&mut ProbeLink, usize);
 
 /// The assumption the simulator rests on (see the module doc): for every plan shape (the
 /// allreduce's gather and ring paths, segments of one slice and of several, even and uneven
-/// lengths, and the allgather), in worlds 1 to 12, every rank's own plan answers every gate
-/// question a simulated run asks as rank 0's plan does, and its frames are as long to within
-/// one element.
+/// lengths, windows of one slice and of three, and the allgather), in worlds 1 to 12, every
+/// rank's own plan answers every gate question a simulated run asks as rank 0's plan does, and
+/// its frames are as long to within one element.
 #[test]
 fn one_plan_answers_for_every_rank() {
     let per_slice = schedule::SLICE_BYTES / 8;
@@ -313,7 +346,7 @@ fn one_plan_answers_for_every_rank() {
                 if path == AllreducePath::Gather && len > 1000 {
                     continue; // the gather's frames are whole buffers, equal on every rank
                 }
-                let run = move |link: &mut Probe, rank: usize| {
+                let run = move |link: &mut ProbeLink, rank: usize| {
                     let call = Call { rank, world, op: Op::AllreduceSumF64, seq: 0 };
                     let mut buf = vec![0.0; len];
                     let s = &mut Scratch::default();
@@ -324,7 +357,7 @@ fn one_plan_answers_for_every_rank() {
         }
         shapes.push((
             "allgather".into(),
-            Box::new(move |link: &mut Probe, rank: usize| {
+            Box::new(move |link: &mut ProbeLink, rank: usize| {
                 let mut blocks = vec![Vec::new(); world];
                 blocks[rank] = vec![0; 77];
                 let call = Call { rank, world, op: Op::AllgatherBytes, seq: 0 };
@@ -332,15 +365,20 @@ fn one_plan_answers_for_every_rank() {
             }),
             0,
         ));
-        for (name, run, slack) in &shapes {
-            let mut zero = Probe::Record { asked: Vec::new(), shape: Vec::new() };
-            run(&mut zero, 0);
-            let Probe::Record { asked, shape } = zero else { unreachable!() };
-            assert!(world == 1 || !asked.is_empty(), "{name}: no gate asked");
-            for rank in 1..world {
-                let case = format!("world {world} rank {rank} {name}");
-                let (asked, shape) = (asked.clone(), shape.clone());
-                run(&mut Probe::Check { asked, shape, slack: *slack, case }, rank);
+        // Windows of one slice (nothing measured) and of three (a 400 us hop).
+        for network in [seam::Network::UNMEASURED, seam::Network { hop_ns: 400_000 }] {
+            for (name, run, slack) in &shapes {
+                let probe = Probe::Record { asked: Vec::new(), shape: Vec::new() };
+                let mut zero = ProbeLink { network, probe };
+                run(&mut zero, 0);
+                let Probe::Record { asked, shape } = zero.probe else { unreachable!() };
+                assert!(world == 1 || !asked.is_empty(), "{name}: no gate asked");
+                for rank in 1..world {
+                    let case = format!("world {world} rank {rank} {name} {network:?}");
+                    let (asked, shape) = (asked.clone(), shape.clone());
+                    let probe = Probe::Check { asked, shape, slack: *slack, case };
+                    run(&mut ProbeLink { network, probe }, rank);
+                }
             }
         }
     }

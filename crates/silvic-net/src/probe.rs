@@ -1,0 +1,186 @@
+//! What a ring measures of its network when it forms: the cost of a hop, which sets the ring
+//! plan's window ([`schedule::window`]).
+//!
+//! Every rank times a few one-element allreduces (the gather path: `floor(n/2)` hops each, every
+//! rank in step with its neighbours), takes its fastest, and the ranks agree on the slowest
+//! rank's figure with one more allreduce (a max). So every rank derives the same window from the
+//! same number, whatever its own clock saw.
+//!
+//! Invariants:
+//! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up, a
+//!   range no collective of the caller reaches: the caller's calls still count from 0, and a
+//!   probe frame can never be taken for one of theirs.
+//! - A failure while probing is a failure of `connect`, naming the rank, and the ring is not
+//!   handed out; except an abort from another rank (it failed, in a probe or already in its
+//!   first call, since ranks leave the probes one after another), which `connect` hands out as
+//!   a failed ring whose every call returns it.
+//! - The result is a function of the agreed maximum alone ([`hop_from`] is pure).
+
+use std::time::{Duration, Instant};
+
+use silvic_core::{CollectiveError, Dtype, Op, Reduction, fold};
+
+use tracing::{info, warn};
+
+use crate::error::ConnectError;
+use crate::link::TcpRing;
+use crate::ring::seam::Network;
+use crate::ring::{Call, Link, Scratch, allreduce, schedule, twoway};
+use crate::tcp::as_seen_by;
+
+/// Timed probes per ring. The first also waits for the slowest rank to arrive, so the fastest
+/// of the rest is the figure.
+pub(crate) const PROBES: u64 = 6;
+
+/// The sequence number of the first probe; the agreement is the one after the last probe.
+pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - PROBES;
+
+/// The op every probe and the agreement run as.
+const PROBE_OP: Op = Op::Allreduce { reduction: Reduction::Max, dtype: Dtype::U64 };
+
+/// Measures the ring's hop over `link` and agrees on it with every rank (see the module doc).
+pub(crate) fn measure(
+    link: &mut dyn Link,
+    rank: usize,
+    world: usize,
+    scratch: &mut Scratch,
+) -> Result<Network, CollectiveError> {
+    let mut fastest = Duration::MAX;
+    for i in 0..PROBES {
+        let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + i };
+        let mut one = [0u64];
+        let started = Instant::now();
+        allreduce(link, call, &mut one, fold::max_int, scratch)?;
+        if i > 0 {
+            fastest = fastest.min(started.elapsed());
+        }
+    }
+    let own = hop_from(fastest, world);
+    let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + PROBES };
+    let mut agreed = [own];
+    allreduce(link, call, &mut agreed, fold::max_int, scratch)?;
+    Ok(Network { hop_ns: agreed[0] })
+}
+
+/// Measures the network of a ring `connect` has just formed and hands it to the ring. `Ok(None)`
+/// once measured; `Ok(Some(error))` when another rank failed first (an abort came, see the
+/// module doc), for the ring to be handed out failed; `Err` naming the rank at fault otherwise.
+/// On either failure the neighbours are told and the streams shut.
+pub(crate) fn settle(
+    ring: &mut TcpRing,
+    rank: usize,
+    scratch: &mut Scratch,
+    addresses: &[String],
+    timeout: Duration,
+) -> Result<Option<CollectiveError>, ConnectError> {
+    let world = addresses.len();
+    match measure(ring, rank, world, scratch) {
+        Ok(network) => {
+            ring.measured(network);
+            let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
+            info!(hop_us, window, "network measured");
+            Ok(None)
+        }
+        Err(error) => {
+            warn!(%error, "measuring the network failed; closing the ring");
+            ring.abort(rank, &error, FIRST_PROBE_SEQ);
+            match as_seen_by(rank, error) {
+                aborted @ CollectiveError::Aborted { .. } => Ok(Some(aborted)),
+                error => Err(connect_error(error, addresses, timeout)),
+            }
+        }
+    }
+}
+
+/// A failure of the probes `connect` runs once the ring has formed, as a [`ConnectError`]
+/// naming the rank at fault: a timeout as the rendezvous's own, anything else as an i/o error
+/// with the collective's message.
+fn connect_error(error: CollectiveError, addresses: &[String], timeout: Duration) -> ConnectError {
+    let peer = error.peer().unwrap_or_default();
+    let address = addresses[peer].clone();
+    match error {
+        CollectiveError::Timeout { .. } => ConnectError::Timeout {
+            peer,
+            address,
+            waited: timeout,
+            waiting_for: "to measure the network once the ring formed".into(),
+        },
+        CollectiveError::Io { kind, .. } => {
+            ConnectError::Io { peer, address, kind, message: error.to_string() }
+        }
+        _ => ConnectError::Io {
+            peer,
+            address,
+            kind: std::io::ErrorKind::ConnectionAborted,
+            message: error.to_string(),
+        },
+    }
+}
+
+/// A hop's cost, in nanoseconds, from the time of one small allreduce on the gather path in a
+/// world of `world` (which takes [`twoway::hops`] hops).
+pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
+    let hops = twoway::hops(world).max(1) as u128;
+    u64::try_from(call.as_nanos() / hops).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::mem::{Driver, on_ring};
+
+    #[test]
+    fn a_failed_probe_is_a_connect_error_naming_the_rank() {
+        let addresses: Vec<String> = (0..3).map(|r| format!("10.0.0.{r}:7000")).collect();
+        let timeout = Duration::from_secs(9);
+        let waited = Duration::from_secs(9);
+        match connect_error(CollectiveError::Timeout { peer: 2, waited }, &addresses, timeout) {
+            ConnectError::Timeout { peer: 2, address, waited, waiting_for } => {
+                assert_eq!((address.as_str(), waited), ("10.0.0.2:7000", timeout));
+                assert!(waiting_for.contains("measure the network"), "{waiting_for}");
+            }
+            other => panic!("{other}"),
+        }
+        let closed = CollectiveError::PeerClosed { peer: 1 };
+        match connect_error(closed.clone(), &addresses, timeout) {
+            ConnectError::Io { peer: 1, address, kind, message } => {
+                assert_eq!(address, "10.0.0.1:7000");
+                assert_eq!(kind, std::io::ErrorKind::ConnectionAborted);
+                assert_eq!(message, closed.to_string());
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn a_hop_is_the_call_over_its_hops() {
+        assert_eq!(hop_from(Duration::from_micros(30), 2), 30_000);
+        assert_eq!(hop_from(Duration::from_micros(90), 7), 30_000, "three hops each way");
+        assert_eq!(hop_from(Duration::from_micros(120), 8), 30_000, "four hops");
+        assert_eq!(hop_from(Duration::MAX, 4), u64::MAX);
+        assert_eq!(hop_from(Duration::ZERO, 1), 0);
+    }
+
+    #[test]
+    fn every_rank_agrees_on_one_network_and_so_on_one_window() {
+        for world in [2, 3, 5, 8] {
+            let networks = on_ring(Driver::new(world), |rank, link| {
+                let mut scratch = Scratch::default();
+                measure(link, rank, world, &mut scratch).unwrap()
+            });
+            let first = networks[0];
+            for (rank, network) in networks.iter().enumerate() {
+                assert_eq!(*network, first, "world {world}: rank {rank} measured another network");
+                assert_eq!(schedule::window(*network), schedule::window(first));
+            }
+        }
+    }
+
+    #[test]
+    fn the_probes_never_reach_a_callers_sequence_numbers() {
+        // A caller would need 2^64 - 7 calls to reach the first probe.
+        let last = FIRST_PROBE_SEQ.checked_add(PROBES).expect("the agreement's seq fits");
+        assert_eq!(last, u64::MAX);
+        assert!(FIRST_PROBE_SEQ > u64::from(u32::MAX));
+    }
+}
