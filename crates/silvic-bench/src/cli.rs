@@ -11,6 +11,7 @@ use clap::{CommandFactory, Parser, ValueEnum};
 
 use crate::rendezvous::parse_rendezvous;
 pub(crate) use crate::rendezvous::{Rendezvous, TOKEN_VAR, Token};
+use crate::simulate::{SimulateArgs, Simulation};
 use crate::sizes::ladder;
 use crate::sizes::parse_size;
 use crate::workload::Kind;
@@ -155,6 +156,9 @@ pub(crate) struct Args {
     /// No progress line on stderr.
     #[arg(long, short = 'q')]
     quiet: bool,
+
+    #[command(flatten)]
+    simulate: SimulateArgs,
 }
 
 /// The `--op` choices.
@@ -200,7 +204,7 @@ impl OpArg {
 }
 
 /// How the ranks of this run are started.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Mode {
     /// Start `world` copies of this program as the ranks and wait for them.
     Launch,
@@ -217,6 +221,8 @@ pub(crate) enum Mode {
     },
     /// Build `world` namespace hosts and start one rank on each.
     Netns,
+    /// Start no rank: simulate the calls in virtual time, on this network model and path.
+    Simulate(Simulation),
 }
 
 /// How rank 0 prints its results.
@@ -318,8 +324,10 @@ impl Args {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
             return Err(fail("--timeout must be a positive number of seconds".into()));
         }
-        let mode = match (self.rank, self.rendezvous, self.threads) {
-            (Some(rank), Some(rendezvous), _) => {
+        let simulation = self.simulate.simulation(world, &kinds, &sizes).map_err(fail)?;
+        let mode = match (self.rank, self.rendezvous, self.threads, simulation) {
+            (_, _, _, Some(simulation)) => Mode::Simulate(simulation),
+            (Some(rank), Some(rendezvous), _, _) => {
                 if rank >= world {
                     return Err(fail(format!("--rank {rank} is out of range for --world {world}")));
                 }
@@ -347,7 +355,7 @@ impl Args {
                 Mode::Rank { rank, rendezvous, token: Token(token) }
             }
             _ if self.netns_hosts.is_some() => Mode::Netns,
-            (_, _, true) => Mode::Threads,
+            (_, _, true, _) => Mode::Threads,
             _ => Mode::Launch,
         };
         let format = match (self.csv, self.json) {

@@ -130,9 +130,14 @@ impl Row {
 
 const MIB: f64 = (1 << 20) as f64;
 
+/// What the time column of a measured run is.
+pub(crate) const MEASURED_TIME: &str = "median over repetitions of the slowest rank's time per \
+     call (median of per-repetition maxima)";
+
 /// The header lines of a kind's table: what a call does to its buffer and which statistic the
-/// time is, then the column names and units. `cpu` adds the CPU column, `link` the link column.
-pub(crate) fn table_header(kind: Kind, rss_per: &str, cpu: bool, link: bool) -> String {
+/// time is (`time`), then the column names and units. `cpu` adds the CPU column, `link` the link
+/// column.
+pub(crate) fn table_header(kind: Kind, time: &str, rss_per: &str, cpu: bool, link: bool) -> String {
     let (mut name, mut unit) = if cpu {
         (format!(" {:>10}", "cpu/call"), format!(" {:>10}", "(us)"))
     } else {
@@ -149,8 +154,7 @@ pub(crate) fn table_header(kind: Kind, rss_per: &str, cpu: bool, link: bool) -> 
     };
     format!(
         "# {}, {place}\n\
-         # time: median over repetitions of the slowest rank's time per call (median of \
-         per-repetition maxima)\n\
+         # time: {time}\n\
          #{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}{name}\n#{:>11} {:>12} {:>7} {:>6} {:>11} {:>7} {:>7} {:>10} {:>7}{unit}",
         kind.name(),
         "size",
@@ -210,6 +214,8 @@ pub(crate) struct Printer {
     shown: bool,
     /// Whether the preamble is out (it is printed once, before the first kind).
     started: bool,
+    /// What the time column is.
+    time: &'static str,
 }
 
 impl Printer {
@@ -229,7 +235,13 @@ impl Printer {
             tty: std::io::stderr().is_terminal(),
             shown: false,
             started: false,
+            time: MEASURED_TIME,
         }
+    }
+
+    /// The same printer for times that `time` describes instead of measured ones.
+    pub(crate) fn timed_as(self, time: &'static str) -> Printer {
+        Printer { time, ..self }
     }
 
     /// Announces the sweep of one kind.
@@ -246,7 +258,7 @@ impl Printer {
                     out,
                     "{}#\n{}",
                     if first { preamble } else { "" },
-                    table_header(kind, rss_per, self.cpu, self.link.is_some())
+                    table_header(kind, self.time, rss_per, self.cpu, self.link.is_some())
                 );
             }
         }
@@ -380,7 +392,8 @@ mod tests {
     fn table_rows_line_up_with_the_header() {
         for cpu in [false, true] {
             for link in [None, Some(0.125)] {
-                let header = table_header(Kind::SumF64, "(MiB)", cpu, link.is_some());
+                let header =
+                    table_header(Kind::SumF64, MEASURED_TIME, "(MiB)", cpu, link.is_some());
                 let lines: Vec<&str> = header.lines().collect();
                 assert!(lines[0].contains("in place"), "{header}");
                 assert!(lines[1].contains("median of per-repetition maxima"), "{header}");
@@ -393,7 +406,9 @@ mod tests {
                 assert_eq!(r.contains("8.053"), link.is_some(), "{r}");
             }
         }
-        assert!(table_header(Kind::Allgather, "", false, false).contains("out of place"));
+        assert!(
+            table_header(Kind::Allgather, MEASURED_TIME, "", false, false).contains("out of place")
+        );
         let r = row(Kind::SumF64, 4, 64 << 20, 0.1).table(false, None);
         assert!(r.contains("8388608") && r.contains("double") && r.contains("3.0"), "{r}");
         let mut unchecked = row(Kind::Allgather, 2, 64, 1e-5);

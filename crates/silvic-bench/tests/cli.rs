@@ -291,3 +291,46 @@ fn bad_flags_exit_with_code_2_and_say_why() {
         assert!(stderr.contains(says) && stderr.starts_with("error:"), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn simulate_prints_the_same_bytes_on_every_run() {
+    let args = ["--simulate", "--world", "16", "--op", "all", "--hop-us", "100", "-q"];
+    let first = run(&args);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let stdout = text(&first.stdout);
+    assert!(stdout.contains("# time: simulated (a model, not a measurement)"), "{stdout}");
+    let rows = stdout.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(rows, 4 * 9, "{stdout}");
+    for _ in 0..2 {
+        assert_eq!(run(&args).stdout, first.stdout);
+    }
+    let mut csv = args.to_vec();
+    csv.push("--csv");
+    let again = run(&csv);
+    assert_eq!(again.stdout, run(&csv).stdout);
+    assert!(text(&again.stdout).starts_with("world,bytes,iters,reps,median_us"));
+}
+
+#[test]
+fn simulate_forces_a_path_and_auto_is_the_real_choice() {
+    // World 4, 32 KiB: the cost model takes the ring (its cut is at 29 KiB).
+    let row = |path: &str| {
+        let out = run(&["--simulate", "--sizes", "32K", "--csv", "-q", "--path", path]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).lines().nth(1).unwrap().to_string()
+    };
+    let (auto, ring, gather) = (row("auto"), row("ring"), row("gather"));
+    assert_eq!(auto, ring);
+    assert_ne!(auto, gather);
+    let out = run(&["--simulate", "--path", "rings"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("rings"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn simulate_reaches_a_world_of_1024() {
+    let out =
+        run(&["--simulate", "--world", "1024", "--op", "allgather", "--sizes", "64K", "--csv"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).lines().nth(1).unwrap().starts_with("1024,65536,1,1,"));
+}

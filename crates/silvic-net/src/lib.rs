@@ -112,6 +112,7 @@ mod liveness;
 mod probe;
 mod rendezvous;
 mod ring;
+pub mod simulate;
 mod stats;
 #[allow(unsafe_code)]
 mod sys;

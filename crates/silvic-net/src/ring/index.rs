@@ -334,7 +334,7 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for IndexPlan<'_, T, C> {
             self.filling[way] = Filling { frame: j, bytes: 0, pending: 0 };
         }
         let f = self.filling[way];
-        let folds = way < self.rounds() && slot(way, j) >> (way + 1) == 0;
+        let folds = self.folds(way, j);
         match self.place(way, j, false).0 {
             Place::Store(a, b) => &mut self.transit[a + f.bytes..b],
             Place::Buf(a, b) if !folds => &mut as_bytes_mut(&mut self.buf[a..b])[f.bytes..],
@@ -345,8 +345,12 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for IndexPlan<'_, T, C> {
             }
         }
     }
+    fn folds(&self, way: usize, j: usize) -> bool {
+        way < self.rounds() && slot(way, j) >> (way + 1) == 0
+    }
+
     fn commit(&mut self, way: usize, j: usize, n: usize) {
-        let folds = way < self.rounds() && slot(way, j) >> (way + 1) == 0;
+        let folds = self.folds(way, j);
         let (place, _) = self.place(way, j, false);
         let f = &mut self.filling[way];
         let (Place::Buf(a, _), true) = (place, folds) else {

@@ -17,7 +17,8 @@
 //! - [`bruck`] and [`index`]: the log-depth plans (Bruck's allgather, and index-fold-gather),
 //!   whose rounds go to `rank ± 2^k`: not chosen until the link has chord streams;
 //!   [`allreduce_on`] runs any path, and [`cost`] is the model that will choose among them;
-//! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank;
+//! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank
+//!   (the simulator's virtual-time driver, `crate::simulate`, runs the same plans without bytes);
 //!   `lockstep` (tests only) moves every rank's plan in one thread over streams named by rank
 //!   pairs, and `plan_checks` (tests only) checks plans of any number of ways without running
 //!   them: the stream-sharing rule, distinct headers, nothing overwritten in flight.
@@ -109,8 +110,14 @@ pub(crate) struct Scratch {
     gathered: Vec<u8>,
 }
 
+/// The path an allreduce of `bytes` takes in a world of `world`: what
+/// [`schedule::uses_gather`] picks, the same on every rank.
+pub(crate) fn chosen_path(bytes: usize, world: usize) -> cost::Path {
+    if schedule::uses_gather(bytes, world) { cost::Path::Gather } else { cost::Path::Ring }
+}
+
 /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order, on the
-/// path [`schedule::uses_gather`] picks.
+/// path [`chosen_path`] picks.
 pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     link: &mut dyn Link,
     call: Call,
@@ -118,17 +125,14 @@ pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    if schedule::uses_gather(std::mem::size_of_val(buf), call.world) {
-        gather::gather_allreduce(link, call, buf, combine, scratch)
-    } else {
-        ring_path::ring_allreduce(link, call, buf, combine, scratch)
-    }
+    let path = chosen_path(std::mem::size_of_val(buf), call.world);
+    allreduce_on(path, link, call, buf, combine, scratch)
 }
 
-/// [`allreduce`] on the path `path`, whatever the cut says: every path gives the same bits. The
-/// log-depth paths ([`bruck`], [`index`]) route frames to `rank ± 2^k`, which only a link with
-/// chord streams carries; [`cost::cheapest`] is the cut that will choose among all four.
-#[cfg_attr(not(test), allow(dead_code, reason = "chosen once the link has chord streams"))]
+/// [`allreduce`] on the path `path`, whatever the cut says (the simulator forces paths): every
+/// path gives the same bits. The log-depth paths ([`bruck`], [`index`]) route frames to
+/// `rank ± 2^k`, which only a link with chord streams carries; [`cost::cheapest`] is the cut
+/// that will choose among all four.
 pub(crate) fn allreduce_on<T: Element, C: Fn(T, T) -> T + Copy>(
     path: cost::Path,
     link: &mut dyn Link,

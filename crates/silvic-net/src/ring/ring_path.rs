@@ -247,6 +247,9 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
         }
         self.scratch.copy_within(whole * size_of::<T>()..pending, 0);
     }
+    fn folds(&self, way: usize, j: usize) -> bool {
+        self.frame(way, j).folds
+    }
 }
 
 /// The ring path: [`RingPlan`] over the link.

@@ -1,7 +1,7 @@
 //! The seam between the ring's algorithms and whatever carries their frames: a collective is a
 //! [`FramePlan`], and a [`Link`] moves it. The TCP link (`link`), the fuzz targets' slice
 //! link and the tests' in-memory driver (`super::mem`) import this module and nothing else of
-//! the ring.
+//! the ring; so does the simulator's virtual-time driver (`crate::simulate`).
 //!
 //! # How a driver runs a plan
 //!
@@ -105,6 +105,13 @@ pub(crate) trait FramePlan {
     fn space(&mut self, way: usize, j: usize) -> &mut [u8];
     /// `n` bytes of incoming frame `j` were written to the front of [`FramePlan::space`].
     fn commit(&mut self, way: usize, j: usize, n: usize);
+    /// Whether incoming frame `j` on `way` is folded into the buffer (not just copied): what a
+    /// model of the plan's time (`crate::simulate`) charges the fold's rate for. A link
+    /// ignores it.
+    fn folds(&self, way: usize, j: usize) -> bool {
+        let _ = (way, j);
+        false
+    }
 }
 
 /// What a ring knows of its network: measured once when it forms (`crate::probe`), agreed

@@ -1,0 +1,221 @@
+//! The simulator's driver: a [`Link`] that moves a plan's frames between every rank of a world
+//! in virtual time, through the network model of [`super::Network`], and moves no byte.
+//!
+//! It runs a plan the way the seam says a driver must (`crate::ring::seam`): per rank and way it
+//! keeps the frames all out and all in, sends frame `sent[w]` once its gate opens and takes
+//! frame `received[w]` once its gate opens and the frame has arrived. Everything is an event on
+//! one clock of whole picoseconds, handled in the order (time, then the order it was made), so
+//! the same plan and model give the same time on every run.
+//!
+//! The model, per frame of `b` payload bytes sent by rank `r` to rank `d`:
+//!
+//! - `r`'s link out carries one frame at a time, in the order their gates opened: the frame
+//!   holds it for `overhead + b / rate`, starting when the gate opens or the frame before is
+//!   out, whichever is later; it counts as sent (`sent[w]`) when it is all out.
+//! - Its last byte reaches `d` a hop's latency later, or once `d`'s link in has carried it at
+//!   the same rate after the frames that came in before it, whichever is later.
+//! - `d` takes it once it is all in and `d`'s gate lets it in; a frame the plan folds
+//!   ([`FramePlan::folds`]) counts as received `b / fold rate` after that, a copied one at once.
+//!   Buffers (socket buffers, relays) hold whatever has arrived and is not yet taken.
+//!
+//! Every rank runs one plan, the calling rank's (see the module doc of [`super`] for why that
+//! is every rank's plan relabelled); [`drive`] also takes one plan per rank, which the tests
+//! use to check that assumption.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::ring::seam::{FramePlan, Moved};
+
+/// The model in the units the driver counts in: picoseconds, and picoseconds per byte.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Model {
+    pub(crate) hop_ps: u64,
+    pub(crate) overhead_ps: u64,
+    /// Picoseconds a byte holds a rank's link, out or in.
+    pub(crate) link_ps_per_byte: f64,
+    /// Picoseconds folding a byte takes.
+    pub(crate) fold_ps_per_byte: f64,
+}
+
+impl Model {
+    fn carry(&self, bytes: u64) -> u64 {
+        (bytes as f64 * self.link_ps_per_byte).round() as u64
+    }
+    fn fold(&self, bytes: u64) -> u64 {
+        (bytes as f64 * self.fold_ps_per_byte).round() as u64
+    }
+}
+
+/// What a driven plan did: when its last rank was done, and the frames all ranks sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    pub(crate) end_ps: u64,
+    pub(crate) frames: u64,
+}
+
+/// The gates waited in a circle: events ran out with frames still to move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stuck {
+    /// The first rank with frames left.
+    pub(crate) rank: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum What {
+    /// A rank's frame on a way is all out.
+    Sent,
+    /// A frame on a way is all in at a rank.
+    Arrived,
+    /// A rank has taken (and folded) a frame on a way.
+    Received,
+}
+
+/// One event: at `time`, `what` happened to `rank`'s `way`; `order` breaks ties by creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Event {
+    time: u64,
+    order: u64,
+    what: What,
+    rank: usize,
+    way: usize,
+}
+
+/// Every rank's progress, flat: entry `rank * ways + way`.
+struct World<'p> {
+    plans: &'p [&'p dyn FramePlan],
+    ways: usize,
+    world: usize,
+    model: Model,
+    sent: Vec<usize>,
+    received: Vec<usize>,
+    arrived: Vec<usize>,
+    sending: Vec<bool>,
+    receiving: Vec<bool>,
+    /// Per rank: when its link out and its link in are next free.
+    out_free: Vec<u64>,
+    in_free: Vec<u64>,
+    events: BinaryHeap<Reverse<Event>>,
+    order: u64,
+    frames: u64,
+}
+
+impl<'p> World<'p> {
+    fn plan(&self, rank: usize) -> &'p dyn FramePlan {
+        self.plans.get(rank).copied().unwrap_or(self.plans[0])
+    }
+
+    fn push(&mut self, time: u64, what: What, rank: usize, way: usize) {
+        self.order += 1;
+        self.events.push(Reverse(Event { time, order: self.order, what, rank, way }));
+    }
+
+    /// Starts whatever `rank`'s gates let through at `now`.
+    fn poll(&mut self, rank: usize, now: u64) {
+        let at = rank * self.ways;
+        let plan = self.plan(rank);
+        for w in 0..self.ways {
+            let frames = plan.frames(w);
+            let progress = Moved {
+                sent: &self.sent[at..at + self.ways],
+                received: &self.received[at..at + self.ways],
+            };
+            let i = progress.sent[w];
+            let send = !self.sending[at + w] && i < frames && plan.ready(w, progress);
+            let j = progress.received[w];
+            let take = !self.receiving[at + w]
+                && j < frames
+                && self.arrived[at + w] > j
+                && plan.may_receive(w, progress);
+            if send {
+                let bytes = plan.header(w, i).len;
+                let start = now.max(self.out_free[rank]);
+                let end = start + self.model.overhead_ps + self.model.carry(bytes);
+                self.out_free[rank] = end;
+                self.sending[at + w] = true;
+                self.push(end, What::Sent, rank, w);
+            }
+            if take {
+                let fold =
+                    if plan.folds(w, j) { self.model.fold(plan.expect(w, j).len) } else { 0 };
+                self.receiving[at + w] = true;
+                self.push(now + fold, What::Received, rank, w);
+            }
+        }
+    }
+
+    fn handle(&mut self, e: Event) {
+        let at = e.rank * self.ways + e.way;
+        match e.what {
+            What::Sent => {
+                let plan = self.plan(e.rank);
+                let bytes = plan.header(e.way, self.sent[at]).len;
+                let to = plan.ways()[e.way].sends_to(e.rank, self.world);
+                self.sent[at] += 1;
+                self.sending[at] = false;
+                self.frames += 1;
+                let arrives =
+                    (e.time + self.model.hop_ps).max(self.in_free[to] + self.model.carry(bytes));
+                self.in_free[to] = arrives;
+                self.push(arrives, What::Arrived, to, e.way);
+            }
+            What::Arrived => self.arrived[at] += 1,
+            What::Received => {
+                self.received[at] += 1;
+                self.receiving[at] = false;
+            }
+        }
+        self.poll(e.rank, e.time);
+    }
+
+    /// The first rank with a frame left to send or receive.
+    fn unfinished(&self) -> Option<usize> {
+        (0..self.world).find(|&r| {
+            let plan = self.plan(r);
+            (0..self.ways).any(|w| {
+                let at = r * self.ways + w;
+                self.sent[at] < plan.frames(w) || self.received[at] < plan.frames(w)
+            })
+        })
+    }
+}
+
+/// Runs a plan on every rank of a world of `world` from time 0: `plans` holds one plan for every
+/// rank, or one per rank (in rank order). All plans must have the same ways.
+pub(crate) fn drive(
+    plans: &[&dyn FramePlan],
+    world: usize,
+    model: Model,
+) -> Result<Outcome, Stuck> {
+    let ways = plans[0].ways().len();
+    debug_assert!(plans.iter().all(|p| p.ways().len() == ways));
+    let cells = world * ways;
+    let mut state = World {
+        plans,
+        ways,
+        world,
+        model,
+        sent: vec![0; cells],
+        received: vec![0; cells],
+        arrived: vec![0; cells],
+        sending: vec![false; cells],
+        receiving: vec![false; cells],
+        out_free: vec![0; world],
+        in_free: vec![0; world],
+        events: BinaryHeap::new(),
+        order: 0,
+        frames: 0,
+    };
+    for rank in 0..world {
+        state.poll(rank, 0);
+    }
+    let mut end = 0;
+    while let Some(Reverse(e)) = state.events.pop() {
+        end = e.time;
+        state.handle(e);
+    }
+    match state.unfinished() {
+        Some(rank) => Err(Stuck { rank }),
+        None => Ok(Outcome { end_ps: end, frames: state.frames }),
+    }
+}

@@ -1,0 +1,389 @@
+//! A model of a collective's time: the ring's real plans run in virtual time through a model of
+//! a network, moving no byte and reading no clock. It answers "how long would this call take on
+//! a network like that", for worlds far larger than a test machine can run (`silvic-bench
+//! --simulate`, docs/simulator.md). It is a model: it is as right as its four numbers and its
+//! assumptions below, and it says nothing about correctness, which the plans' own tests prove.
+//!
+//! [`simulate`] builds the calling rank's plan exactly as a real call does (the same cost model
+//! picks the path unless one is forced, the same plan types, the same frame lengths and gates)
+//! and hands it to a driver of virtual time instead of the TCP link. So a plan that changes, or
+//! a new one, is simulated as it is, not as a second copy of its schedule says it is. Plans that
+//! read what the ring measured of its network when it formed (the ring plan's window reads the
+//! hop) read what a ring formed on the model would measure: the probe's small allreduce
+//! (`crate::probe`), simulated first, over its hops.
+//!
+//! # What is modelled ([`Network`])
+//!
+//! Every rank has one link, of one rate each way, shared by all the plan's ways. A frame of
+//! `b` payload bytes holds its sender's link out for `frame_overhead + b / rate`, one frame
+//! after another in the order the gates opened; its last byte reaches the receiver `hop` later,
+//! or once the receiver's link in has carried it after what came in before, whichever is later.
+//! The receiver takes it once its gate lets it in, and a frame the plan folds counts as received
+//! `b / fold rate` after that; the gather path's local fold after its gather costs
+//! `(world - 1) × b / fold rate`. Socket buffers are unbounded: a frame waits wherever it
+//! arrived for its gate. Not modelled: a CPU shared by several ranks or by the network's own
+//! work (the relay bed's case, docs/simulator.md), TCP's windows and slow start, congestion
+//! shared by links, jitter and loss.
+//!
+//! # One plan drives every rank
+//!
+//! The plans are the same schedule on every rank, relabelled: a rank's frame `i` on a way sends
+//! the block or segment its neighbour's frame `i` sent one step before, and every gate looks
+//! only at the counts of frames moved, never at which rank it is. So the driver asks the calling
+//! rank's plan (rank 0's) for every rank's gates and frame lengths. That keeps one real plan
+//! with real buffers in memory whatever the world (a world of 1024 with 16 MiB each would
+//! otherwise need 16 GiB), without splitting the plans into a schedule and its buffers, which
+//! would touch every plan and every link for the simulator's sake. The assumption is checked
+//! (the test `one_plan_answers_for_every_rank`): at worlds up to 12, every rank's own plan gives
+//! the same gate answers as rank 0's in every state a simulated run passes through, and the
+//! same frame lengths to within one element (segments differ in length by at most one
+//! element), which is the one thing the shared plan gets wrong by design.
+//!
+//! Invariants: [`simulate`] is a pure function of its arguments (one clock of whole
+//! picoseconds, events in a fixed order, no threads, no randomness), so it gives the same
+//! answer on every run; it holds at most [`MAX_BUFFER_BYTES`] of buffers.
+
+mod driver;
+
+use std::time::Duration;
+
+use silvic_core::{Op, fold};
+
+use crate::probe;
+use crate::ring::cost::Path as RingPath;
+use crate::ring::seam::{self, Call, FramePlan, Link};
+use crate::ring::{self, Scratch};
+use driver::{Model, Outcome, Stuck};
+
+/// The largest world [`simulate`] takes: events grow with the world squared.
+pub const MAX_WORLD: usize = 4096;
+
+/// The most memory of buffers the one real plan may hold (the gather path holds `world ×
+/// bytes`); past it [`simulate`] refuses with [`SimulateError::TooLarge`].
+pub const MAX_BUFFER_BYTES: usize = 1 << 30;
+
+/// The network a simulated call runs on (see the module doc for how each number is used).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Network {
+    /// One-way latency of a hop: from a frame's last byte leaving a rank to its arrival.
+    pub hop: Duration,
+    /// Each rank's link rate, each way, in Gbit/s (10^9 bits per second).
+    pub link_gbit: f64,
+    /// What a frame holds its sender's link for beyond its bytes: its header, the system calls
+    /// and wake-ups that move it.
+    pub frame_overhead: Duration,
+    /// The rate at which a rank folds received bytes into its buffer, in GB/s (10^9 bytes per
+    /// second).
+    pub fold_gbyte: f64,
+}
+
+impl Network {
+    fn model(&self) -> Result<Model, SimulateError> {
+        for (name, rate) in [("link rate", self.link_gbit), ("fold rate", self.fold_gbyte)] {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(SimulateError::Network(format!("the {name} must be above 0")));
+            }
+        }
+        let ps = |d: Duration| u64::try_from(d.as_nanos() * 1000).ok();
+        let (Some(hop_ps), Some(overhead_ps)) = (ps(self.hop), ps(self.frame_overhead)) else {
+            return Err(SimulateError::Network("a hop or frame overhead over 200 days".into()));
+        };
+        Ok(Model {
+            hop_ps,
+            overhead_ps,
+            link_ps_per_byte: 8.0 * 1000.0 / self.link_gbit,
+            fold_ps_per_byte: 1000.0 / self.fold_gbyte,
+        })
+    }
+}
+
+/// A collective [`simulate`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Collective {
+    /// An allreduce of 8-byte elements (f64 or i64 sums, f64 max: their plans are the same).
+    Allreduce,
+    /// `allgather_bytes`, every rank giving a block of the same length.
+    Allgather,
+}
+
+impl Collective {
+    /// The paths that may be forced on it (beside [`Path::Auto`]).
+    pub fn paths(self) -> &'static [Path] {
+        match self {
+            Collective::Allreduce => &[Path::Gather, Path::Ring, Path::Bruck, Path::Index],
+            Collective::Allgather => &[Path::Gather],
+        }
+    }
+
+    /// Its name: `allreduce`, `allgather`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::Allreduce => "allreduce",
+            Collective::Allgather => "allgather",
+        }
+    }
+}
+
+/// Which of its paths a simulated call takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Path {
+    /// The one the real call would choose (the cost model of `crate::ring`).
+    Auto,
+    /// A two-way allgather of whole buffers (an allreduce then folds them locally).
+    Gather,
+    /// The reduce-scatter and gather of slices round the ring.
+    Ring,
+    /// Bruck's allgather of whole buffers in `ceil(log2 n)` rounds over chords to `rank ± 2^k`,
+    /// folded locally.
+    Bruck,
+    /// Index-fold-gather: a Bruck all-to-all of raw segments to their owners, who fold them,
+    /// then a Bruck allgather of the folded segments.
+    Index,
+}
+
+impl Path {
+    /// Every path, by [`Path::name`].
+    pub const ALL: [Path; 5] = [Path::Auto, Path::Gather, Path::Ring, Path::Bruck, Path::Index];
+
+    /// The path's name: `auto`, `gather`, `ring`, `bruck`, `index`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Auto => "auto",
+            Path::Gather => "gather",
+            Path::Ring => "ring",
+            Path::Bruck => "bruck",
+            Path::Index => "index",
+        }
+    }
+}
+
+impl std::str::FromStr for Path {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Path, String> {
+        Path::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Path::ALL.iter().map(|p| p.name()).collect();
+            format!("no path {s:?} (the paths: {})", names.join(", "))
+        })
+    }
+}
+
+/// What a simulated call took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Simulated {
+    /// From every rank starting at once to the last rank done (to the nanosecond).
+    pub time: Duration,
+    /// The path taken (never [`Path::Auto`]).
+    pub path: Path,
+    /// Frames sent, summed over ranks.
+    pub frames: u64,
+}
+
+/// Why [`simulate`] cannot run a call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimulateError {
+    /// The world is 0 or above [`MAX_WORLD`].
+    #[error("a world of {0} ranks: the simulator takes 1 to {MAX_WORLD}")]
+    World(usize),
+    /// An allreduce's bytes are not a whole number of 8-byte elements.
+    #[error("{0} bytes are not a whole number of 8-byte elements")]
+    Length(usize),
+    /// The path cannot be forced on the collective.
+    #[error("the {} has no {} path (it has: {})", collective.name(), path.name(), choices(*collective))]
+    NoSuchPath {
+        /// The collective asked for.
+        collective: Collective,
+        /// The path asked for.
+        path: Path,
+    },
+    /// The call's plan would hold more than [`MAX_BUFFER_BYTES`] of buffers.
+    #[error(
+        "the {} path of {bytes} bytes at world {world} holds more than 1 GiB of buffers",
+        path.name()
+    )]
+    TooLarge {
+        /// The path taken.
+        path: Path,
+        /// The bytes per rank.
+        bytes: usize,
+        /// The world.
+        world: usize,
+    },
+    /// A number of the [`Network`] is out of range.
+    #[error("network model: {0}")]
+    Network(String),
+    /// The plan's gates waited in a circle (a bug in a plan: its tests should have caught it).
+    #[error("the plan got stuck with rank {0} waiting")]
+    Stuck(usize),
+}
+
+/// The paths `collective` takes, `auto` first.
+fn choices(collective: Collective) -> String {
+    let forced = collective.paths().iter().map(|p| p.name());
+    std::iter::once("auto").chain(forced).collect::<Vec<_>>().join(", ")
+}
+
+/// Checks that [`simulate`] can run `collective` on `world` ranks of `bytes` each on `path`,
+/// without running it: the world, the length, the path and the memory it would hold.
+pub fn check(
+    collective: Collective,
+    world: usize,
+    bytes: usize,
+    path: Path,
+) -> Result<(), SimulateError> {
+    if !(1..=MAX_WORLD).contains(&world) {
+        return Err(SimulateError::World(world));
+    }
+    if path != Path::Auto && !collective.paths().contains(&path) {
+        return Err(SimulateError::NoSuchPath { collective, path });
+    }
+    let held = match collective {
+        Collective::Allreduce if bytes % 8 != 0 => return Err(SimulateError::Length(bytes)),
+        Collective::Allreduce
+            if matches!(taken(collective, world, bytes, path), Path::Ring | Path::Index) =>
+        {
+            bytes
+        }
+        _ => world.saturating_mul(bytes),
+    };
+    if held > MAX_BUFFER_BYTES {
+        let path = taken(collective, world, bytes, path);
+        return Err(SimulateError::TooLarge { path, bytes, world });
+    }
+    Ok(())
+}
+
+/// The path a call takes: `path`, or the real call's choice for [`Path::Auto`].
+fn taken(collective: Collective, world: usize, bytes: usize, path: Path) -> Path {
+    match (collective, path) {
+        (Collective::Allreduce, Path::Auto) => match ring::chosen_path(bytes, world) {
+            RingPath::Gather => Path::Gather,
+            RingPath::Ring => Path::Ring,
+            RingPath::Bruck => Path::Bruck,
+            RingPath::Index => Path::Index,
+        },
+        (Collective::Allgather, _) => Path::Gather,
+        (_, path) => path,
+    }
+}
+
+/// Simulates one call of `collective` on `world` ranks over `network`, every rank passing
+/// `bytes` (an allreduce's buffer, or an allgather's block), on `path`.
+pub fn simulate(
+    network: &Network,
+    collective: Collective,
+    world: usize,
+    bytes: usize,
+    path: Path,
+) -> Result<Simulated, SimulateError> {
+    let model = network.model()?;
+    check(collective, world, bytes, path)?;
+    simulate_on(VirtualLink::formed(model, world)?, collective, world, bytes, path)
+}
+
+/// [`simulate`] on `link`, whose measured network the plans read, of checked arguments.
+fn simulate_on(
+    mut link: VirtualLink,
+    collective: Collective,
+    world: usize,
+    bytes: usize,
+    path: Path,
+) -> Result<Simulated, SimulateError> {
+    let path = taken(collective, world, bytes, path);
+    let model = link.model;
+    match collective {
+        Collective::Allreduce => {
+            let chosen = match path {
+                Path::Gather => RingPath::Gather,
+                Path::Bruck => RingPath::Bruck,
+                Path::Index => RingPath::Index,
+                _ => RingPath::Ring,
+            };
+            let call = Call { rank: 0, world, op: Op::AllreduceSumF64, seq: 0 };
+            let mut buf = vec![0.0f64; bytes / 8];
+            let scratch = &mut Scratch::default();
+            let ran = ring::allreduce_on(chosen, &mut link, call, &mut buf, fold::sum_f64, scratch);
+            ran.map_err(|_| link.stuck_error())?;
+            if matches!(chosen, RingPath::Gather | RingPath::Bruck) {
+                // The local fold of the other ranks' buffers, after the gather.
+                let folded = (world - 1) as u64 * bytes as u64;
+                link.spent.end_ps += (folded as f64 * model.fold_ps_per_byte).round() as u64;
+            }
+        }
+        Collective::Allgather => {
+            let call = Call { rank: 0, world, op: Op::AllgatherBytes, seq: 0 };
+            let mut blocks = vec![Vec::new(); world];
+            blocks[0] = vec![0; bytes];
+            let ran = ring::allgather(&mut link, call, bytes as u64, &mut blocks);
+            ran.map_err(|_| link.stuck_error())?;
+        }
+    }
+    Ok(Simulated { time: link.time(), path, frames: link.spent.frames })
+}
+
+/// The simulator's [`Link`]: each plan it is handed runs on every rank of the plan's world in
+/// virtual time, after the plans before it.
+struct VirtualLink {
+    model: Model,
+    /// What a ring formed on the model measures of it (the plans read it, as from a real link).
+    measured: seam::Network,
+    spent: Outcome,
+    stuck: Option<Stuck>,
+}
+
+impl VirtualLink {
+    /// A link of a world of `world` over `model` that knows what a real ring would measure
+    /// when it forms there: the probe's small allreduce (`crate::probe`), simulated, over its
+    /// hops. So the plans built on this link (the ring plan's window) are the ones a real ring
+    /// on that network would build.
+    fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
+        let unmeasured = VirtualLink::new(model, seam::Network::UNMEASURED);
+        let probe = simulate_on(unmeasured, Collective::Allreduce, world, 8, Path::Auto)?;
+        let hop_ns = probe::hop_from(probe.time, world);
+        Ok(VirtualLink::new(model, seam::Network { hop_ns }))
+    }
+
+    /// A link over `model` whose plans read `measured`, no time spent yet.
+    fn new(model: Model, measured: seam::Network) -> VirtualLink {
+        VirtualLink { model, measured, spent: Outcome { end_ps: 0, frames: 0 }, stuck: None }
+    }
+
+    /// The virtual time spent so far, to the nanosecond.
+    fn time(&self) -> Duration {
+        let ps = self.spent.end_ps;
+        Duration::from_nanos(ps / 1000 + u64::from(ps % 1000 >= 500))
+    }
+
+    fn stuck_error(&self) -> SimulateError {
+        SimulateError::Stuck(self.stuck.map_or(0, |s| s.rank))
+    }
+}
+
+impl Link for VirtualLink {
+    fn network(&self) -> seam::Network {
+        self.measured
+    }
+    fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), silvic_core::CollectiveError> {
+        let world = plan.call().world;
+        match driver::drive(&[&*plan], world, self.model) {
+            Ok(o) => {
+                self.spent.end_ps += o.end_ps;
+                self.spent.frames += o.frames;
+                Ok(())
+            }
+            Err(stuck) => {
+                self.stuck = Some(stuck);
+                Err(silvic_core::CollectiveError::Timeout {
+                    peer: stuck.rank,
+                    waited: Duration::ZERO,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
