@@ -115,6 +115,7 @@ mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod tcp;
+mod topology;
 mod trainer;
 mod wait;
 
@@ -134,5 +135,5 @@ pub use silvic_core::{
     Collective, CollectiveError, Dtype, LocalCollective, Numbers, Op, RecordFold, Reduction,
     TrainerCollective,
 };
-pub use stats::{CurrentCall, Progress, RingStats, RingWatch};
+pub use stats::{CurrentCall, PeerStats, Progress, RingStats, RingWatch};
 pub use tcp::{RingListener, TcpCollective};

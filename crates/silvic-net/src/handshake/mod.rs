@@ -317,6 +317,8 @@ pub struct Acceptor<'t> {
     /// The connector may be any rank of the world but this one: its Hello names it, and its
     /// claims are judged only once it has proven the token (see [`Acceptor::any_other_rank`]).
     any_peer: bool,
+    /// The ranks that may connect, of which the Hello names one (see [`Acceptor::from_one_of`]).
+    among: Option<&'t [usize]>,
     /// This side's own world and roster, for judging a blind connector's claims after its
     /// proof.
     own: (u32, [u8; MAC_LEN]),
@@ -356,6 +358,7 @@ impl<'t> Acceptor<'t> {
             transcript,
             state: AcceptorState::AwaitHello,
             any_peer: false,
+            among: None,
             own: (world, roster),
             peer_claims: None,
         }
@@ -379,9 +382,26 @@ impl<'t> Acceptor<'t> {
         acceptor
     }
 
+    /// Waits for a Hello as `rank` of `world` from one of `peers` (a rank's ring neighbour and
+    /// chord peers), which the Hello names; [`Acceptor::peer`] then says which. The claims are
+    /// checked as [`Acceptor::new`] checks them, for the rank the Hello names: a rank outside
+    /// `peers` is refused as the wrong rank.
+    pub fn from_one_of(
+        token: &'t [u8],
+        roster: [u8; MAC_LEN],
+        world: u32,
+        rank: u32,
+        peers: &'t [usize],
+        nonce: [u8; NONCE_LEN],
+    ) -> Self {
+        let mut acceptor = Acceptor::new(token, roster, world, rank, rank, nonce);
+        acceptor.among = Some(peers);
+        acceptor
+    }
+
     /// The rank the connector proves: the one given to [`Acceptor::new`], or, for
-    /// [`Acceptor::any_other_rank`], the one its accepted Hello named (before that, this
-    /// side's own rank, which no connector can be).
+    /// [`Acceptor::any_other_rank`] and [`Acceptor::from_one_of`], the one its accepted Hello
+    /// named (before that, this side's own rank, which no connector can be).
     pub fn peer(&self) -> u32 {
         self.transcript.connector
     }
@@ -409,6 +429,10 @@ impl<'t> Acceptor<'t> {
             }
             (AcceptorState::AwaitHello, MessageKind::Hello) => {
                 self.peer_claims = Some(Claims::of(m));
+                let named = usize::try_from(m.rank).ok();
+                if self.among.is_some_and(|peers| named.is_some_and(|r| peers.contains(&r))) {
+                    t.connector = m.rank;
+                }
                 match check_claims(m, t.world, t.connector) {
                     Err(reason) => refuse(reason),
                     Ok(()) if m.mac != t.roster => refuse(RejectReason::AddressMismatch),

@@ -59,7 +59,7 @@ use tracing::warn;
 
 use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN};
 use crate::ring::seam::{Call, FramePlan, Link, Route};
-use crate::stats::RingStats;
+use crate::stats::{PeerStats, RingStats};
 use crate::wait::wait;
 
 mod control;
@@ -112,7 +112,6 @@ pub(crate) struct TcpRing {
     pending: Option<CollectiveError>,
     /// How long a call spins before it blocks ([`SPIN`]).
     spin: Duration,
-    stats: RingStats,
     /// The ways of the call in progress and their streams, kept between calls.
     ways: Ways,
     table: Table,
@@ -151,7 +150,6 @@ impl TcpRing {
             timeout,
             pending: None,
             spin: SPIN,
-            stats: RingStats::default(),
             ways: Ways::default(),
             table: Table::default(),
         }
@@ -161,11 +159,14 @@ impl TcpRing {
         self.timeout = timeout;
     }
 
-    /// What the link has counted so far (collectives are counted by the caller). The waits on
-    /// the streams to the left and the right neighbour are `waited_left` and `waited_right`.
+    /// What the link has counted so far (collectives are counted by the caller): the bytes of
+    /// every stream, and the waits on the streams to the left and the right neighbour as
+    /// `waited_left` and `waited_right` (a chord's wait is in [`TcpRing::peer_stats`] only).
     pub(crate) fn stats(&self) -> RingStats {
-        let mut stats = self.stats;
+        let mut stats = RingStats::default();
         for stream in &self.streams {
+            stats.bytes_sent += stream.sent;
+            stats.bytes_received += stream.received;
             match stream.route {
                 Route::LEFTWARD => stats.waited_left += stream.waited,
                 Route::RIGHTWARD => stats.waited_right += stream.waited,
@@ -175,15 +176,28 @@ impl TcpRing {
         stats
     }
 
+    /// What the link has counted per stream, in the order of its streams (the left
+    /// neighbour's, the right one's, then the chords').
+    pub(crate) fn peer_stats(&self) -> Vec<PeerStats> {
+        let of = |s: &Stream| PeerStats {
+            peer: s.peer,
+            offset: s.route.offset,
+            bytes_sent: s.sent,
+            bytes_received: s.received,
+            waited: s.waited,
+        };
+        self.streams.iter().map(of).collect()
+    }
+
     /// Whether the call still needs stream `s`: to write a frame to it or read one from it.
     fn needs(&self, s: usize) -> bool {
-        let writes = self.table.writer(s).is_some_and(|w| !self.ways.out_done(w));
-        writes || self.table.reader(s).is_some_and(|w| !self.ways.in_done(w))
+        let writes = self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
+        writes || self.table.reader(s, &self.ways).is_some_and(|w| !self.ways.in_done(w))
     }
 
     /// Whether no data frame to stream `s` is partly written.
     fn out_boundary(&self, s: usize) -> bool {
-        self.table.writer(s).is_none_or(|w| self.ways.at_boundary(w))
+        self.table.writer(s, &self.ways).is_none_or(|w| self.ways.at_boundary(w))
     }
 
     /// Writes what stream `s` takes: queued notices first, then the frames of the way that
@@ -195,16 +209,16 @@ impl TcpRing {
         plan: &dyn FramePlan,
         more: bool,
     ) -> Result<bool, StreamFailure> {
-        let writer = self.table.writer(s);
+        let writer = self.table.writer(s, &self.ways);
         // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]).
-        let between = self.table.reader(s).is_none_or(|w| self.ways.in_at_boundary(w));
+        let between = self.table.reader(s, &self.ways).is_none_or(|w| self.ways.in_at_boundary(w));
         let writing = writer.is_some_and(|w| !self.ways.out_done(w));
         let flushed = {
             let stream = &mut self.streams[s];
             stream.queued.flush(&stream.socket)
         };
         match flushed {
-            Ok(n) => self.stats.bytes_sent += n as u64,
+            Ok(n) => self.streams[s].sent += n as u64,
             Err(e) if writing => return Err((s, self.gone(s, &e, between))),
             // Only a notice was left to send: the neighbour needs nothing more in this call.
             // The failure is reported by the next call, or shows on reading the stream.
@@ -215,12 +229,19 @@ impl TcpRing {
                 return Ok(false);
             }
         }
-        let Some(w) = writer.filter(|_| self.streams[s].queued.is_empty()) else {
+        if !self.streams[s].queued.is_empty() {
             return Ok(false);
-        };
-        let socket = &self.streams[s].socket;
-        let wrote = self.ways.write_to(plan, w, socket, &mut self.stats.bytes_sent, more);
-        let wrote = wrote.map_err(|e| (s, self.gone(s, &e, between)))?;
+        }
+        let mut wrote = false;
+        while let Some(w) = self.table.writer(s, &self.ways) {
+            let stream = &mut self.streams[s];
+            let out = self.ways.write_to(plan, w, &stream.socket, &mut stream.sent, more);
+            wrote |= out.map_err(|e| (s, self.gone(s, &e, between)))?;
+            // Once a way is all out, the next way on the stream may start at once.
+            if !more || !self.ways.out_done(w) || self.table.writer(s, &self.ways) == Some(w) {
+                break;
+            }
+        }
         if wrote {
             // The window opened: the neighbour reads again.
             let stream = &mut self.streams[s];
@@ -229,23 +250,30 @@ impl TcpRing {
         Ok(wrote)
     }
 
-    /// Reads the frames of the way that comes in on stream `s` that the plan lets in; returns
-    /// whether data moved. A notice of this call read on the way is noted.
-    fn read_way(
-        &mut self,
-        s: usize,
-        w: usize,
-        plan: &mut dyn FramePlan,
-    ) -> Result<bool, StreamFailure> {
-        let stream = &mut self.streams[s];
-        let mut src = Counted { stream: &stream.socket, bytes: &mut self.stats.bytes_received };
-        let mut heard = None;
-        let peer = (stream.peer, self.world);
-        let moved = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
-        if let Some(notice) = heard {
-            stream.heard = Some(Heard { notice, at: Instant::now() });
+    /// Whether a frame may come in on stream `s` now: the way on it lets its next one in.
+    fn wants_read(&self, s: usize, plan: &dyn FramePlan) -> bool {
+        self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w))
+    }
+
+    /// Reads the frames that come in on stream `s` that the plan lets in, way after way as each
+    /// is all in; returns whether data moved. A notice of this call read on the way is noted.
+    fn read_ways(&mut self, s: usize, plan: &mut dyn FramePlan) -> Result<bool, StreamFailure> {
+        let mut moved = false;
+        while let Some(w) = self.table.reader(s, &self.ways).filter(|_| self.wants_read(s, plan)) {
+            let stream = &mut self.streams[s];
+            let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
+            let mut heard = None;
+            let peer = (stream.peer, self.world);
+            let read = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
+            if let Some(notice) = heard {
+                stream.heard = Some(Heard { notice, at: Instant::now() });
+            }
+            moved |= read.map_err(|e| (s, e))?;
+            if !self.ways.in_done(w) {
+                break;
+            }
         }
-        moved.map_err(|e| (s, e))
+        Ok(moved)
     }
 
     /// Writes what every stream takes (see [`TcpRing::write_some`]); returns the streams (as
@@ -269,14 +297,14 @@ impl TcpRing {
         let mut moved = self.write_all(plan)?;
         let came_before = self.ways.received_total();
         for (s, watching) in watch.iter_mut().enumerate() {
-            let reading = self.table.reader(s).filter(|&w| self.ways.wants_read(plan, w));
-            if let Some(w) = reading {
-                if self.read_way(s, w, plan)? {
+            if self.wants_read(s, plan) {
+                if self.read_ways(s, plan)? {
                     moved |= 1 << s;
                     *watching = true;
                 }
             } else if *watching {
-                let writing = self.table.writer(s).is_some_and(|w| !self.ways.out_done(w));
+                let writing =
+                    self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
                 *watching = self.read_controls(s, seq, writing).map_err(|e| (s, e))?;
             }
         }
@@ -332,13 +360,13 @@ impl TcpRing {
             let deadline = due.deadline.into_iter().chain(checks).min();
             let events = |s: usize| {
                 let (stream, mut events) = (&self.streams[s], PollFlags::empty());
-                let writer = self.table.writer(s);
+                let writer = self.table.writer(s, &self.ways);
                 if writer.is_some_and(|w| self.ways.wants_write(plan, w))
                     || !stream.queued.is_empty()
                 {
                     events |= PollFlags::OUT;
                 }
-                let reader = self.table.reader(s);
+                let reader = self.table.reader(s, &self.ways);
                 let reading = reader.is_some_and(|w| self.ways.wants_read(plan, w)) || watch[s];
                 if !stream.ended && reading {
                     events |= PollFlags::IN;

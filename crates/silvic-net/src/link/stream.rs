@@ -3,10 +3,10 @@
 //! ([`Table`]).
 //!
 //! Invariants: a stream is named by its route (the signed offset round the ring of the rank at
-//! its other end), so the two streams of a world of two, both to rank 1, stay apart; a way
-//! writes the stream of its route and reads the stream of the opposite route (its frames come
-//! from the rank that far back); each stream carries at most one way out and one way in per
-//! plan, so frames of two ways never interleave on a stream.
+//! its other end, `crate::topology`), so the two streams of a world of two, both to rank 1,
+//! stay apart; a way writes the stream to the rank its route sends to and reads the stream from
+//! the rank that far back; ways that share a stream take it in turn, the earlier way's frames
+//! all before the later one's, so frames of two ways never interleave on a stream.
 
 use std::net::TcpStream;
 use std::time::Duration;
@@ -14,8 +14,9 @@ use std::time::Duration;
 use super::READ_AHEAD;
 use super::control::{Heard, Queued};
 use super::reader::ReadAhead;
+use super::way::Ways;
 use crate::liveness::Liveness;
-use crate::ring::seam::{FramePlan, Route};
+use crate::ring::seam::{Call, FramePlan, Route};
 
 /// A ring stream and all that is its own.
 #[derive(Debug)]
@@ -38,6 +39,9 @@ pub(super) struct Stream {
     pub(super) liveness: Liveness,
     /// Time spent waiting while a call needed this stream.
     pub(super) waited: Duration,
+    /// Bytes written to the stream and read from it.
+    pub(super) sent: u64,
+    pub(super) received: u64,
 }
 
 impl Stream {
@@ -53,46 +57,63 @@ impl Stream {
             ended: false,
             liveness: Liveness::new(),
             waited: Duration::ZERO,
+            sent: 0,
+            received: 0,
         }
     }
 }
 
-/// The plan's ways on the streams: per stream, the way that writes it and the way that reads
-/// it, if any (way `w` writes the stream of its route and reads that of the opposite one).
+/// The plan's ways on the streams: per stream, the ways that write it and the ways that read
+/// it, in the plan's order. Way `w` writes the stream to rank `rank + offset` and reads the one
+/// from rank `rank - offset`, found by peer rank; in a world of two, whose two streams both go
+/// to rank 1, by the sign of the offset too (a positive one writes the stream dialled to the
+/// right and reads the one accepted from the left, as the ring always has).
+///
+/// Several ways may share a stream: the plans use it in turn (every frame of an earlier way on
+/// it before any of a later one's), so the way on a stream now is the earliest one not yet done
+/// with it, and the next frame read from it is that way's (its header is checked against that
+/// way's [`FramePlan::expect`], so a frame that does not fit is refused as ever).
 #[derive(Debug, Default)]
 pub(super) struct Table {
-    writer: Vec<Option<usize>>,
-    reader: Vec<Option<usize>>,
+    writers: Vec<Vec<usize>>,
+    readers: Vec<Vec<usize>>,
 }
 
 impl Table {
-    /// The table of `plan` over `streams`. Panics if a way's route has no stream, or two ways
-    /// would write (or read) one stream: a plan this link cannot carry is a bug, not a peer's
-    /// doing.
+    /// The table of `plan` over `streams`. Panics if a way's route has no stream: a plan this
+    /// link cannot carry is a bug, not a peer's doing.
     pub(super) fn build(&mut self, plan: &dyn FramePlan, streams: &[Stream]) {
-        let find = |route: Route| {
-            streams.iter().position(|s| s.route == route).unwrap_or_else(|| {
-                unreachable!("no stream to offset {} for a way of the plan", route.offset)
-            })
+        let Call { rank, world, .. } = plan.call();
+        let find = |offset: isize| {
+            let peer = Route { offset }.sends_to(rank, world);
+            let to_peer = |s: &&Stream| s.peer == peer;
+            let same_side = |s: &&Stream| s.route.offset.signum() == offset.signum();
+            let found = match streams.iter().filter(to_peer).count() {
+                1 => streams.iter().position(|s| to_peer(&s)),
+                _ => streams.iter().position(|s| to_peer(&s) && same_side(&s)),
+            };
+            found.unwrap_or_else(|| unreachable!("no stream to rank {peer} for offset {offset}"))
         };
-        self.writer.clear();
-        self.writer.resize(streams.len(), None);
-        self.reader.clear();
-        self.reader.resize(streams.len(), None);
+        for lists in [&mut self.writers, &mut self.readers] {
+            lists.iter_mut().for_each(Vec::clear);
+            lists.resize_with(streams.len(), Vec::new);
+        }
         for (w, route) in plan.ways().iter().enumerate() {
-            let (out, inp) = (find(*route), find(Route { offset: -route.offset }));
-            assert!(self.writer[out].replace(w).is_none(), "two ways write one stream");
-            assert!(self.reader[inp].replace(w).is_none(), "two ways read one stream");
+            self.writers[find(route.offset)].push(w);
+            self.readers[find(-route.offset)].push(w);
         }
     }
 
-    /// The way that writes stream `s`, if any.
-    pub(super) fn writer(&self, s: usize) -> Option<usize> {
-        self.writer[s]
+    /// The way that writes stream `s` now: the first whose frames are not all out, else the
+    /// last (done), if any way writes it.
+    pub(super) fn writer(&self, s: usize, ways: &Ways) -> Option<usize> {
+        let on = &self.writers[s];
+        on.iter().copied().find(|&w| !ways.out_done(w)).or(on.last().copied())
     }
 
-    /// The way that reads stream `s`, if any.
-    pub(super) fn reader(&self, s: usize) -> Option<usize> {
-        self.reader[s]
+    /// The way that reads stream `s` now: the first whose frames are not all in, else the last.
+    pub(super) fn reader(&self, s: usize, ways: &Ways) -> Option<usize> {
+        let on = &self.readers[s];
+        on.iter().copied().find(|&w| !ways.in_done(w)).or(on.last().copied())
     }
 }

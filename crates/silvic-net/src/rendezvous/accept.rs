@@ -1,12 +1,13 @@
 //! The accepting side: every connection a listener takes, each in its own handshake, until the
-//! ones that may join have proven the job token. The ring's lobby admits one rank, its left
-//! neighbour; the address exchange's (rank 0's, in `launch::exchange`) admits every other rank.
+//! ones that may join have proven the job token. The ring's lobby admits a set of ranks, its left
+//! neighbour and the chord peers it accepts (`crate::topology`), each stream proving the token on
+//! its own; the address exchange's (rank 0's, in `launch::exchange`) admits every other rank.
 //!
 //! Invariants:
 //! - Each connection has [`HANDSHAKE_DEADLINE`] from its accept to finish its handshake; a
 //!   stranger that is silent, slow or sends garbage costs the ranks nothing but its slot.
 //! - At most [`MAX_PENDING`] handshakes are held, at most [`MAX_PER_SOURCE`] from any one
-//!   address other than a preferred one (the left neighbour's advertised address; the sources
+//!   address other than a preferred one (the advertised addresses of the ranks the ring accepts; the sources
 //!   of the ranks the exchange has already admitted), and at most [`MAX_ACCEPTS_PER_TURN`]
 //!   connections are accepted per turn of the loop, so handshakes in progress are served
 //!   between bursts.
@@ -22,8 +23,8 @@
 //!   rank must not break the ring.
 //! - A proven stream leaves the lobby moved, never duplicated: one descriptor per connection.
 //!
-//! Not here: the listener's own life (the loop in `mod.rs` stops polling it once the left
-//! neighbour has joined) and the connecting side (`dial.rs`).
+//! Not here: the listener's own life (the loop in `mod.rs` stops polling it once every rank it
+//! accepts has joined) and the connecting side (`dial.rs`).
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -58,9 +59,9 @@ pub(crate) struct Admission<'t> {
     pub(crate) world: usize,
     /// The accepting rank.
     pub(crate) rank: usize,
-    /// The one rank that may connect (the ring's left neighbour), or `None` for any other
-    /// rank of the world (the exchange).
-    pub(crate) peer: Option<usize>,
+    /// The ranks that may connect (the ring's left neighbour and the chord peers this rank
+    /// accepts), or `None` for any other rank of the world (the exchange).
+    pub(crate) peers: Option<&'t [usize]>,
 }
 
 /// Leaves the key out: it is the token, or computed from it.
@@ -69,28 +70,31 @@ impl std::fmt::Debug for Admission<'_> {
         f.debug_struct("Admission")
             .field("world", &self.world)
             .field("rank", &self.rank)
-            .field("peer", &self.peer)
+            .field("peers", &self.peers)
             .finish_non_exhaustive()
     }
 }
 
 impl<'t> Admission<'t> {
-    /// The ring's: the left neighbour, proven with the job token and the roster.
+    /// The ring's: the left neighbour and the chord peers this rank accepts, each proven with
+    /// the job token and the roster.
     pub(super) fn ring(plan: &Plan<'t>) -> Admission<'t> {
         Admission {
             token: plan.token,
             roster: plan.roster,
             world: plan.world,
             rank: plan.rank,
-            peer: Some(plan.left()),
+            peers: Some(plan.accepts),
         }
     }
 
     fn role(&self) -> io::Result<Acceptor<'t>> {
         let nonce = fresh_nonce()?;
         let (world, rank) = (self.world as u32, self.rank as u32);
-        Ok(match self.peer {
-            Some(peer) => Acceptor::new(self.token, self.roster, world, rank, peer as u32, nonce),
+        Ok(match self.peers {
+            Some(peers) => {
+                Acceptor::from_one_of(self.token, self.roster, world, rank, peers, nonce)
+            }
             None => Acceptor::any_other_rank(self.token, self.roster, world, rank, nonce),
         })
     }
@@ -284,9 +288,10 @@ pub(crate) struct Lobby<'t> {
 }
 
 impl<'t> Lobby<'t> {
-    /// An empty lobby for the ring's left neighbour in `plan`.
+    /// An empty lobby for the ranks `plan` accepts: the left neighbour and the chord peers.
     pub(super) fn new(plan: &Plan<'t>) -> Self {
-        Lobby::admitting(Admission::ring(plan), &[plan.addresses[plan.left()].ip()])
+        let sources: Vec<IpAddr> = plan.accepts.iter().map(|&p| plan.addresses[p].ip()).collect();
+        Lobby::admitting(Admission::ring(plan), &sources)
     }
 
     /// An empty lobby that admits whom `admission` says, preferring `preferred` sources.
@@ -568,6 +573,8 @@ mod tests {
             token: b"a-job-token-of-some-length",
             timeout: Duration::from_secs(60),
             roster: ROSTER,
+            dials: &[0],
+            accepts: &[0],
         }
     }
 
