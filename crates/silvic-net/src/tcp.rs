@@ -481,6 +481,10 @@ impl Collective for TcpCollective {
 }
 
 #[cfg(test)]
+#[path = "chord_tests.rs"]
+mod chord_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
