@@ -14,10 +14,11 @@
 //!   send survives the trip through an abort frame (up to the documented losses: the I/O kind,
 //!   milliseconds, the cut, escaped control characters); a waiting notice is its own encoding.
 //! - [`handshake_decode`]: `Message::decode` never panics and round-trips byte for byte.
-//! - [`handshake_roles`]: `Acceptor` and `Connector` driven by a mix of honest, replayed,
-//!   mutated, wrong-token and arbitrary messages never panic, succeed at most once, succeed only
-//!   on the MAC a token holder computes for this very exchange, and do succeed when every
-//!   message is honest.
+//! - [`handshake_roles`]: `Acceptor` (of one rank, or of a set of ranks as a ring with chords
+//!   has) and `Connector` driven by a mix of honest, replayed, mutated, wrong-token and
+//!   arbitrary messages never panic, succeed at most once, challenge only a rank they admit,
+//!   succeed only on the MAC a token holder computes for this very exchange, and do succeed when
+//!   every message is honest.
 //! - [`ring_frames`]: one collective through the real ring algorithms and the ring link's frame
 //!   reader, in memory, in a world of two or three (either path, leftward frames included),
 //!   whose neighbours' streams are the fuzzer's bytes, returns with a typed error or with what
@@ -350,6 +351,21 @@ struct Setup {
     acceptor: u32,
     nonce_c: [u8; 16],
     nonce_a: [u8; 16],
+    /// Whether the acceptor under test takes any rank of `among` (as a ring with chords does)
+    /// rather than the connector alone.
+    from_set: bool,
+    /// The connector and up to three other ranks, never the acceptor.
+    among: Vec<usize>,
+}
+
+impl Setup {
+    /// Whether the acceptor under test may challenge a Hello naming `rank`.
+    fn admits(&self, rank: u32) -> bool {
+        match self.from_set {
+            true => usize::try_from(rank).is_ok_and(|r| self.among.contains(&r)),
+            false => rank == self.connector,
+        }
+    }
 }
 
 fn setup(u: &mut Unstructured<'_>) -> ArbitraryResult<Setup> {
@@ -361,15 +377,27 @@ fn setup(u: &mut Unstructured<'_>) -> ArbitraryResult<Setup> {
     other_token.push(u.arbitrary()?);
     let world = u.int_in_range(2..=u32::MAX)?;
     let connector = u.int_in_range(0..=world - 1)?;
+    let acceptor = (connector + 1) % world;
+    let (roster, nonce_c, nonce_a) = (u.arbitrary()?, u.arbitrary()?, u.arbitrary()?);
+    let from_set: bool = u.arbitrary()?;
+    let mut among = vec![connector as usize];
+    for _ in 0..u.int_in_range(0..=3)? {
+        let rank = u.int_in_range(0..=world - 1)?;
+        if rank != acceptor {
+            among.push(rank as usize);
+        }
+    }
     Ok(Setup {
         token,
         other_token,
-        roster: u.arbitrary()?,
+        roster,
         world,
         connector,
-        acceptor: (connector + 1) % world,
-        nonce_c: u.arbitrary()?,
-        nonce_a: u.arbitrary()?,
+        acceptor,
+        nonce_c,
+        nonce_a,
+        from_set,
+        among,
     })
 }
 
@@ -381,10 +409,11 @@ pub fn handshake_roles(data: &[u8]) {
     let _ = drive_connector(&mut u, &s);
 }
 
-/// The proof a holder of the token sends after `hello` and `challenge`.
+/// The proof a holder of the token sends, as the rank `hello` names, after `hello` and
+/// `challenge`.
 fn honest_proof(s: &Setup, hello: &Message, challenge: &Message) -> Option<Message> {
     let (mut c, _) =
-        Connector::start(&s.token, s.roster, s.world, s.connector, s.acceptor, hello.nonce);
+        Connector::start(&s.token, s.roster, s.world, hello.rank, s.acceptor, hello.nonce);
     match c.on_message(challenge) {
         Next::Send(proof) => Some(proof),
         _ => None,
@@ -392,8 +421,10 @@ fn honest_proof(s: &Setup, hello: &Message, challenge: &Message) -> Option<Messa
 }
 
 fn drive_acceptor(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
-    let mut under_test =
-        Acceptor::new(&s.token, s.roster, s.world, s.acceptor, s.connector, s.nonce_a);
+    let mut under_test = match s.from_set {
+        true => Acceptor::from_one_of(&s.token, s.roster, s.world, s.acceptor, &s.among, s.nonce_a),
+        false => Acceptor::new(&s.token, s.roster, s.world, s.acceptor, s.connector, s.nonce_a),
+    };
     let (mut honest, hello) =
         Connector::start(&s.token, s.roster, s.world, s.connector, s.acceptor, s.nonce_c);
     let (mut wrong, wrong_hello) =
@@ -416,7 +447,8 @@ fn drive_acceptor(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
                 assert_eq!(reply.kind, MessageKind::Challenge);
                 assert_eq!(reply.nonce, s.nonce_a, "the challenge carries the acceptor's nonce");
                 assert_eq!((m.kind, m.version), (MessageKind::Hello, VERSION));
-                assert_eq!((m.rank, m.world), (s.connector, s.world));
+                assert!(s.admits(m.rank), "a challenge for rank {} of {:?}", m.rank, s.among);
+                assert_eq!(m.world, s.world);
                 assert_eq!(m.mac, s.roster, "a challenge only for a Hello of this address list");
                 accepted_hello = Some(m);
                 challenge = Some(*reply);
@@ -427,6 +459,7 @@ fn drive_acceptor(u: &mut Unstructured<'_>, s: &Setup) -> ArbitraryResult<()> {
                 let proof = honest_proof(s, &hello, &challenge).expect("an honest proof exists");
                 assert_eq!(m.kind, MessageKind::Proof);
                 assert_eq!(m.mac, proof.mac, "the acceptor took a proof without the token");
+                assert_eq!(under_test.peer(), hello.rank, "it proved the rank its Hello named");
             }
             Next::Done => panic!("an acceptor always answers a proof with a welcome"),
             Next::Fail(..) => {}

@@ -1,7 +1,8 @@
 //! The rendezvous handshake: who a connection comes from, and proof that it holds the job token.
 //!
 //! Four fixed-size messages, the connecting rank `C` (rank `r`) to the accepting rank `A`
-//! (rank `r + 1`):
+//! (rank `r + 1` on the ring; on a chord stream, the rank `r + 2^k` that `crate::topology`
+//! has `r` dial, which takes a Hello from any rank it accepts, [`Acceptor::from_one_of`]):
 //!
 //! ```text
 //!  C -> A  Hello     { world, rank r,     nonce_c, roster }
@@ -429,12 +430,16 @@ impl<'t> Acceptor<'t> {
             }
             (AcceptorState::AwaitHello, MessageKind::Hello) => {
                 self.peer_claims = Some(Claims::of(m));
-                let named = usize::try_from(m.rank).ok();
-                if self.among.is_some_and(|peers| named.is_some_and(|r| peers.contains(&r))) {
+                let among = self
+                    .among
+                    .map(|peers| usize::try_from(m.rank).is_ok_and(|named| peers.contains(&named)));
+                if among == Some(true) {
                     t.connector = m.rank;
                 }
                 match check_claims(m, t.world, t.connector) {
                     Err(reason) => refuse(reason),
+                    // Not in the set, though it claims this side's own rank (the placeholder).
+                    Ok(()) if among == Some(false) => refuse(RejectReason::WrongRank),
                     Ok(()) if m.mac != t.roster => refuse(RejectReason::AddressMismatch),
                     Ok(()) => {
                         t.nonce_c = m.nonce;
@@ -762,6 +767,35 @@ mod tests {
         assert_ne!(roster_digest(&[a, b]), roster_digest(&[b, a]));
         assert_ne!(roster_digest(&[a, b]), roster_digest(&[a, c]));
         assert_ne!(roster_digest(&[a]), roster_digest(&[a, a]));
+    }
+
+    #[test]
+    fn an_acceptor_of_a_set_proves_the_rank_its_hello_names_and_refuses_the_others() {
+        // Rank 4 of 8 accepts its left neighbour and the chord peers behind it.
+        let expected: [usize; 3] = [3, 2, 0];
+        for rank in [3, 2, 0] {
+            let (mut conn, hello) = Connector::start(b"t", ROSTER, 8, rank, 4, [1; 16]);
+            let mut acc = Acceptor::from_one_of(b"t", ROSTER, 8, 4, &expected, [2; 16]);
+            assert_eq!(acc.peer(), 4, "no rank is proven before a Hello");
+            let Next::Send(challenge) = acc.on_message(&hello) else { panic!("rank {rank}") };
+            assert_eq!((challenge.world, challenge.rank), (8, 4));
+            let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
+            assert!(matches!(acc.on_message(&proof), Next::SendAndDone(_)), "rank {rank}");
+            assert_eq!(acc.peer(), rank);
+        }
+        for rank in [1, 4, 5, 7, 8, u32::MAX] {
+            let (_, hello) = Connector::start(b"t", ROSTER, 8, rank, 4, [1; 16]);
+            let mut acc = Acceptor::from_one_of(b"t", ROSTER, 8, 4, &expected, [2; 16]);
+            assert_eq!(acc.on_message(&hello), refuse(RejectReason::WrongRank), "rank {rank}");
+        }
+        // A proof made for another acceptor rank (a replay from another stream) fails here.
+        let (mut conn, hello) = Connector::start(b"t", ROSTER, 8, 3, 5, [1; 16]);
+        let mut acc = Acceptor::from_one_of(b"t", ROSTER, 8, 4, &expected, [2; 16]);
+        let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
+        let mut challenge = challenge;
+        challenge.rank = 5;
+        let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
+        assert_eq!(acc.on_message(&proof), refuse(RejectReason::TokenMismatch));
     }
 
     #[test]
