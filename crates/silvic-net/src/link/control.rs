@@ -140,7 +140,7 @@ impl TcpRing {
         Ok(false)
     }
 
-    /// Queues a waiting notice for every neighbour whose stream `at_boundary` says is between
+    /// Queues a waiting notice for every peer whose stream `at_boundary` says is between
     /// data frames, and writes what each stream takes.
     pub(super) fn send_notice(
         &mut self,

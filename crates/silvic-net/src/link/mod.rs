@@ -1,16 +1,18 @@
 //! The TCP ring link: moves a collective's plan of frames over non-blocking streams, one
-//! [`Stream`] per neighbour, driven by poll(2).
+//! [`Stream`] per peer (the two ring neighbours, and the chord peers `r ± 2^k` where the ring
+//! has them, `crate::topology`), driven by poll(2).
 //!
 //! A plan ([`FramePlan`]) has ways, each a route round the ring: on way `w` frames are written
-//! to the stream of its route and read from the stream of the opposite route ([`Table`]). The
-//! two-way ring is two streams (to the right neighbour, route `+1`, and to the left, `-1`) and
-//! two ways (rightward and leftward; the leftward one empty in a world of two), so data frames
-//! may travel both directions of both streams. Every frame moves the moment the plan lets it: a
+//! to the stream to rank `rank + offset` and read from the stream from rank `rank - offset`
+//! ([`Table`]), several ways taking one stream in turn. The two-way ring is two streams (to the
+//! right neighbour, route `+1`, and to the left, `-1`) and two ways (rightward and leftward; the
+//! leftward one empty in a world of two), so data frames may travel both directions of both
+//! streams. Every frame moves the moment the plan lets it: a
 //! frame goes out once the frames it forwards are in, and comes in once what it overwrites is
 //! out, so a rank forwards a block while the next one arrives, with no lock-step between them.
-//! Control frames (aborts and waiting notices) travel both directions too, and every stream is
-//! watched for the whole of every call, so a failure travels around the ring both ways in
-//! moments.
+//! Control frames (aborts and waiting notices) travel both directions of every stream, chords
+//! included, and every stream is watched for the whole of every call, so a failure travels
+//! around the ring both ways, and across it over the chords, in moments.
 //!
 //! Invariants:
 //! - A call writes and reads at the same time, on every way; it never blocks on a write before
@@ -32,7 +34,7 @@
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
 //!   timeout, notice, warning and deadline from the moment it is handed). A waiting rank sends
-//!   notices to every neighbour (`control::notice_every`), naming the rank it blames (its own
+//!   notices to every peer (`control::notice_every`), naming the rank it blames (its own
 //!   stalled neighbour, or the rank that neighbour's fresh notice names), so only a neighbour
 //!   of a stalled rank times out, and every error names the stalled rank. A data frame starts
 //!   only once all of it may go, so a frame stalled half-way is the reader's doing, never a wait
@@ -416,9 +418,9 @@ impl TcpRing {
         }
     }
 
-    /// Tells every neighbour why this rank gives up, best effort, then shuts every stream for
-    /// writing. Reads stay open until the ring is dropped, so a neighbour's last bytes are not
-    /// answered with a reset that could destroy its own abort frame in flight.
+    /// Tells every peer (ring neighbours and chords) why this rank gives up, best effort, then
+    /// shuts every stream for writing. Reads stay open until the ring is dropped, so a peer's
+    /// last bytes are not answered with a reset that could destroy its own abort frame in flight.
     pub(crate) fn abort(&mut self, rank: usize, error: &CollectiveError, seq: u64) {
         let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
         let len = Abort::for_error(rank, error).encode(seq, &mut frame);

@@ -7,10 +7,10 @@
 //! - Each connection has [`HANDSHAKE_DEADLINE`] from its accept to finish its handshake; a
 //!   stranger that is silent, slow or sends garbage costs the ranks nothing but its slot.
 //! - At most [`MAX_PENDING`] handshakes are held, at most [`MAX_PER_SOURCE`] from any one
-//!   address other than a preferred one (the advertised addresses of the ranks the ring accepts; the sources
-//!   of the ranks the exchange has already admitted), and at most [`MAX_ACCEPTS_PER_TURN`]
-//!   connections are accepted per turn of the loop, so handshakes in progress are served
-//!   between bursts.
+//!   address other than a preferred one (the advertised addresses of the ranks the ring
+//!   accepts; the sources of the ranks the exchange has already admitted), and at most
+//!   [`MAX_ACCEPTS_PER_TURN`] connections are accepted per turn of the loop, so handshakes in
+//!   progress are served between bursts.
 //! - When room runs out (a cap, or accept failing for want of descriptors) one handshake is
 //!   dropped, chosen by [`victim`]: never one already welcomed, never one accepted in this turn
 //!   (it has not been polled yet; dropping it would punish the rank that connected at the same
