@@ -87,6 +87,7 @@ compile_error!(
     "silvic-net sends numbers as they lie in memory and supports little-endian targets only"
 );
 
+mod addresses;
 mod bind;
 mod error;
 // The wire's codecs are public only to fuzz/ and the tests that forge wire bytes, behind the

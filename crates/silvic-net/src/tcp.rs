@@ -4,13 +4,13 @@
 //! failed collective records its error, tells both neighbours and shuts the streams, and every
 //! later call returns that same error (it is checked first, on the first line of every call).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use silvic_core::{Collective, CollectiveError, Op, fold};
 use tracing::{info, info_span, warn};
 
+use crate::addresses::parse_addresses;
 use crate::bind::{self, BindOptions, listen, resolve};
 use crate::error::ConnectError;
 use crate::link::{RingPlace, TcpRing};
@@ -72,53 +72,6 @@ pub struct TcpCollective {
 
 fn invalid(message: String) -> ConnectError {
     ConnectError::InvalidArgument(message)
-}
-
-/// Parses and checks the address list: every entry an `ip:port` other ranks can reach, none twice.
-fn parse_addresses(addresses: &[String]) -> Result<Vec<SocketAddr>, ConnectError> {
-    let mut seen = HashMap::new();
-    addresses
-        .iter()
-        .enumerate()
-        .map(|(rank, text)| {
-            let address: SocketAddr = text.parse().map_err(|_| {
-                invalid(format!(
-                    "address of rank {rank} is not ip:port (IPv6 as [ip]:port): {text:?}"
-                ))
-            })?;
-            if address.ip().is_unspecified() || address.port() == 0 {
-                return Err(invalid(format!(
-                    "address of rank {rank} cannot be connected to: {text}"
-                )));
-            }
-            if let Some(first) = seen.insert(address, rank) {
-                return Err(invalid(format!(
-                    "ranks {first} and {rank} have the same address {address}"
-                )));
-            }
-            Ok(address)
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(refuse_loopback_mix)
-}
-
-/// A list that mixes loopback and remote addresses cannot form a ring: the remote ranks would
-/// connect to their own loopback. Names the first loopback rank, the usual sign of a host name
-/// that resolves to 127.0.1.1.
-fn refuse_loopback_mix(parsed: Vec<SocketAddr>) -> Result<Vec<SocketAddr>, ConnectError> {
-    let Some(remote) = parsed.iter().position(|a| !a.ip().is_loopback()) else {
-        return Ok(parsed);
-    };
-    match parsed.iter().position(|a| a.ip().is_loopback()) {
-        None => Ok(parsed),
-        Some(rank) => Err(invalid(format!(
-            "rank {rank} advertises {}, a loopback address, while other ranks are remote \
-             (rank {remote} advertises {}): the other hosts cannot reach it; bind that rank \
-             to a reachable address (BindOptions::interface, or SILVIC_SOCKET_IFNAME)",
-            parsed[rank].ip(),
-            parsed[remote].ip()
-        ))),
-    }
 }
 
 impl TcpCollective {

@@ -34,9 +34,11 @@
 //! the rendezvous loop owns the sockets and the clocks.
 
 pub(crate) mod message;
+mod transcript;
 
-use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+
+use self::transcript::Transcript;
 
 #[cfg_attr(not(feature = "fuzzing"), expect(unused_imports, reason = "for fuzz/ alone"))]
 pub use self::message::MAGIC;
@@ -69,55 +71,6 @@ pub fn roster_digest(addresses: &[std::net::SocketAddr]) -> [u8; MAC_LEN] {
         digest.update(b"\n");
     }
     digest.finalize().into()
-}
-
-/// What both sides of one connection agreed on, and the job token that keys the MACs.
-#[derive(Clone)]
-struct Transcript<'t> {
-    token: &'t [u8],
-    /// The connector's version: this side's own, except for a blind acceptor, which proves
-    /// against the Hello's claims before it judges them.
-    version: u16,
-    roster: [u8; MAC_LEN],
-    world: u32,
-    connector: u32,
-    acceptor: u32,
-    nonce_c: [u8; NONCE_LEN],
-    nonce_a: [u8; NONCE_LEN],
-}
-
-impl Transcript<'_> {
-    fn keyed(&self, label: &[u8]) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.token)
-            .expect("HMAC takes keys of any length");
-        mac.update(label);
-        mac.update(&self.version.to_be_bytes());
-        mac.update(&self.world.to_be_bytes());
-        mac.update(&self.connector.to_be_bytes());
-        mac.update(&self.acceptor.to_be_bytes());
-        mac.update(&self.roster);
-        mac.update(&self.nonce_c);
-        mac.update(&self.nonce_a);
-        mac
-    }
-
-    fn prove(&self, label: &[u8]) -> [u8; MAC_LEN] {
-        self.keyed(label).finalize().into_bytes().into()
-    }
-
-    fn verify(&self, label: &[u8], mac: &[u8; MAC_LEN]) -> bool {
-        self.keyed(label).verify_slice(mac).is_ok()
-    }
-}
-
-impl std::fmt::Debug for Transcript<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Transcript")
-            .field("world", &self.world)
-            .field("connector", &self.connector)
-            .field("acceptor", &self.acceptor)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Why a handshake did not produce a ring link.

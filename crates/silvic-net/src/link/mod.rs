@@ -61,7 +61,6 @@ use tracing::warn;
 
 use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN};
 use crate::ring::seam::{Call, FramePlan, Link, Route};
-use crate::stats::{PeerStats, RingStats};
 use crate::wait::wait;
 
 mod control;
@@ -159,36 +158,6 @@ impl TcpRing {
 
     pub(crate) fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
-    }
-
-    /// What the link has counted so far (collectives are counted by the caller): the bytes of
-    /// every stream, and the waits on the streams to the left and the right neighbour as
-    /// `waited_left` and `waited_right` (a chord's wait is in [`TcpRing::peer_stats`] only).
-    pub(crate) fn stats(&self) -> RingStats {
-        let mut stats = RingStats::default();
-        for stream in &self.streams {
-            stats.bytes_sent += stream.sent;
-            stats.bytes_received += stream.received;
-            match stream.route {
-                Route::LEFTWARD => stats.waited_left += stream.waited,
-                Route::RIGHTWARD => stats.waited_right += stream.waited,
-                _ => {}
-            }
-        }
-        stats
-    }
-
-    /// What the link has counted per stream, in the order of its streams (the left
-    /// neighbour's, the right one's, then the chords').
-    pub(crate) fn peer_stats(&self) -> Vec<PeerStats> {
-        let of = |s: &Stream| PeerStats {
-            peer: s.peer,
-            offset: s.route.offset,
-            bytes_sent: s.sent,
-            bytes_received: s.received,
-            waited: s.waited,
-        };
-        self.streams.iter().map(of).collect()
     }
 
     /// Whether the call still needs stream `s`: to write a frame to it or read one from it.

@@ -1,6 +1,6 @@
 //! One ring stream as the link keeps it ([`Stream`]): the socket and everything that belongs
-//! to it alone, and the table from a plan's ways to the streams they write and read
-//! ([`Table`]).
+//! to it alone (its counts, which [`TcpRing::stats`] and [`TcpRing::peer_stats`] report), and
+//! the table from a plan's ways to the streams they write and read ([`Table`]).
 //!
 //! Invariants: a stream is named by its route (the signed offset round the ring of the rank at
 //! its other end, `crate::topology`), so the two streams of a world of two, both to rank 1,
@@ -11,12 +11,13 @@
 use std::net::TcpStream;
 use std::time::Duration;
 
-use super::READ_AHEAD;
 use super::control::{Heard, Queued};
 use super::reader::ReadAhead;
 use super::way::Ways;
+use super::{READ_AHEAD, TcpRing};
 use crate::liveness::Liveness;
 use crate::ring::seam::{Call, FramePlan, Route};
+use crate::stats::{PeerStats, RingStats};
 
 /// A ring stream and all that is its own.
 #[derive(Debug)]
@@ -60,6 +61,38 @@ impl Stream {
             sent: 0,
             received: 0,
         }
+    }
+}
+
+impl TcpRing {
+    /// What the link has counted so far (collectives are counted by the caller): the bytes of
+    /// every stream, and the waits on the streams to the left and the right neighbour as
+    /// `waited_left` and `waited_right` (a chord's wait is in [`TcpRing::peer_stats`] only).
+    pub(crate) fn stats(&self) -> RingStats {
+        let mut stats = RingStats::default();
+        for stream in &self.streams {
+            stats.bytes_sent += stream.sent;
+            stats.bytes_received += stream.received;
+            match stream.route {
+                Route::LEFTWARD => stats.waited_left += stream.waited,
+                Route::RIGHTWARD => stats.waited_right += stream.waited,
+                _ => {}
+            }
+        }
+        stats
+    }
+
+    /// What the link has counted per stream, in the order of its streams (the left
+    /// neighbour's, the right one's, then the chords').
+    pub(crate) fn peer_stats(&self) -> Vec<PeerStats> {
+        let of = |s: &Stream| PeerStats {
+            peer: s.peer,
+            offset: s.route.offset,
+            bytes_sent: s.sent,
+            bytes_received: s.received,
+            waited: s.waited,
+        };
+        self.streams.iter().map(of).collect()
     }
 }
 
