@@ -675,6 +675,34 @@ mod tests {
     }
 
     #[test]
+    fn every_rank_a_ring_with_chords_accepts_is_preferred_and_a_stranger_goes_first() {
+        // Rank 0 of 8 accepts rank 7 (its left neighbour) and the chord peers 6 and 4.
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addresses: Vec<SocketAddr> =
+            (1..=8).map(|h| format!("10.0.0.{h}:7000").parse().unwrap()).collect();
+        let plan = Plan {
+            rank: 0,
+            world: 8,
+            dials: &[1, 2],
+            accepts: &[7, 6, 4],
+            ..lobby_plan(&addresses)
+        };
+        let mut lobby = Lobby::new(&plan);
+        let mut keep = Vec::new();
+        let script = ["10.0.0.8:1", "10.0.0.7:1", "10.0.0.5:1", "10.0.0.9:1", "10.0.0.2:1"]
+            .map(|remote| arrival(&server, &mut keep, remote));
+        assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
+        let preferred: Vec<bool> =
+            lobby.held.iter().map(|p| p.standing(u64::MAX).preferred).collect();
+        // Ranks 7, 6 and 4 are preferred; rank 1 (dialled, never accepted) and a stranger not.
+        assert_eq!(preferred, [true, true, true, false, false]);
+        // Out of room, a source that is not preferred gives way first, the oldest of them.
+        assert_eq!(lobby.accept(&Scripted::new(vec![emfile()])).unwrap(), Accepted::Turn);
+        let kept: Vec<String> = lobby.held.iter().map(|p| p.remote.to_string()).collect();
+        assert_eq!(kept, ["10.0.0.8:1", "10.0.0.7:1", "10.0.0.5:1", "10.0.0.2:1"]);
+    }
+
+    #[test]
     fn the_neighbours_address_is_recognised_through_a_dual_stack_listener() {
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
         let addresses: Vec<SocketAddr> =
