@@ -248,6 +248,36 @@ fn netns_one_way_reset_fails_every_rank_naming_the_host_hit_before_keepalive() {
     assert!(worst < KEEPALIVE_IDLE, "{worst:?}");
 }
 
+/// [`netns_a_stopped_rank_is_blamed_by_every_rank`] at eight ranks, whose chord streams carry
+/// notices and aborts too: rank 2's chord peers (0, 4, 6) do not wait on it (no data goes over
+/// chords), so they must not time out on it, and every rank still names it.
+#[test]
+fn netns_a_stopped_rank_of_eight_with_chords_is_blamed_by_every_rank() {
+    require("netns_stop_blame_chords");
+    let mut args = steady();
+    args.push("timeout=3".into());
+    let mut world = start_of("blame8", 8, &args, |_| vec![], &Layout::default());
+    let all: Vec<usize> = (0..8).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    world.wait_oks(&all, 3, deadline).unwrap_or_else(|e| panic!("warm-up: {e}"));
+    let t0 = Instant::now();
+    world.ranks[VICTIM].signal(Signal::STOP).unwrap();
+    let fault = "sigstop, timeout 3 s, 8 ranks with chords";
+    let ends = outcomes(fault, &mut world, t0, Duration::from_secs(20));
+    world.ranks[VICTIM].signal(Signal::CONT).unwrap();
+    for (rank, (end, _)) in ends.iter().enumerate().filter(|(r, _)| *r != VICTIM) {
+        let End::Failed { peer, message, kind } = end else {
+            panic!("rank {rank} should have failed, got {end:?}");
+        };
+        assert_eq!(*peer, Some(VICTIM), "rank {rank} blamed another rank: {end:?}");
+        assert!(message.contains("no progress from rank 2"), "rank {rank}: {end:?}");
+        if kind == "timeout" {
+            // Only a rank that waits on rank 2 directly, a ring neighbour, times out.
+            assert!(rank == 1 || rank == 3, "rank {rank} timed out itself: {end:?}");
+        }
+    }
+}
+
 /// Rank 2 SIGSTOPped (alive, silent) with a 3 s collective timeout: every other rank fails
 /// naming rank 2 as its peer, whether it waited on rank 2 itself or on a rank that was waiting
 /// on it (those hear rank 2's neighbour's timeout abort, or time out themselves only if a
