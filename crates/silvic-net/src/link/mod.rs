@@ -25,7 +25,10 @@
 //!   call); otherwise the control frames up to the next data frame, which waits for its turn (an
 //!   abort of this call fails the call). A stream's end (or an abort of a later call) while this
 //!   call needs nothing more of it is kept and returned by the next call, since a neighbour that
-//!   has taken everything may end its job before this rank has read its last frame.
+//!   has taken everything may end its job before this rank has read its last frame. A stream
+//!   no way of the plan uses (a chord the plan does not need) is read at the call's start and
+//!   whenever poll(2) finds it ready, not on every turn of a spinning call: an abort on it is
+//!   taken at the latest when the call next waits.
 //! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
 //!   frame never hides an abort behind it (a data frame is read whole before what follows it).
 //!   A data frame of the next call waits for that call, and what follows it with it. A notice
@@ -263,7 +266,16 @@ impl TcpRing {
     /// stream: returns the streams (as bits) where data moved. `watch` says, per stream,
     /// whether to read control frames from it while no frame of this call may come in on it;
     /// it stops once a data frame shows up there, which waits for its turn.
-    fn turn(&mut self, plan: &mut dyn FramePlan, watch: &mut [bool]) -> Result<u64, StreamFailure> {
+    ///
+    /// A stream no way of the plan uses (a chord the plan does not need) is read only while its
+    /// bit is set in `stirred` (at the call's start, and once poll(2) has seen it ready), then
+    /// its bit is cleared: a spinning call does not spend a read on an idle stream every turn.
+    fn turn(
+        &mut self,
+        plan: &mut dyn FramePlan,
+        watch: &mut [bool],
+        stirred: &mut u64,
+    ) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
         let mut moved = self.write_all(plan)?;
         let came_before = self.ways.received_total();
@@ -273,7 +285,8 @@ impl TcpRing {
                     moved |= 1 << s;
                     *watching = true;
                 }
-            } else if *watching {
+            } else if *watching && (!self.table.idle(s) || *stirred & (1 << s) != 0) {
+                *stirred &= !(1 << s);
                 let writing =
                     self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
                 *watching = self.read_controls(s, seq, writing).map_err(|e| (s, e))?;
@@ -300,8 +313,9 @@ impl TcpRing {
         let mut clock = Watch::new(Instant::now(), n, self.timeout);
         let mut watch = [true; MAX_STREAMS];
         let watch = &mut watch[..n];
+        let mut stirred = u64::MAX;
         loop {
-            let moved = self.turn(plan, watch)?;
+            let moved = self.turn(plan, watch, &mut stirred)?;
             let now = Instant::now();
             for s in (0..n).filter(|&s| moved & (1 << s) != 0) {
                 clock.moved(s, now);
@@ -352,6 +366,9 @@ impl TcpRing {
             });
             let polled = wait(&mut fds[..n], deadline);
             polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
+            stirred |=
+                (0..n).filter(|&s| !fds[s].revents().is_empty()).map(|s| 1 << s).sum::<u64>();
+            drop(fds);
             let woke = Instant::now();
             self.count_wait(woke.saturating_duration_since(now), needed);
             for (s, stream) in self.streams.iter_mut().enumerate() {

@@ -137,6 +137,11 @@ impl Table {
         }
     }
 
+    /// Whether no way of the plan writes or reads stream `s`.
+    pub(super) fn idle(&self, s: usize) -> bool {
+        self.writers[s].is_empty() && self.readers[s].is_empty()
+    }
+
     /// The way that writes stream `s` now: the first whose frames are not all out, else the
     /// last (done), if any way writes it.
     pub(super) fn writer(&self, s: usize, ways: &Ways) -> Option<usize> {
