@@ -194,6 +194,74 @@ fn ways_over_chords_carry_every_frame_to_its_peer_in_turn() {
     }
 }
 
+/// What the child of the small-buffers test is told by, and its name for the test harness.
+const SMALL_BUFFERS_CHILD: (&str, &str) =
+    ("SILVIC_CHORD_SMALL_BUFFERS", "tcp::chord_tests::small_buffers_chord_ring");
+
+/// No deadlock over chords however small the socket buffers: as `tests/small_buffers.rs` does
+/// for the ring, the ranks run in a network namespace of their own (`unshare --user --net`, no
+/// privilege needed) whose TCP buffers are 4 KiB, minimum, default and maximum, so every frame
+/// of 256 KiB on every stream, chords and shared ones included, waits on its reader many times.
+/// The child is this test binary again, running [`small_buffers_chord_ring`].
+#[test]
+fn ways_over_chords_never_deadlock_on_small_socket_buffers() {
+    let script = "for t in tcp_wmem tcp_rmem; do echo '4096 4096 4096' > /proc/sys/net/ipv4/$t \
+                  || exit 1; done && ip link set lo up && exec \"$@\"";
+    let path = format!("{}:/usr/sbin:/sbin", std::env::var("PATH").unwrap_or_default());
+    let mut child = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "--", "sh", "-c", script, "sh"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", SMALL_BUFFERS_CHILD.1, "--ignored", "--test-threads=1"])
+        .env("PATH", path)
+        .env(SMALL_BUFFERS_CHILD.0, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare (util-linux) runs");
+    // Bounded: a deadlock would never end.
+    let deadline = Instant::now() + 2 * LIMIT;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "the ranks in the small-buffers namespace did not finish within {:?}",
+                2 * LIMIT
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}: {text}{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 passed"), "the child ran no test: {text}");
+}
+
+/// Runs inside the small-buffers namespace: checks that its sockets are small, then moves
+/// [`Hops`] plans over chords at worlds 4 and 8, all at once and round by round.
+#[test]
+#[ignore = "runs inside the network namespace of the chords' small-buffers test, which starts it"]
+fn small_buffers_chord_ring() {
+    assert!(std::env::var_os(SMALL_BUFFERS_CHILD.0).is_some(), "started by its parent test");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let sock = socket2::SockRef::from(&client);
+    let buffers = (sock.send_buffer_size().unwrap(), sock.recv_buffer_size().unwrap());
+    assert!(buffers.0 <= 16 * 1024 && buffers.1 <= 16 * 1024, "not small: {buffers:?}");
+    drop((client, listener));
+    for world in [4, 8] {
+        for staged in [false, true] {
+            let offsets = offsets(world);
+            let results = chord_ring(world, Chords::Always, LIMIT, move |_, mut ring| {
+                let plan = hops(&mut ring, &offsets, (2, 256 * 1024, staged), 0);
+                plan.map_err(|e| e.to_string())?.check()
+            });
+            for (rank, result) in results.into_iter().enumerate() {
+                result.unwrap_or_else(|e| panic!("world {world} staged {staged} rank {rank}: {e}"));
+            }
+        }
+    }
+}
+
 #[test]
 fn a_frame_of_a_later_way_on_a_shared_stream_is_refused_naming_its_sender() {
     // Four ranks, two ways both to the rank opposite: rank 0 labels its frames as the next
