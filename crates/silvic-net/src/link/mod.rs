@@ -368,7 +368,6 @@ impl TcpRing {
             polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
             stirred |=
                 (0..n).filter(|&s| !fds[s].revents().is_empty()).map(|s| 1 << s).sum::<u64>();
-            drop(fds);
             let woke = Instant::now();
             self.count_wait(woke.saturating_duration_since(now), needed);
             for (s, stream) in self.streams.iter_mut().enumerate() {
