@@ -280,6 +280,14 @@ fn a_dropped_rank_fails_every_rank_naming_it_over_chords() {
     // fails its first or second call, naming it.
     let results = chord_ring(8, Chords::Auto, LIMIT, |rank, mut ring| {
         assert_eq!(ring.peer_stats().len(), 5, "rank {rank}: the ring and three chords");
+        let link = ring.ring.as_ref().expect("a ring");
+        // The ring, the chords, and the same peers the other way round (6 is -2 at 8 ranks).
+        for offset in [1, -1, 2, -2, 4, -4, 6, -7] {
+            assert!(link.carries(Route { offset }), "offset {offset}");
+        }
+        for offset in [0, 3, -3, 5, 8] {
+            assert!(!link.carries(Route { offset }), "offset {offset}");
+        }
         if rank == 3 {
             return None;
         }

@@ -65,6 +65,14 @@ impl Stream {
 }
 
 impl TcpRing {
+    /// Whether the link has a stream to rank `rank + route.offset`: which routes a plan may use
+    /// (the ring's `±1` always; `± 2^k` where chords were formed, `crate::topology`).
+    #[cfg_attr(not(test), expect(dead_code, reason = "for the path choice, which comes next"))]
+    pub(crate) fn carries(&self, route: Route) -> bool {
+        let peer = route.sends_to(self.rank, self.world);
+        peer != self.rank && self.streams.iter().any(|s| s.peer == peer)
+    }
+
     /// What the link has counted so far (collectives are counted by the caller): the bytes of
     /// every stream, and the waits on the streams to the left and the right neighbour as
     /// `waited_left` and `waited_right` (a chord's wait is in [`TcpRing::peer_stats`] only).
