@@ -176,10 +176,9 @@ mod tests {
             assert_eq!(routes, [(1 - rank, -1), (1 - rank, 1)]);
         }
         // Socket counts per rank as docs/architecture.md states them.
-        let counts: Vec<usize> = [2, 3, 4, 7, 8, 16, 64, 1024]
-            .iter()
-            .map(|&n| topology(0, n, Chords::Auto).streams().count())
-            .collect();
-        assert_eq!(counts, [2, 2, 2, 2, 5, 7, 11, 19]);
+        let worlds = [2, 3, 4, 7, 8, 9, 12, 16, 24, 32, 64, 100, 128, 256, 1000, 1024];
+        let counts: Vec<usize> =
+            worlds.iter().map(|&n| topology(0, n, Chords::Auto).streams().count()).collect();
+        assert_eq!(counts, [2, 2, 2, 2, 5, 6, 6, 7, 8, 9, 11, 14, 13, 15, 20, 19]);
     }
 }
