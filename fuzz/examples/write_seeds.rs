@@ -124,6 +124,13 @@ fn main() {
     // wrong tokens, flips and arbitrary messages.
     write(&roles, "honest", &[]);
     write(&roles, "honest-world-4", &[3, b'j', b'o', b'b', 0, 0, 0, 0, 2, 0, 0, 0, 1]);
+    // The acceptor of a set (a ring with chords): these bytes draw world 10, connector 0
+    // (acceptor 1) and the set {0, 5, 6} (found by a search over inputs, since lengths are
+    // taken from the end of the input); the honest exchange follows.
+    let mut bytes = vec![8u8, 6, 0, 0, 0, 8, 0, 5, 7, 8, 7, 3];
+    bytes.extend([0; 58]);
+    bytes.extend([1, 5, 7, 5, 1, 6, 6, 7, 0, 0]);
+    write(&roles, "from-a-set", &bytes);
     for pick in 4..8u8 {
         let mut bytes = vec![0u8; 48];
         bytes.extend([0, pick, 7, 0, pick, 9, pick, 0, 0, pick, 3]);

@@ -87,6 +87,7 @@ compile_error!(
     "silvic-net sends numbers as they lie in memory and supports little-endian targets only"
 );
 
+mod addresses;
 mod bind;
 mod error;
 // The wire's codecs are public only to fuzz/ and the tests that forge wire bytes, behind the
@@ -117,6 +118,7 @@ mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod tcp;
+mod topology;
 mod trainer;
 mod wait;
 
@@ -136,5 +138,5 @@ pub use silvic_core::{
     Collective, CollectiveError, Dtype, LocalCollective, Numbers, Op, RecordFold, Reduction,
     TrainerCollective,
 };
-pub use stats::{CurrentCall, Progress, RingStats, RingWatch};
+pub use stats::{CurrentCall, PeerStats, Progress, RingStats, RingWatch};
 pub use tcp::{RingListener, TcpCollective};

@@ -24,14 +24,37 @@ use silvic_core::Op;
 pub struct RingStats {
     /// Collectives that returned `Ok`.
     pub collectives: u64,
-    /// Bytes written to both ring streams: frames, headers and control frames.
+    /// Bytes written to every stream (the two ring streams and any chords): frames, headers and
+    /// control frames.
     pub bytes_sent: u64,
-    /// Bytes read from both ring streams.
+    /// Bytes read from every stream.
     pub bytes_received: u64,
     /// Time spent waiting on the left neighbour.
     pub waited_left: Duration,
     /// Time spent waiting on the right neighbour.
     pub waited_right: Duration,
+}
+
+/// What a [`TcpCollective`](crate::TcpCollective) has done on one of its streams since connect,
+/// from [`TcpCollective::peer_stats`](crate::TcpCollective::peer_stats): one per stream, the two
+/// ring streams and every chord stream, so a wait is seen on the very peer it was spent on.
+///
+/// `waited` counts as [`RingStats`]'s waits do: time a collective spent blocked or spinning
+/// while it still needed a frame from this peer or had bytes for it that it would not take.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerStats {
+    /// The rank at the other end.
+    pub peer: usize,
+    /// Where that rank sits from this one, round the ring: `-1` the left neighbour, `+1` the
+    /// right one (in a world of two, both are rank 1), `± 2^k` (mod world) a chord.
+    pub offset: isize,
+    /// Bytes written to the stream: frames, headers and control frames.
+    pub bytes_sent: u64,
+    /// Bytes read from the stream.
+    pub bytes_received: u64,
+    /// Time spent waiting on this peer.
+    pub waited: Duration,
 }
 
 /// The collective a ring is in now, from [`Progress::current`].

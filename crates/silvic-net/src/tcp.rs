@@ -4,13 +4,13 @@
 //! failed collective records its error, tells both neighbours and shuts the streams, and every
 //! later call returns that same error (it is checked first, on the first line of every call).
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use silvic_core::{Collective, CollectiveError, Op, fold};
 use tracing::{info, info_span, warn};
 
+use crate::addresses::parse_addresses;
 use crate::bind::{self, BindOptions, listen, resolve};
 use crate::error::ConnectError;
 use crate::link::{RingPlace, TcpRing};
@@ -19,7 +19,8 @@ use crate::probe;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::seam::Route;
 use crate::ring::{Call, Element, Scratch};
-use crate::stats::{RingStats, RingWatch};
+use crate::stats::{PeerStats, RingStats, RingWatch};
+use crate::topology::{Chords, topology};
 
 /// A bound listening socket, waiting to be handed to [`TcpCollective::connect`].
 ///
@@ -72,53 +73,6 @@ pub struct TcpCollective {
 
 fn invalid(message: String) -> ConnectError {
     ConnectError::InvalidArgument(message)
-}
-
-/// Parses and checks the address list: every entry an `ip:port` other ranks can reach, none twice.
-fn parse_addresses(addresses: &[String]) -> Result<Vec<SocketAddr>, ConnectError> {
-    let mut seen = HashMap::new();
-    addresses
-        .iter()
-        .enumerate()
-        .map(|(rank, text)| {
-            let address: SocketAddr = text.parse().map_err(|_| {
-                invalid(format!(
-                    "address of rank {rank} is not ip:port (IPv6 as [ip]:port): {text:?}"
-                ))
-            })?;
-            if address.ip().is_unspecified() || address.port() == 0 {
-                return Err(invalid(format!(
-                    "address of rank {rank} cannot be connected to: {text}"
-                )));
-            }
-            if let Some(first) = seen.insert(address, rank) {
-                return Err(invalid(format!(
-                    "ranks {first} and {rank} have the same address {address}"
-                )));
-            }
-            Ok(address)
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(refuse_loopback_mix)
-}
-
-/// A list that mixes loopback and remote addresses cannot form a ring: the remote ranks would
-/// connect to their own loopback. Names the first loopback rank, the usual sign of a host name
-/// that resolves to 127.0.1.1.
-fn refuse_loopback_mix(parsed: Vec<SocketAddr>) -> Result<Vec<SocketAddr>, ConnectError> {
-    let Some(remote) = parsed.iter().position(|a| !a.ip().is_loopback()) else {
-        return Ok(parsed);
-    };
-    match parsed.iter().position(|a| a.ip().is_loopback()) {
-        None => Ok(parsed),
-        Some(rank) => Err(invalid(format!(
-            "rank {rank} advertises {}, a loopback address, while other ranks are remote \
-             (rank {remote} advertises {}): the other hosts cannot reach it; bind that rank \
-             to a reachable address (BindOptions::interface, or SILVIC_SOCKET_IFNAME)",
-            parsed[rank].ip(),
-            parsed[remote].ip()
-        ))),
-    }
 }
 
 impl TcpCollective {
@@ -182,6 +136,19 @@ impl TcpCollective {
         job_token: &str,
         timeout: Duration,
     ) -> Result<TcpCollective, ConnectError> {
+        Self::connect_with(listener, rank, addresses, job_token, timeout, Chords::Auto)
+    }
+
+    /// [`TcpCollective::connect`], forming chord streams as `chords` says (the same on every
+    /// rank).
+    pub(crate) fn connect_with(
+        listener: RingListener,
+        rank: usize,
+        addresses: &[String],
+        job_token: &str,
+        timeout: Duration,
+        chords: Chords,
+    ) -> Result<TcpCollective, ConnectError> {
         let world = addresses.len();
         if world == 0 {
             return Err(invalid("the address list is empty".into()));
@@ -223,6 +190,9 @@ impl TcpCollective {
 
         let _span = info_span!("connect", rank, world).entered();
         let started = Instant::now();
+        let topology = topology(rank, world, chords);
+        let dials: Vec<usize> = topology.dials.iter().map(|p| p.rank).collect();
+        let accepts: Vec<usize> = topology.accepts.iter().map(|p| p.rank).collect();
         let plan = Plan {
             rank,
             world,
@@ -230,19 +200,29 @@ impl TcpCollective {
             token: job_token.as_bytes(),
             timeout,
             roster: crate::handshake::roster_digest(&parsed),
+            dials: &dials,
+            accepts: &accepts,
         };
-        let (left, right) = rendezvous(&listener.listener, &plan)?;
+        let formed = rendezvous(&listener.listener, &plan)?;
         drop(listener);
-        let (left_rank, right_rank) = ((rank + world - 1) % world, (rank + 1) % world);
-        for (stream, peer) in [(&left, left_rank), (&right, right_rank)] {
-            liveness::configure(stream)
-                .map_err(|e| ConnectError::io(peer, addresses[peer].clone(), &e))?;
+        let mut by_route: Vec<(Route, TcpStream)> = Vec::new();
+        let dialed = topology.dials.iter().zip(formed.dialed);
+        for (peer, stream) in topology.accepts.iter().zip(formed.accepted).chain(dialed) {
+            liveness::configure(&stream)
+                .map_err(|e| ConnectError::io(peer.rank, addresses[peer.rank].clone(), &e))?;
+            by_route.push((peer.route, stream));
         }
-        info!(elapsed = ?started.elapsed(), "ring formed");
+        info!(elapsed = ?started.elapsed(), streams = by_route.len(), "ring formed");
         let place = RingPlace { rank, addresses: parsed };
-        // The rendezvous hands over the two neighbours' streams; the link takes any number,
-        // each named by the route to the rank at its other end.
-        let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
+        // The link takes its streams in the topology's order (the left neighbour's, the right
+        // one's, then the chords), each named by the route to the rank at its other end.
+        let streams = topology
+            .streams()
+            .map(|peer| {
+                let at = by_route.iter().position(|(route, _)| *route == peer.route);
+                by_route.swap_remove(at.expect("a stream per route"))
+            })
+            .collect();
         let mut ring = TcpRing::new(streams, place, timeout);
         collective.failed =
             probe::settle(&mut ring, rank, &mut collective.scratch, addresses, timeout)?;
@@ -289,6 +269,12 @@ impl TcpCollective {
         let mut stats = self.ring.as_ref().map(TcpRing::stats).unwrap_or_default();
         stats.collectives = self.done;
         stats
+    }
+
+    /// What this rank has done on each of its streams since connect, one [`PeerStats`] per
+    /// stream: the left neighbour's, the right one's, then the chords'. Empty in a world of one.
+    pub fn peer_stats(&self) -> Vec<PeerStats> {
+        self.ring.as_ref().map(TcpRing::peer_stats).unwrap_or_default()
     }
 
     /// A handle that shows, from any thread and while a collective runs, which collective this
@@ -450,6 +436,10 @@ impl Collective for TcpCollective {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "chord_tests.rs"]
+mod chord_tests;
 
 #[cfg(test)]
 mod tests {

@@ -139,6 +139,21 @@ fn netns_from_env_over_tcp_with_slurm_variables() {
 }
 
 #[test]
+fn netns_from_env_forms_chords_between_eight_hosts() {
+    // From eight ranks each rank also dials and accepts chord streams (r ± 2, r + 4), across
+    // the hosts, in the same rendezvous: the ring forms only if every one of them does.
+    let net = network("envchords", 8);
+    ring_of_hosts(&net, 8, |r| {
+        vars(&[
+            ("SLURM_PROCID", r.to_string()),
+            ("SLURM_NTASKS", "8".into()),
+            ("SILVIC_RENDEZVOUS", format!("tcp://{}:29400", host_ip(0))),
+            ("SILVIC_JOB_TOKEN", TOKEN.into()),
+        ])
+    });
+}
+
+#[test]
 fn netns_from_env_over_tcp_with_torchrun_variables_on_eth0_and_a_port_range() {
     let net = network("envtorch", 4);
     // Something already holds the range's first port on host 1: its rank takes the next one.

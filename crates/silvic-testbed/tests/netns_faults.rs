@@ -1,5 +1,5 @@
-//! Faults on a multi-host network: four hosts (network namespaces on a bridge), one rank process
-//! per host listening on 0.0.0.0 and advertising its host's address, collectives running while
+//! Faults on a multi-host network: four hosts (eight in the chord case; network namespaces on a
+//! bridge), one rank process per host listening on 0.0.0.0 and advertising its host's address, collectives running while
 //! a fault hits rank 2's host. Every rank's outcome and time to error is printed as a table row
 //! ("FAULT | rank | outcome | seconds") and asserted: survivors fail naming a peer within the
 //! bound of the fault, and no rank ever returns a wrong result.
@@ -54,8 +54,19 @@ fn start(
     extra: impl Fn(usize) -> Vec<String>,
     layout: &Layout,
 ) -> World {
-    let net = Net::create(tag, WORLD).unwrap_or_else(|e| panic!("{tag}: network: {e}"));
-    World::start(exe(), WORLD, Some(net), layout, args, extra)
+    start_of(tag, WORLD, args, extra, layout)
+}
+
+/// [`start`], with `world` ranks on as many hosts.
+fn start_of(
+    tag: &str,
+    world: usize,
+    args: &[String],
+    extra: impl Fn(usize) -> Vec<String>,
+    layout: &Layout,
+) -> World {
+    let net = Net::create(tag, world).unwrap_or_else(|e| panic!("{tag}: network: {e}"));
+    World::start(exe(), world, Some(net), layout, args, extra)
         .unwrap_or_else(|e| panic!("{tag}: start: {e}"))
 }
 
@@ -145,6 +156,25 @@ fn netns_sigkill_of_a_rank_fails_every_survivor_within_seconds() {
 }
 
 #[test]
+fn netns_sigkill_at_eight_hosts_with_chords_fails_every_survivor_naming_it() {
+    // Eight ranks form chord streams (r ± 2 and r + 4) beside the ring, and a killed rank's
+    // closed streams are heard on all of them: every survivor fails at once, naming it.
+    require("netns_sigkill_chords");
+    let mut world = start_of("kill8", 8, &steady(), |_| vec![], &Layout::default());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let all: Vec<usize> = (0..8).collect();
+    world.wait_oks(&all, 3, deadline).unwrap_or_else(|e| panic!("warm-up: {e}"));
+    let t0 = Instant::now();
+    world.ranks[VICTIM].signal(Signal::KILL).unwrap();
+    let ends = outcomes("sigkill, 8 ranks with chords", &mut world, t0, LIVENESS + MARGIN);
+    assert_survivors_fail("sigkill, 8 ranks with chords", &ends, &[VICTIM], MARGIN);
+    for (rank, (end, _)) in ends.iter().enumerate().filter(|(r, _)| *r != VICTIM) {
+        let End::Failed { peer, .. } = end else { unreachable!("checked above") };
+        assert_eq!(*peer, Some(VICTIM), "rank {rank} named another rank: {end:?}");
+    }
+}
+
+#[test]
 fn netns_rank_exiting_between_collectives_fails_the_next_one_everywhere() {
     require("netns_exit");
     let mut args = steady();
@@ -216,6 +246,36 @@ fn netns_one_way_reset_fails_every_rank_naming_the_host_hit_before_keepalive() {
         }
     }
     assert!(worst < KEEPALIVE_IDLE, "{worst:?}");
+}
+
+/// [`netns_a_stopped_rank_is_blamed_by_every_rank`] at eight ranks, whose chord streams carry
+/// notices and aborts too: rank 2's chord peers (0, 4, 6) do not wait on it (no data goes over
+/// chords), so they must not time out on it, and every rank still names it.
+#[test]
+fn netns_a_stopped_rank_of_eight_with_chords_is_blamed_by_every_rank() {
+    require("netns_stop_blame_chords");
+    let mut args = steady();
+    args.push("timeout=3".into());
+    let mut world = start_of("blame8", 8, &args, |_| vec![], &Layout::default());
+    let all: Vec<usize> = (0..8).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    world.wait_oks(&all, 3, deadline).unwrap_or_else(|e| panic!("warm-up: {e}"));
+    let t0 = Instant::now();
+    world.ranks[VICTIM].signal(Signal::STOP).unwrap();
+    let fault = "sigstop, timeout 3 s, 8 ranks with chords";
+    let ends = outcomes(fault, &mut world, t0, Duration::from_secs(20));
+    world.ranks[VICTIM].signal(Signal::CONT).unwrap();
+    for (rank, (end, _)) in ends.iter().enumerate().filter(|(r, _)| *r != VICTIM) {
+        let End::Failed { peer, message, kind } = end else {
+            panic!("rank {rank} should have failed, got {end:?}");
+        };
+        assert_eq!(*peer, Some(VICTIM), "rank {rank} blamed another rank: {end:?}");
+        assert!(message.contains("no progress from rank 2"), "rank {rank}: {end:?}");
+        if kind == "timeout" {
+            // Only a rank that waits on rank 2 directly, a ring neighbour, times out.
+            assert!(rank == 1 || rank == 3, "rank {rank} timed out itself: {end:?}");
+        }
+    }
 }
 
 /// Rank 2 SIGSTOPped (alive, silent) with a 3 s collective timeout: every other rank fails

@@ -20,13 +20,11 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
-/// speaks the same messages. Ranks of different versions reject each other. 6: a Proof and a
-/// Welcome must repeat the claims of the Hello and the Challenge; the exchange's rank 0 answers
-/// every Hello with a Challenge that claims nothing and judges the claims after the proof, and
-/// speaks PING and ABORT to waiting ranks; frames carry the kinds of the trainers' ops
-/// (`TrainerCollective`) and aborts the cause of a refused argument. 7: once the ring forms,
-/// `connect` measures a hop with allreduces of its own sequence numbers, and the ring plan's
-/// window comes from the hop every rank agreed on.
+/// speaks the same messages. Ranks of different versions reject each other. 7: from eight
+/// ranks, a rank also dials and accepts chord streams to the ranks `r ± 2^k`, each its own
+/// handshake, and a ring's acceptor takes a Hello from any rank it accepts; once the ring
+/// forms, `connect` measures a hop with allreduces of its own sequence numbers, and the ring
+/// plan's window comes from the hop every rank agreed on (docs/protocol.md has the history).
 pub const VERSION: u16 = 7;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;

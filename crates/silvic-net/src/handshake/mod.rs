@@ -1,7 +1,8 @@
 //! The rendezvous handshake: who a connection comes from, and proof that it holds the job token.
 //!
 //! Four fixed-size messages, the connecting rank `C` (rank `r`) to the accepting rank `A`
-//! (rank `r + 1`):
+//! (rank `r + 1` on the ring; on a chord stream, the rank `r + 2^k` that `crate::topology`
+//! has `r` dial, which takes a Hello from any rank it accepts, [`Acceptor::from_one_of`]):
 //!
 //! ```text
 //!  C -> A  Hello     { world, rank r,     nonce_c, roster }
@@ -33,9 +34,11 @@
 //! the rendezvous loop owns the sockets and the clocks.
 
 pub(crate) mod message;
+mod transcript;
 
-use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+
+use self::transcript::Transcript;
 
 #[cfg_attr(not(feature = "fuzzing"), expect(unused_imports, reason = "for fuzz/ alone"))]
 pub use self::message::MAGIC;
@@ -68,55 +71,6 @@ pub fn roster_digest(addresses: &[std::net::SocketAddr]) -> [u8; MAC_LEN] {
         digest.update(b"\n");
     }
     digest.finalize().into()
-}
-
-/// What both sides of one connection agreed on, and the job token that keys the MACs.
-#[derive(Clone)]
-struct Transcript<'t> {
-    token: &'t [u8],
-    /// The connector's version: this side's own, except for a blind acceptor, which proves
-    /// against the Hello's claims before it judges them.
-    version: u16,
-    roster: [u8; MAC_LEN],
-    world: u32,
-    connector: u32,
-    acceptor: u32,
-    nonce_c: [u8; NONCE_LEN],
-    nonce_a: [u8; NONCE_LEN],
-}
-
-impl Transcript<'_> {
-    fn keyed(&self, label: &[u8]) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.token)
-            .expect("HMAC takes keys of any length");
-        mac.update(label);
-        mac.update(&self.version.to_be_bytes());
-        mac.update(&self.world.to_be_bytes());
-        mac.update(&self.connector.to_be_bytes());
-        mac.update(&self.acceptor.to_be_bytes());
-        mac.update(&self.roster);
-        mac.update(&self.nonce_c);
-        mac.update(&self.nonce_a);
-        mac
-    }
-
-    fn prove(&self, label: &[u8]) -> [u8; MAC_LEN] {
-        self.keyed(label).finalize().into_bytes().into()
-    }
-
-    fn verify(&self, label: &[u8], mac: &[u8; MAC_LEN]) -> bool {
-        self.keyed(label).verify_slice(mac).is_ok()
-    }
-}
-
-impl std::fmt::Debug for Transcript<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Transcript")
-            .field("world", &self.world)
-            .field("connector", &self.connector)
-            .field("acceptor", &self.acceptor)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Why a handshake did not produce a ring link.
@@ -317,6 +271,8 @@ pub struct Acceptor<'t> {
     /// The connector may be any rank of the world but this one: its Hello names it, and its
     /// claims are judged only once it has proven the token (see [`Acceptor::any_other_rank`]).
     any_peer: bool,
+    /// The ranks that may connect, of which the Hello names one (see [`Acceptor::from_one_of`]).
+    among: Option<&'t [usize]>,
     /// This side's own world and roster, for judging a blind connector's claims after its
     /// proof.
     own: (u32, [u8; MAC_LEN]),
@@ -356,6 +312,7 @@ impl<'t> Acceptor<'t> {
             transcript,
             state: AcceptorState::AwaitHello,
             any_peer: false,
+            among: None,
             own: (world, roster),
             peer_claims: None,
         }
@@ -379,9 +336,26 @@ impl<'t> Acceptor<'t> {
         acceptor
     }
 
+    /// Waits for a Hello as `rank` of `world` from one of `peers` (a rank's ring neighbour and
+    /// chord peers), which the Hello names; [`Acceptor::peer`] then says which. The claims are
+    /// checked as [`Acceptor::new`] checks them, for the rank the Hello names: a rank outside
+    /// `peers` is refused as the wrong rank.
+    pub fn from_one_of(
+        token: &'t [u8],
+        roster: [u8; MAC_LEN],
+        world: u32,
+        rank: u32,
+        peers: &'t [usize],
+        nonce: [u8; NONCE_LEN],
+    ) -> Self {
+        let mut acceptor = Acceptor::new(token, roster, world, rank, rank, nonce);
+        acceptor.among = Some(peers);
+        acceptor
+    }
+
     /// The rank the connector proves: the one given to [`Acceptor::new`], or, for
-    /// [`Acceptor::any_other_rank`], the one its accepted Hello named (before that, this
-    /// side's own rank, which no connector can be).
+    /// [`Acceptor::any_other_rank`] and [`Acceptor::from_one_of`], the one its accepted Hello
+    /// named (before that, this side's own rank, which no connector can be).
     pub fn peer(&self) -> u32 {
         self.transcript.connector
     }
@@ -409,8 +383,16 @@ impl<'t> Acceptor<'t> {
             }
             (AcceptorState::AwaitHello, MessageKind::Hello) => {
                 self.peer_claims = Some(Claims::of(m));
+                let among = self
+                    .among
+                    .map(|peers| usize::try_from(m.rank).is_ok_and(|named| peers.contains(&named)));
+                if among == Some(true) {
+                    t.connector = m.rank;
+                }
                 match check_claims(m, t.world, t.connector) {
                     Err(reason) => refuse(reason),
+                    // Not in the set, though it claims this side's own rank (the placeholder).
+                    Ok(()) if among == Some(false) => refuse(RejectReason::WrongRank),
                     Ok(()) if m.mac != t.roster => refuse(RejectReason::AddressMismatch),
                     Ok(()) => {
                         t.nonce_c = m.nonce;
@@ -738,6 +720,35 @@ mod tests {
         assert_ne!(roster_digest(&[a, b]), roster_digest(&[b, a]));
         assert_ne!(roster_digest(&[a, b]), roster_digest(&[a, c]));
         assert_ne!(roster_digest(&[a]), roster_digest(&[a, a]));
+    }
+
+    #[test]
+    fn an_acceptor_of_a_set_proves_the_rank_its_hello_names_and_refuses_the_others() {
+        // Rank 4 of 8 accepts its left neighbour and the chord peers behind it.
+        let expected: [usize; 3] = [3, 2, 0];
+        for rank in [3, 2, 0] {
+            let (mut conn, hello) = Connector::start(b"t", ROSTER, 8, rank, 4, [1; 16]);
+            let mut acc = Acceptor::from_one_of(b"t", ROSTER, 8, 4, &expected, [2; 16]);
+            assert_eq!(acc.peer(), 4, "no rank is proven before a Hello");
+            let Next::Send(challenge) = acc.on_message(&hello) else { panic!("rank {rank}") };
+            assert_eq!((challenge.world, challenge.rank), (8, 4));
+            let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
+            assert!(matches!(acc.on_message(&proof), Next::SendAndDone(_)), "rank {rank}");
+            assert_eq!(acc.peer(), rank);
+        }
+        for rank in [1, 4, 5, 7, 8, u32::MAX] {
+            let (_, hello) = Connector::start(b"t", ROSTER, 8, rank, 4, [1; 16]);
+            let mut acc = Acceptor::from_one_of(b"t", ROSTER, 8, 4, &expected, [2; 16]);
+            assert_eq!(acc.on_message(&hello), refuse(RejectReason::WrongRank), "rank {rank}");
+        }
+        // A proof made for another acceptor rank (a replay from another stream) fails here.
+        let (mut conn, hello) = Connector::start(b"t", ROSTER, 8, 3, 5, [1; 16]);
+        let mut acc = Acceptor::from_one_of(b"t", ROSTER, 8, 4, &expected, [2; 16]);
+        let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
+        let mut challenge = challenge;
+        challenge.rank = 5;
+        let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
+        assert_eq!(acc.on_message(&proof), refuse(RejectReason::TokenMismatch));
     }
 
     #[test]

@@ -87,7 +87,7 @@ impl TcpRing {
     pub(super) fn gone(&mut self, s: usize, e: &io::Error, between: bool) -> CollectiveError {
         let stream = &mut self.streams[s];
         let peer = stream.peer;
-        let mut src = Counted { stream: &stream.socket, bytes: &mut self.stats.bytes_received };
+        let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
         while let Some(Ok(Between::Control(control))) =
             between.then(|| next_control(&mut stream.ahead, &mut src, peer, self.world))
         {
@@ -115,7 +115,7 @@ impl TcpRing {
     ) -> Result<bool, CollectiveError> {
         let stream = &mut self.streams[s];
         while !stream.ended {
-            let mut src = Counted { stream: &stream.socket, bytes: &mut self.stats.bytes_received };
+            let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
             let failure = match next_control(&mut stream.ahead, &mut src, stream.peer, self.world) {
                 Ok(Between::Blocked) => return Ok(true),
                 Ok(Between::Data) => return Ok(false),
@@ -140,7 +140,7 @@ impl TcpRing {
         Ok(false)
     }
 
-    /// Queues a waiting notice for every neighbour whose stream `at_boundary` says is between
+    /// Queues a waiting notice for every peer whose stream `at_boundary` says is between
     /// data frames, and writes what each stream takes.
     pub(super) fn send_notice(
         &mut self,
@@ -154,7 +154,7 @@ impl TcpRing {
                 stream.queued.push(&frame);
             }
             match stream.queued.flush(&stream.socket) {
-                Ok(n) => self.stats.bytes_sent += n as u64,
+                Ok(n) => stream.sent += n as u64,
                 // The failure shows on reading the stream.
                 Err(_) => stream.queued.drop_rest(),
             }

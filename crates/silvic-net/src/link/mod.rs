@@ -1,16 +1,18 @@
 //! The TCP ring link: moves a collective's plan of frames over non-blocking streams, one
-//! [`Stream`] per neighbour, driven by poll(2).
+//! [`Stream`] per peer (the two ring neighbours, and the chord peers `r ± 2^k` where the ring
+//! has them, `crate::topology`), driven by poll(2).
 //!
 //! A plan ([`FramePlan`]) has ways, each a route round the ring: on way `w` frames are written
-//! to the stream of its route and read from the stream of the opposite route ([`Table`]). The
-//! two-way ring is two streams (to the right neighbour, route `+1`, and to the left, `-1`) and
-//! two ways (rightward and leftward; the leftward one empty in a world of two), so data frames
-//! may travel both directions of both streams. Every frame moves the moment the plan lets it: a
+//! to the stream to rank `rank + offset` and read from the stream from rank `rank - offset`
+//! ([`Table`]), several ways taking one stream in turn. The two-way ring is two streams (to the
+//! right neighbour, route `+1`, and to the left, `-1`) and two ways (rightward and leftward; the
+//! leftward one empty in a world of two), so data frames may travel both directions of both
+//! streams. Every frame moves the moment the plan lets it: a
 //! frame goes out once the frames it forwards are in, and comes in once what it overwrites is
 //! out, so a rank forwards a block while the next one arrives, with no lock-step between them.
-//! Control frames (aborts and waiting notices) travel both directions too, and every stream is
-//! watched for the whole of every call, so a failure travels around the ring both ways in
-//! moments.
+//! Control frames (aborts and waiting notices) travel both directions of every stream, chords
+//! included, and every stream is watched for the whole of every call, so a failure travels
+//! around the ring both ways, and across it over the chords, in moments.
 //!
 //! Invariants:
 //! - A call writes and reads at the same time, on every way; it never blocks on a write before
@@ -23,7 +25,10 @@
 //!   call); otherwise the control frames up to the next data frame, which waits for its turn (an
 //!   abort of this call fails the call). A stream's end (or an abort of a later call) while this
 //!   call needs nothing more of it is kept and returned by the next call, since a neighbour that
-//!   has taken everything may end its job before this rank has read its last frame.
+//!   has taken everything may end its job before this rank has read its last frame. A stream
+//!   no way of the plan uses (a chord the plan does not need) is read at the call's start and
+//!   whenever poll(2) finds it ready, not on every turn of a spinning call: an abort on it is
+//!   taken at the latest when the call next waits.
 //! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
 //!   frame never hides an abort behind it (a data frame is read whole before what follows it).
 //!   A data frame of the next call waits for that call, and what follows it with it. A notice
@@ -32,7 +37,7 @@
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
 //!   timeout, notice, warning and deadline from the moment it is handed). A waiting rank sends
-//!   notices to every neighbour (`control::notice_every`), naming the rank it blames (its own
+//!   notices to every peer (`control::notice_every`), naming the rank it blames (its own
 //!   stalled neighbour, or the rank that neighbour's fresh notice names), so only a neighbour
 //!   of a stalled rank times out, and every error names the stalled rank. A data frame starts
 //!   only once all of it may go, so a frame stalled half-way is the reader's doing, never a wait
@@ -49,19 +54,18 @@
 //!
 //! This is the only module that waits on the ring.
 
-use std::io::Write;
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
-use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN};
+use crate::frame::HEADER_LEN;
 use crate::ring::seam::{Call, FramePlan, Link, Network, Route};
-use crate::stats::RingStats;
 use crate::wait::wait;
 
+mod abort;
 mod control;
 mod reader;
 mod stream;
@@ -112,14 +116,11 @@ pub(crate) struct TcpRing {
     pending: Option<CollectiveError>,
     /// How long a call spins before it blocks ([`SPIN`]).
     spin: Duration,
-    stats: RingStats,
     /// The ways of the call in progress and their streams, kept between calls.
     ways: Ways,
     table: Table,
     /// What the ranks measured of the network when the ring formed (`crate::probe`).
     network: Network,
-    /// Bytes read ahead while the network was measured, for the first call to count.
-    read_ahead_at_start: u64,
 }
 
 /// Where the ring sits in its world: this rank, the world size and every rank's address.
@@ -155,11 +156,9 @@ impl TcpRing {
             timeout,
             pending: None,
             spin: SPIN,
-            stats: RingStats::default(),
             ways: Ways::default(),
             table: Table::default(),
             network: Network::UNMEASURED,
-            read_ahead_at_start: 0,
         }
     }
 
@@ -168,10 +167,9 @@ impl TcpRing {
     /// taken belong to the caller's first call, and are counted when it runs.
     pub(crate) fn measured(&mut self, network: Network) {
         self.network = network;
-        self.stats = RingStats::default();
         for stream in &mut self.streams {
-            stream.waited = Duration::ZERO;
-            self.read_ahead_at_start += stream.ahead.buffered().len() as u64;
+            (stream.sent, stream.received, stream.waited) = (0, 0, Duration::ZERO);
+            stream.read_ahead_at_start = stream.ahead.buffered().len() as u64;
         }
     }
 
@@ -179,29 +177,15 @@ impl TcpRing {
         self.timeout = timeout;
     }
 
-    /// What the link has counted so far (collectives are counted by the caller). The waits on
-    /// the streams to the left and the right neighbour are `waited_left` and `waited_right`.
-    pub(crate) fn stats(&self) -> RingStats {
-        let mut stats = self.stats;
-        for stream in &self.streams {
-            match stream.route {
-                Route::LEFTWARD => stats.waited_left += stream.waited,
-                Route::RIGHTWARD => stats.waited_right += stream.waited,
-                _ => {}
-            }
-        }
-        stats
-    }
-
     /// Whether the call still needs stream `s`: to write a frame to it or read one from it.
     fn needs(&self, s: usize) -> bool {
-        let writes = self.table.writer(s).is_some_and(|w| !self.ways.out_done(w));
-        writes || self.table.reader(s).is_some_and(|w| !self.ways.in_done(w))
+        let writes = self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
+        writes || self.table.reader(s, &self.ways).is_some_and(|w| !self.ways.in_done(w))
     }
 
     /// Whether no data frame to stream `s` is partly written.
     fn out_boundary(&self, s: usize) -> bool {
-        self.table.writer(s).is_none_or(|w| self.ways.at_boundary(w))
+        self.table.writer(s, &self.ways).is_none_or(|w| self.ways.at_boundary(w))
     }
 
     /// Writes what stream `s` takes: queued notices first, then the frames of the way that
@@ -213,16 +197,16 @@ impl TcpRing {
         plan: &dyn FramePlan,
         more: bool,
     ) -> Result<bool, StreamFailure> {
-        let writer = self.table.writer(s);
+        let writer = self.table.writer(s, &self.ways);
         // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]).
-        let between = self.table.reader(s).is_none_or(|w| self.ways.in_at_boundary(w));
+        let between = self.table.reader(s, &self.ways).is_none_or(|w| self.ways.in_at_boundary(w));
         let writing = writer.is_some_and(|w| !self.ways.out_done(w));
         let flushed = {
             let stream = &mut self.streams[s];
             stream.queued.flush(&stream.socket)
         };
         match flushed {
-            Ok(n) => self.stats.bytes_sent += n as u64,
+            Ok(n) => self.streams[s].sent += n as u64,
             Err(e) if writing => return Err((s, self.gone(s, &e, between))),
             // Only a notice was left to send: the neighbour needs nothing more in this call.
             // The failure is reported by the next call, or shows on reading the stream.
@@ -233,12 +217,19 @@ impl TcpRing {
                 return Ok(false);
             }
         }
-        let Some(w) = writer.filter(|_| self.streams[s].queued.is_empty()) else {
+        if !self.streams[s].queued.is_empty() {
             return Ok(false);
-        };
-        let socket = &self.streams[s].socket;
-        let wrote = self.ways.write_to(plan, w, socket, &mut self.stats.bytes_sent, more);
-        let wrote = wrote.map_err(|e| (s, self.gone(s, &e, between)))?;
+        }
+        let mut wrote = false;
+        while let Some(w) = self.table.writer(s, &self.ways) {
+            let stream = &mut self.streams[s];
+            let out = self.ways.write_to(plan, w, &stream.socket, &mut stream.sent, more);
+            wrote |= out.map_err(|e| (s, self.gone(s, &e, between)))?;
+            // Once a way is all out, the next way on the stream may start at once.
+            if !more || !self.ways.out_done(w) || self.table.writer(s, &self.ways) == Some(w) {
+                break;
+            }
+        }
         if wrote {
             // The window opened: the neighbour reads again.
             let stream = &mut self.streams[s];
@@ -247,23 +238,30 @@ impl TcpRing {
         Ok(wrote)
     }
 
-    /// Reads the frames of the way that comes in on stream `s` that the plan lets in; returns
-    /// whether data moved. A notice of this call read on the way is noted.
-    fn read_way(
-        &mut self,
-        s: usize,
-        w: usize,
-        plan: &mut dyn FramePlan,
-    ) -> Result<bool, StreamFailure> {
-        let stream = &mut self.streams[s];
-        let mut src = Counted { stream: &stream.socket, bytes: &mut self.stats.bytes_received };
-        let mut heard = None;
-        let peer = (stream.peer, self.world);
-        let moved = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
-        if let Some(notice) = heard {
-            stream.heard = Some(Heard { notice, at: Instant::now() });
+    /// Whether a frame may come in on stream `s` now: the way on it lets its next one in.
+    fn wants_read(&self, s: usize, plan: &dyn FramePlan) -> bool {
+        self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w))
+    }
+
+    /// Reads the frames that come in on stream `s` that the plan lets in, way after way as each
+    /// is all in; returns whether data moved. A notice of this call read on the way is noted.
+    fn read_ways(&mut self, s: usize, plan: &mut dyn FramePlan) -> Result<bool, StreamFailure> {
+        let mut moved = false;
+        while let Some(w) = self.table.reader(s, &self.ways).filter(|_| self.wants_read(s, plan)) {
+            let stream = &mut self.streams[s];
+            let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
+            let mut heard = None;
+            let peer = (stream.peer, self.world);
+            let read = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
+            if let Some(notice) = heard {
+                stream.heard = Some(Heard { notice, at: Instant::now() });
+            }
+            moved |= read.map_err(|e| (s, e))?;
+            if !self.ways.in_done(w) {
+                break;
+            }
         }
-        moved.map_err(|e| (s, e))
+        Ok(moved)
     }
 
     /// Writes what every stream takes (see [`TcpRing::write_some`]); returns the streams (as
@@ -282,19 +280,29 @@ impl TcpRing {
     /// stream: returns the streams (as bits) where data moved. `watch` says, per stream,
     /// whether to read control frames from it while no frame of this call may come in on it;
     /// it stops once a data frame shows up there, which waits for its turn.
-    fn turn(&mut self, plan: &mut dyn FramePlan, watch: &mut [bool]) -> Result<u64, StreamFailure> {
+    ///
+    /// A stream no way of the plan uses (a chord the plan does not need) is read only while its
+    /// bit is set in `stirred` (at the call's start, and once poll(2) has seen it ready), then
+    /// its bit is cleared: a spinning call does not spend a read on an idle stream every turn.
+    fn turn(
+        &mut self,
+        plan: &mut dyn FramePlan,
+        watch: &mut [bool],
+        stirred: &mut u64,
+    ) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
         let mut moved = self.write_all(plan)?;
         let came_before = self.ways.received_total();
         for (s, watching) in watch.iter_mut().enumerate() {
-            let reading = self.table.reader(s).filter(|&w| self.ways.wants_read(plan, w));
-            if let Some(w) = reading {
-                if self.read_way(s, w, plan)? {
+            if self.wants_read(s, plan) {
+                if self.read_ways(s, plan)? {
                     moved |= 1 << s;
                     *watching = true;
                 }
-            } else if *watching {
-                let writing = self.table.writer(s).is_some_and(|w| !self.ways.out_done(w));
+            } else if *watching && (!self.table.idle(s) || *stirred & (1 << s) != 0) {
+                *stirred &= !(1 << s);
+                let writing =
+                    self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
                 *watching = self.read_controls(s, seq, writing).map_err(|e| (s, e))?;
             }
         }
@@ -319,8 +327,9 @@ impl TcpRing {
         let mut clock = Watch::new(Instant::now(), n, self.timeout);
         let mut watch = [true; MAX_STREAMS];
         let watch = &mut watch[..n];
+        let mut stirred = u64::MAX;
         loop {
-            let moved = self.turn(plan, watch)?;
+            let moved = self.turn(plan, watch, &mut stirred)?;
             let now = Instant::now();
             for s in (0..n).filter(|&s| moved & (1 << s) != 0) {
                 clock.moved(s, now);
@@ -350,13 +359,13 @@ impl TcpRing {
             let deadline = due.deadline.into_iter().chain(checks).min();
             let events = |s: usize| {
                 let (stream, mut events) = (&self.streams[s], PollFlags::empty());
-                let writer = self.table.writer(s);
+                let writer = self.table.writer(s, &self.ways);
                 if writer.is_some_and(|w| self.ways.wants_write(plan, w))
                     || !stream.queued.is_empty()
                 {
                     events |= PollFlags::OUT;
                 }
-                let reader = self.table.reader(s);
+                let reader = self.table.reader(s, &self.ways);
                 let reading = reader.is_some_and(|w| self.ways.wants_read(plan, w)) || watch[s];
                 if !stream.ended && reading {
                     events |= PollFlags::IN;
@@ -371,6 +380,8 @@ impl TcpRing {
             });
             let polled = wait(&mut fds[..n], deadline);
             polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
+            stirred |=
+                (0..n).filter(|&s| !fds[s].revents().is_empty()).map(|s| 1 << s).sum::<u64>();
             let woke = Instant::now();
             self.count_wait(woke.saturating_duration_since(now), needed);
             for (s, stream) in self.streams.iter_mut().enumerate() {
@@ -387,44 +398,6 @@ impl TcpRing {
             }
         }
     }
-
-    /// After a failure on stream `failed`, keeps writing the frame partly written to each other
-    /// stream for a short while, so that the neighbour there gets a whole frame and then the
-    /// abort.
-    fn finish_frames(&mut self, failed: usize, plan: &dyn FramePlan) {
-        for s in (0..self.streams.len()).filter(|&s| s != failed) {
-            let deadline = Instant::now() + FINISH_FRAME_BOUND.min(self.timeout);
-            while !self.out_boundary(s) && Instant::now() < deadline {
-                if self.write_some(s, plan, false).is_err() {
-                    break;
-                }
-                let mut fds = [PollFd::new(&self.streams[s].socket, PollFlags::OUT)];
-                if self.out_boundary(s) || wait(&mut fds, Some(deadline)).is_err() {
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Tells every neighbour why this rank gives up, best effort, then shuts every stream for
-    /// writing. Reads stay open until the ring is dropped, so a neighbour's last bytes are not
-    /// answered with a reset that could destroy its own abort frame in flight.
-    pub(crate) fn abort(&mut self, rank: usize, error: &CollectiveError, seq: u64) {
-        let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];
-        let len = Abort::for_error(rank, error).encode(seq, &mut frame);
-        let frame = &frame[..len];
-        for stream in &self.streams {
-            // A notice partly written goes out whole first, so the abort starts on a frame
-            // boundary. Non-blocking: an abort is small; if it does not fit, the shutdown below
-            // still ends the stream.
-            if stream.boundary {
-                let _ = (&stream.socket).write(&[stream.queued.rest(), frame].concat());
-            }
-        }
-        for stream in &self.streams {
-            let _ = stream.socket.shutdown(Shutdown::Write);
-        }
-    }
 }
 
 /// The warning of a call that has waited long, naming the rank it waits on and its address.
@@ -439,7 +412,9 @@ impl Link for TcpRing {
     }
 
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
-        self.stats.bytes_received += std::mem::take(&mut self.read_ahead_at_start);
+        for stream in &mut self.streams {
+            stream.received += std::mem::take(&mut stream.read_ahead_at_start);
+        }
         if let Some(error) = self.pending.take() {
             return Err(error);
         }
@@ -463,9 +438,9 @@ mod tests {
     use silvic_core::Op;
 
     use super::*;
-    use crate::frame::{Dir, Header};
+    use crate::frame::{Abort, Dir, Header, MAX_ABORT_LEN};
     use crate::ring::seam::{Moved, Sink};
-    use std::io::Read;
+    use std::io::{Read, Write};
 
     /// The ring's timeout in these tests: a frame that never comes (or an abort that a data
     /// frame hid) fails the call with a timeout after this, never a hang.

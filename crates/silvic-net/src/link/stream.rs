@@ -1,21 +1,23 @@
 //! One ring stream as the link keeps it ([`Stream`]): the socket and everything that belongs
-//! to it alone, and the table from a plan's ways to the streams they write and read
-//! ([`Table`]).
+//! to it alone (its counts, which [`TcpRing::stats`] and [`TcpRing::peer_stats`] report), and
+//! the table from a plan's ways to the streams they write and read ([`Table`]).
 //!
 //! Invariants: a stream is named by its route (the signed offset round the ring of the rank at
-//! its other end), so the two streams of a world of two, both to rank 1, stay apart; a way
-//! writes the stream of its route and reads the stream of the opposite route (its frames come
-//! from the rank that far back); each stream carries at most one way out and one way in per
-//! plan, so frames of two ways never interleave on a stream.
+//! its other end, `crate::topology`), so the two streams of a world of two, both to rank 1,
+//! stay apart; a way writes the stream to the rank its route sends to and reads the stream from
+//! the rank that far back; ways that share a stream take it in turn, the earlier way's frames
+//! all before the later one's, so frames of two ways never interleave on a stream.
 
 use std::net::TcpStream;
 use std::time::Duration;
 
-use super::READ_AHEAD;
 use super::control::{Heard, Queued};
 use super::reader::ReadAhead;
+use super::way::Ways;
+use super::{READ_AHEAD, TcpRing};
 use crate::liveness::Liveness;
-use crate::ring::seam::{FramePlan, Route};
+use crate::ring::seam::{Call, FramePlan, Route};
+use crate::stats::{PeerStats, RingStats};
 
 /// A ring stream and all that is its own.
 #[derive(Debug)]
@@ -38,6 +40,11 @@ pub(super) struct Stream {
     pub(super) liveness: Liveness,
     /// Time spent waiting while a call needed this stream.
     pub(super) waited: Duration,
+    /// Bytes written to the stream and read from it.
+    pub(super) sent: u64,
+    pub(super) received: u64,
+    /// Bytes read ahead while the network was measured, for the first call to count.
+    pub(super) read_ahead_at_start: u64,
 }
 
 impl Stream {
@@ -53,46 +60,109 @@ impl Stream {
             ended: false,
             liveness: Liveness::new(),
             waited: Duration::ZERO,
+            sent: 0,
+            received: 0,
+            read_ahead_at_start: 0,
         }
     }
 }
 
-/// The plan's ways on the streams: per stream, the way that writes it and the way that reads
-/// it, if any (way `w` writes the stream of its route and reads that of the opposite one).
+impl TcpRing {
+    /// Whether the link has a stream to rank `rank + route.offset`: which routes a plan may use
+    /// (the ring's `±1` always; `± 2^k` where chords were formed, `crate::topology`).
+    #[cfg_attr(not(test), expect(dead_code, reason = "for the path choice, which comes next"))]
+    pub(crate) fn carries(&self, route: Route) -> bool {
+        let peer = route.sends_to(self.rank, self.world);
+        peer != self.rank && self.streams.iter().any(|s| s.peer == peer)
+    }
+
+    /// What the link has counted so far (collectives are counted by the caller): the bytes of
+    /// every stream, and the waits on the streams to the left and the right neighbour as
+    /// `waited_left` and `waited_right` (a chord's wait is in [`TcpRing::peer_stats`] only).
+    pub(crate) fn stats(&self) -> RingStats {
+        let mut stats = RingStats::default();
+        for stream in &self.streams {
+            stats.bytes_sent += stream.sent;
+            stats.bytes_received += stream.received;
+            match stream.route {
+                Route::LEFTWARD => stats.waited_left += stream.waited,
+                Route::RIGHTWARD => stats.waited_right += stream.waited,
+                _ => {}
+            }
+        }
+        stats
+    }
+
+    /// What the link has counted per stream, in the order of its streams (the left
+    /// neighbour's, the right one's, then the chords').
+    pub(crate) fn peer_stats(&self) -> Vec<PeerStats> {
+        let of = |s: &Stream| PeerStats {
+            peer: s.peer,
+            offset: s.route.offset,
+            bytes_sent: s.sent,
+            bytes_received: s.received,
+            waited: s.waited,
+        };
+        self.streams.iter().map(of).collect()
+    }
+}
+
+/// The plan's ways on the streams: per stream, the ways that write it and the ways that read
+/// it, in the plan's order. Way `w` writes the stream to rank `rank + offset` and reads the one
+/// from rank `rank - offset`, found by peer rank; in a world of two, whose two streams both go
+/// to rank 1, by the sign of the offset too (a positive one writes the stream dialled to the
+/// right and reads the one accepted from the left, as the ring always has).
+///
+/// Several ways may share a stream: the plans use it in turn (every frame of an earlier way on
+/// it before any of a later one's), so the way on a stream now is the earliest one not yet done
+/// with it, and the next frame read from it is that way's (its header is checked against that
+/// way's [`FramePlan::expect`], so a frame that does not fit is refused as ever).
 #[derive(Debug, Default)]
 pub(super) struct Table {
-    writer: Vec<Option<usize>>,
-    reader: Vec<Option<usize>>,
+    writers: Vec<Vec<usize>>,
+    readers: Vec<Vec<usize>>,
 }
 
 impl Table {
-    /// The table of `plan` over `streams`. Panics if a way's route has no stream, or two ways
-    /// would write (or read) one stream: a plan this link cannot carry is a bug, not a peer's
-    /// doing.
+    /// The table of `plan` over `streams`. Panics if a way's route has no stream: a plan this
+    /// link cannot carry is a bug, not a peer's doing.
     pub(super) fn build(&mut self, plan: &dyn FramePlan, streams: &[Stream]) {
-        let find = |route: Route| {
-            streams.iter().position(|s| s.route == route).unwrap_or_else(|| {
-                unreachable!("no stream to offset {} for a way of the plan", route.offset)
-            })
+        let Call { rank, world, .. } = plan.call();
+        let find = |offset: isize| {
+            let peer = Route { offset }.sends_to(rank, world);
+            let to_peer = |s: &&Stream| s.peer == peer;
+            let same_side = |s: &&Stream| s.route.offset.signum() == offset.signum();
+            let found = match streams.iter().filter(to_peer).count() {
+                1 => streams.iter().position(|s| to_peer(&s)),
+                _ => streams.iter().position(|s| to_peer(&s) && same_side(&s)),
+            };
+            found.unwrap_or_else(|| unreachable!("no stream to rank {peer} for offset {offset}"))
         };
-        self.writer.clear();
-        self.writer.resize(streams.len(), None);
-        self.reader.clear();
-        self.reader.resize(streams.len(), None);
+        for lists in [&mut self.writers, &mut self.readers] {
+            lists.iter_mut().for_each(Vec::clear);
+            lists.resize_with(streams.len(), Vec::new);
+        }
         for (w, route) in plan.ways().iter().enumerate() {
-            let (out, inp) = (find(*route), find(Route { offset: -route.offset }));
-            assert!(self.writer[out].replace(w).is_none(), "two ways write one stream");
-            assert!(self.reader[inp].replace(w).is_none(), "two ways read one stream");
+            self.writers[find(route.offset)].push(w);
+            self.readers[find(-route.offset)].push(w);
         }
     }
 
-    /// The way that writes stream `s`, if any.
-    pub(super) fn writer(&self, s: usize) -> Option<usize> {
-        self.writer[s]
+    /// Whether no way of the plan writes or reads stream `s`.
+    pub(super) fn idle(&self, s: usize) -> bool {
+        self.writers[s].is_empty() && self.readers[s].is_empty()
     }
 
-    /// The way that reads stream `s`, if any.
-    pub(super) fn reader(&self, s: usize) -> Option<usize> {
-        self.reader[s]
+    /// The way that writes stream `s` now: the first whose frames are not all out, else the
+    /// last (done), if any way writes it.
+    pub(super) fn writer(&self, s: usize, ways: &Ways) -> Option<usize> {
+        let on = &self.writers[s];
+        on.iter().copied().find(|&w| !ways.out_done(w)).or(on.last().copied())
+    }
+
+    /// The way that reads stream `s` now: the first whose frames are not all in, else the last.
+    pub(super) fn reader(&self, s: usize, ways: &Ways) -> Option<usize> {
+        let on = &self.readers[s];
+        on.iter().copied().find(|&w| !ways.in_done(w)).or(on.last().copied())
     }
 }

@@ -1,15 +1,16 @@
 //! The accepting side: every connection a listener takes, each in its own handshake, until the
-//! ones that may join have proven the job token. The ring's lobby admits one rank, its left
-//! neighbour; the address exchange's (rank 0's, in `launch::exchange`) admits every other rank.
+//! ones that may join have proven the job token. The ring's lobby admits a set of ranks, its left
+//! neighbour and the chord peers it accepts (`crate::topology`), each stream proving the token on
+//! its own; the address exchange's (rank 0's, in `launch::exchange`) admits every other rank.
 //!
 //! Invariants:
 //! - Each connection has [`HANDSHAKE_DEADLINE`] from its accept to finish its handshake; a
 //!   stranger that is silent, slow or sends garbage costs the ranks nothing but its slot.
 //! - At most [`MAX_PENDING`] handshakes are held, at most [`MAX_PER_SOURCE`] from any one
-//!   address other than a preferred one (the left neighbour's advertised address; the sources
-//!   of the ranks the exchange has already admitted), and at most [`MAX_ACCEPTS_PER_TURN`]
-//!   connections are accepted per turn of the loop, so handshakes in progress are served
-//!   between bursts.
+//!   address other than a preferred one (the advertised addresses of the ranks the ring
+//!   accepts; the sources of the ranks the exchange has already admitted), and at most
+//!   [`MAX_ACCEPTS_PER_TURN`] connections are accepted per turn of the loop, so handshakes in
+//!   progress are served between bursts.
 //! - When room runs out (a cap, or accept failing for want of descriptors) one handshake is
 //!   dropped, chosen by [`victim`]: never one already welcomed, never one accepted in this turn
 //!   (it has not been polled yet; dropping it would punish the rank that connected at the same
@@ -22,8 +23,8 @@
 //!   rank must not break the ring.
 //! - A proven stream leaves the lobby moved, never duplicated: one descriptor per connection.
 //!
-//! Not here: the listener's own life (the loop in `mod.rs` stops polling it once the left
-//! neighbour has joined) and the connecting side (`dial.rs`).
+//! Not here: the listener's own life (the loop in `mod.rs` stops polling it once every rank it
+//! accepts has joined) and the connecting side (`dial.rs`).
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -58,9 +59,9 @@ pub(crate) struct Admission<'t> {
     pub(crate) world: usize,
     /// The accepting rank.
     pub(crate) rank: usize,
-    /// The one rank that may connect (the ring's left neighbour), or `None` for any other
-    /// rank of the world (the exchange).
-    pub(crate) peer: Option<usize>,
+    /// The ranks that may connect (the ring's left neighbour and the chord peers this rank
+    /// accepts), or `None` for any other rank of the world (the exchange).
+    pub(crate) peers: Option<&'t [usize]>,
 }
 
 /// Leaves the key out: it is the token, or computed from it.
@@ -69,28 +70,31 @@ impl std::fmt::Debug for Admission<'_> {
         f.debug_struct("Admission")
             .field("world", &self.world)
             .field("rank", &self.rank)
-            .field("peer", &self.peer)
+            .field("peers", &self.peers)
             .finish_non_exhaustive()
     }
 }
 
 impl<'t> Admission<'t> {
-    /// The ring's: the left neighbour, proven with the job token and the roster.
+    /// The ring's: the left neighbour and the chord peers this rank accepts, each proven with
+    /// the job token and the roster.
     pub(super) fn ring(plan: &Plan<'t>) -> Admission<'t> {
         Admission {
             token: plan.token,
             roster: plan.roster,
             world: plan.world,
             rank: plan.rank,
-            peer: Some(plan.left()),
+            peers: Some(plan.accepts),
         }
     }
 
     fn role(&self) -> io::Result<Acceptor<'t>> {
         let nonce = fresh_nonce()?;
         let (world, rank) = (self.world as u32, self.rank as u32);
-        Ok(match self.peer {
-            Some(peer) => Acceptor::new(self.token, self.roster, world, rank, peer as u32, nonce),
+        Ok(match self.peers {
+            Some(peers) => {
+                Acceptor::from_one_of(self.token, self.roster, world, rank, peers, nonce)
+            }
             None => Acceptor::any_other_rank(self.token, self.roster, world, rank, nonce),
         })
     }
@@ -284,9 +288,10 @@ pub(crate) struct Lobby<'t> {
 }
 
 impl<'t> Lobby<'t> {
-    /// An empty lobby for the ring's left neighbour in `plan`.
+    /// An empty lobby for the ranks `plan` accepts: the left neighbour and the chord peers.
     pub(super) fn new(plan: &Plan<'t>) -> Self {
-        Lobby::admitting(Admission::ring(plan), &[plan.addresses[plan.left()].ip()])
+        let sources: Vec<IpAddr> = plan.accepts.iter().map(|&p| plan.addresses[p].ip()).collect();
+        Lobby::admitting(Admission::ring(plan), &sources)
     }
 
     /// An empty lobby that admits whom `admission` says, preferring `preferred` sources.
@@ -568,6 +573,8 @@ mod tests {
             token: b"a-job-token-of-some-length",
             timeout: Duration::from_secs(60),
             roster: ROSTER,
+            dials: &[0],
+            accepts: &[0],
         }
     }
 
@@ -665,6 +672,34 @@ mod tests {
         assert_eq!(lobby.accept(&Scripted::new(vec![emfile()])).unwrap(), Accepted::Turn);
         let kept: Vec<String> = lobby.held.iter().map(|p| p.remote.to_string()).collect();
         assert_eq!(kept, ["10.0.0.1:1000", "10.7.7.7:1001"], "the oldest stranger goes first");
+    }
+
+    #[test]
+    fn every_rank_a_ring_with_chords_accepts_is_preferred_and_a_stranger_goes_first() {
+        // Rank 0 of 8 accepts rank 7 (its left neighbour) and the chord peers 6 and 4.
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addresses: Vec<SocketAddr> =
+            (1..=8).map(|h| format!("10.0.0.{h}:7000").parse().unwrap()).collect();
+        let plan = Plan {
+            rank: 0,
+            world: 8,
+            dials: &[1, 2],
+            accepts: &[7, 6, 4],
+            ..lobby_plan(&addresses)
+        };
+        let mut lobby = Lobby::new(&plan);
+        let mut keep = Vec::new();
+        let script = ["10.0.0.8:1", "10.0.0.7:1", "10.0.0.5:1", "10.0.0.9:1", "10.0.0.2:1"]
+            .map(|remote| arrival(&server, &mut keep, remote));
+        assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
+        let preferred: Vec<bool> =
+            lobby.held.iter().map(|p| p.standing(u64::MAX).preferred).collect();
+        // Ranks 7, 6 and 4 are preferred; rank 1 (dialled, never accepted) and a stranger not.
+        assert_eq!(preferred, [true, true, true, false, false]);
+        // Out of room, a source that is not preferred gives way first, the oldest of them.
+        assert_eq!(lobby.accept(&Scripted::new(vec![emfile()])).unwrap(), Accepted::Turn);
+        let kept: Vec<String> = lobby.held.iter().map(|p| p.remote.to_string()).collect();
+        assert_eq!(kept, ["10.0.0.8:1", "10.0.0.7:1", "10.0.0.5:1", "10.0.0.2:1"]);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The connecting side: reach the right neighbour and prove this rank to it.
+//! The connecting side: reach one rank this rank dials (the right neighbour, or a chord peer)
+//! and prove this rank to it; the rendezvous runs one [`Dialer`] per rank it dials.
 //!
 //! Invariants:
 //! - Each state is consumed and the next returned ([`Dialer::advance`]); a state that cannot
@@ -43,7 +44,7 @@ pub(super) enum Dial<'t> {
     /// Connected; the handshake runs. Before the proof is out, `deadline` bounds the wait for
     /// an answer.
     Talking { conn: Conn<TcpStream>, role: Connector<'t>, deadline: Instant },
-    /// Proven both ways: the right neighbour's stream.
+    /// Proven both ways: the stream to the rank dialled.
     Joined(TcpStream),
 }
 
@@ -85,19 +86,21 @@ impl Dial<'_> {
 #[derive(Debug)]
 pub(super) struct Dialer<'p> {
     plan: &'p Plan<'p>,
+    /// The rank dialled.
+    pub(super) peer: usize,
     backoff: Backoff,
     /// The last reason an attempt failed, for the timeout error.
     pub(super) last_error: Option<String>,
 }
 
 impl<'p> Dialer<'p> {
-    /// A dialer for `plan`'s right neighbour.
-    pub(super) fn new(plan: &'p Plan<'p>) -> Self {
-        Dialer { plan, backoff: Backoff::new(Backoff::CONNECT), last_error: None }
+    /// A dialer for rank `peer` of `plan`.
+    pub(super) fn new(plan: &'p Plan<'p>, peer: usize) -> Self {
+        Dialer { plan, peer, backoff: Backoff::new(Backoff::CONNECT), last_error: None }
     }
 
     fn address(&self) -> SocketAddr {
-        self.plan.addresses[self.plan.right()]
+        self.plan.addresses[self.peer]
     }
 
     /// Moves `state` as far as it goes at `now` without waiting; `ready` says whether its
@@ -149,7 +152,7 @@ impl<'p> Dialer<'p> {
             // Out of descriptors: strangers at this rank's listener may hold them until the
             // accepting side drops some, so this is a reason to retry, not to give up.
             Err(e) if out_of_descriptors(&e) => return Ok(self.retry(e.to_string(), now)),
-            Err(e) => return Err(self.plan.io_error(self.plan.right(), &e)),
+            Err(e) => return Err(self.plan.io_error(self.peer, &e)),
         };
         Ok(match socket.connect(&address.into()) {
             Ok(()) => Dial::Connecting { socket },
@@ -167,8 +170,8 @@ impl<'p> Dialer<'p> {
             plan.roster,
             plan.world as u32,
             plan.rank as u32,
-            plan.right() as u32,
-            fresh_nonce().map_err(|e| plan.io_error(plan.right(), &e))?,
+            self.peer as u32,
+            fresh_nonce().map_err(|e| plan.io_error(self.peer, &e))?,
         );
         let mut conn = Conn::new(stream);
         conn.queue(&hello);
@@ -218,14 +221,14 @@ impl<'p> Dialer<'p> {
     }
 
     fn retry(&mut self, error: String, now: Instant) -> Dial<'p> {
-        debug!(peer = self.plan.right(), %error, "retrying connect");
+        debug!(peer = self.peer, %error, "retrying connect");
         self.last_error = Some(error);
         let until = now + self.backoff.next_gap();
         Dial::Waiting { until }
     }
 
     fn handshake_error(&self, reason: String) -> ConnectError {
-        let peer = self.plan.right();
+        let peer = self.peer;
         ConnectError::Handshake { peer, address: self.address().to_string(), reason }
     }
 
@@ -256,7 +259,7 @@ impl<'p> Dialer<'p> {
             _ => String::new(),
         };
         ConnectError::Rejected {
-            peer: plan.right(),
+            peer: self.peer,
             address: self.address().to_string(),
             reason,
             detail,
@@ -297,6 +300,8 @@ mod tests {
             token: b"a-job-token-of-some-length",
             timeout: Duration::from_secs(60),
             roster: roster_digest(addresses),
+            dials: &[1],
+            accepts: &[1],
         }
     }
 
@@ -325,7 +330,7 @@ mod tests {
     fn after_its_proof_the_dialer_waits_past_the_stranger_deadline() {
         let f = fixture();
         let plan = plan(&f.addresses);
-        let mut dialer = Dialer::new(&plan);
+        let mut dialer = Dialer::new(&plan, 1);
         let state = until_talking(&mut dialer, Dial::start(Instant::now()));
         let (mut theirs, _) = f.neighbour.accept().unwrap();
         let mut acceptor = Acceptor::new(plan.token, plan.roster, 2, 1, 0, [3; 16]);
@@ -358,7 +363,7 @@ mod tests {
     fn before_its_proof_a_silent_neighbour_is_redialled_after_the_deadline() {
         let f = fixture();
         let plan = plan(&f.addresses);
-        let mut dialer = Dialer::new(&plan);
+        let mut dialer = Dialer::new(&plan, 1);
         let now = Instant::now();
         let state = until_talking(&mut dialer, Dial::start(now));
         let state = dialer.advance(state, false, Instant::now() + HANDSHAKE_DEADLINE).unwrap();
@@ -370,7 +375,7 @@ mod tests {
     fn a_refusal_fails_at_once_and_does_not_claim_the_other_sides_values() {
         let f = fixture();
         let plan = plan(&f.addresses);
-        let mut dialer = Dialer::new(&plan);
+        let mut dialer = Dialer::new(&plan, 1);
         let state = until_talking(&mut dialer, Dial::start(Instant::now()));
         let (mut theirs, _) = f.neighbour.accept().unwrap();
         // An acceptor of a three-rank world refuses the Hello.

@@ -1,13 +1,16 @@
-//! Forming the ring: connect to the right neighbour ([`dial`]) and accept the left one
-//! ([`accept`]), at the same time, in one poll loop.
+//! Forming the ring: connect to every rank this rank dials ([`dial`]: the right neighbour, and
+//! the chord peers ahead of it) and accept every rank it accepts ([`accept`]: the left
+//! neighbour, and the chord peers behind it), all at the same time, in one poll loop. Who dials
+//! whom is `crate::topology`'s to say; every stream runs its own handshake.
 //!
 //! Invariants:
-//! - The loop ends with both streams handshaken, or with an error at the rendezvous deadline
-//!   naming the neighbour still missing and what it was waited for, or at once on a refusal
-//!   the connecting side hears or makes (see `dial.rs`).
-//! - Strangers at the listener never delay or break the real ring (see `accept.rs`); once the
-//!   left neighbour has joined, the listener is no longer polled and every other handshake is
-//!   dropped.
+//! - The loop ends with every stream handshaken, or with an error at the rendezvous deadline
+//!   naming a rank still missing and what it was waited for (a rank this rank dials first, in
+//!   the plan's order), or at once on a refusal the connecting side hears or makes (see
+//!   `dial.rs`).
+//! - Strangers at the listener never delay or break the real ring (see `accept.rs`); once every
+//!   rank this rank accepts has joined, the listener is no longer polled and every other
+//!   handshake is dropped. A second proven stream from a rank already joined is dropped.
 //! - The returned streams are non-blocking, and nothing has been read past the handshake.
 //! - Nothing here allocates by what a peer sends: every message is
 //!   [`crate::handshake::MESSAGE_LEN`] bytes.
@@ -48,6 +51,10 @@ pub(crate) struct Plan<'a> {
     pub(crate) timeout: Duration,
     /// [`crate::handshake::roster_digest`] of `addresses`.
     pub(crate) roster: [u8; 32],
+    /// The ranks this rank dials, the right neighbour first.
+    pub(crate) dials: &'a [usize],
+    /// The ranks this rank accepts, the left neighbour first.
+    pub(crate) accepts: &'a [usize],
 }
 
 /// Leaves the token out: a Plan may end up in a debug line, the token never.
@@ -58,37 +65,37 @@ impl std::fmt::Debug for Plan<'_> {
             .field("world", &self.world)
             .field("addresses", &self.addresses)
             .field("timeout", &self.timeout)
+            .field("dials", &self.dials)
+            .field("accepts", &self.accepts)
             .finish_non_exhaustive()
     }
 }
 
 impl Plan<'_> {
-    fn left(&self) -> usize {
-        (self.rank + self.world - 1) % self.world
-    }
-
-    fn right(&self) -> usize {
-        (self.rank + 1) % self.world
-    }
-
     fn io_error(&self, peer: usize, e: &io::Error) -> ConnectError {
         ConnectError::io(peer, self.addresses[peer].to_string(), e)
     }
+}
+
+/// The streams of a formed rendezvous, each in the order of the plan's ranks.
+#[derive(Debug)]
+pub(crate) struct Formed {
+    /// To the ranks of [`Plan::dials`].
+    pub(crate) dialed: Vec<TcpStream>,
+    /// From the ranks of [`Plan::accepts`].
+    pub(crate) accepted: Vec<TcpStream>,
 }
 
 /// What polled ready in one turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Slot {
     Listener,
-    Dial,
+    Dial(usize),
     Incoming(u64),
 }
 
-/// Forms this rank's two ring streams, `(left, right)`: non-blocking, handshakes done.
-pub(crate) fn rendezvous(
-    listener: &TcpListener,
-    plan: &Plan<'_>,
-) -> Result<(TcpStream, TcpStream), ConnectError> {
+/// Forms this rank's streams: non-blocking, handshakes done.
+pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Formed, ConnectError> {
     if plan.token.len() < SHORT_TOKEN {
         warn!(
             bytes = plan.token.len(),
@@ -98,55 +105,60 @@ pub(crate) fn rendezvous(
     }
     // A timeout too long for an Instant (Duration::MAX) has no deadline.
     let deadline = Instant::now().checked_add(plan.timeout);
+    let first_accepted = plan.accepts[0];
     listener.set_nonblocking(true).map_err(|e| {
-        plan.io_error(plan.left(), &io::Error::new(e.kind(), format!("listener: {e}")))
+        plan.io_error(first_accepted, &io::Error::new(e.kind(), format!("listener: {e}")))
     })?;
-    let mut dialer = Dialer::new(plan);
-    let mut dial = Dial::start(Instant::now());
+    let mut dialers: Vec<Dialer<'_>> = plan.dials.iter().map(|&p| Dialer::new(plan, p)).collect();
+    let mut dials: Vec<Dial<'_>> = plan.dials.iter().map(|_| Dial::start(Instant::now())).collect();
+    let mut dial_ready = vec![false; dials.len()];
     let mut lobby = Lobby::new(plan);
-    let mut left: Option<TcpStream> = None;
-    let mut dial_ready = false;
+    let mut accepted: Vec<Option<TcpStream>> = plan.accepts.iter().map(|_| None).collect();
     // Set while accept fails with nothing to close for room (out of descriptors): the listener
     // stays readable, so it is left out of the poll set for a moment instead of spinning.
     let mut accept_paused_until: Option<Instant> = None;
     loop {
-        dial = dialer.advance(dial, dial_ready, Instant::now())?;
-        dial = match (left, dial) {
-            (Some(left), Dial::Joined(right)) => return Ok((left, right)),
-            (l, d) => {
-                left = l;
-                d
-            }
-        };
+        for (i, dialer) in dialers.iter_mut().enumerate() {
+            let state = std::mem::replace(&mut dials[i], Dial::start(Instant::now()));
+            dials[i] = dialer.advance(state, dial_ready[i], Instant::now())?;
+        }
+        let all_in = accepted.iter().all(Option::is_some);
+        if all_in && dials.iter().all(|d| matches!(d, Dial::Joined(_))) {
+            return Ok(formed(dials, accepted));
+        }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            return Err(timeout_error(plan, &dial, &dialer, &lobby, left.is_some()));
+            return Err(timeout_error(plan, &dials, &dialers, &lobby, &accepted));
         }
         lobby.expire(now);
         accept_paused_until = accept_paused_until.filter(|until| now < *until);
-        let listening = left.is_none() && accept_paused_until.is_none();
+        let listening = !all_in && accept_paused_until.is_none();
 
-        let wake = [deadline, dial.wake_at(), accept_paused_until]
+        let wake = [deadline, accept_paused_until]
             .into_iter()
+            .chain(dials.iter().map(Dial::wake_at))
             .chain(lobby.held().iter().map(|p| Some(p.deadline())))
             .flatten()
             .min();
-        let mut slots = Vec::with_capacity(2 + lobby.held().len());
-        let mut fds = Vec::with_capacity(2 + lobby.held().len());
+        let room = 1 + dials.len() + lobby.held().len();
+        let mut slots = Vec::with_capacity(room);
+        let mut fds = Vec::with_capacity(room);
         if listening {
             slots.push(Slot::Listener);
             fds.push(PollFd::new(listener, PollFlags::IN));
         }
-        if let Some((fd, events)) = dial.poll_on() {
-            slots.push(Slot::Dial);
-            fds.push(PollFd::from_borrowed_fd(fd, events));
+        for (i, dial) in dials.iter().enumerate() {
+            if let Some((fd, events)) = dial.poll_on() {
+                slots.push(Slot::Dial(i));
+                fds.push(PollFd::from_borrowed_fd(fd, events));
+            }
         }
         for incoming in lobby.held() {
             let (stream, events) = incoming.poll_on();
             slots.push(Slot::Incoming(incoming.id()));
             fds.push(PollFd::new(stream, events));
         }
-        poll_wait(&mut fds, wake).map_err(|e| plan.io_error(plan.right(), &e))?;
+        poll_wait(&mut fds, wake).map_err(|e| plan.io_error(plan.dials[0], &e))?;
         let ready: HashSet<Slot> = slots
             .into_iter()
             .zip(&fds)
@@ -155,16 +167,28 @@ pub(crate) fn rendezvous(
             .collect();
         drop(fds);
 
-        dial_ready = ready.contains(&Slot::Dial);
-        let joined = lobby.step_ready(|id| ready.contains(&Slot::Incoming(id)), |_| {});
-        if let Some(first) = joined.into_iter().next() {
-            tracing::debug!(peer = plan.left(), "left neighbour joined");
-            left = Some(first.stream);
-            lobby = Lobby::new(plan); // every other handshake is dropped
+        for (i, ready_now) in dial_ready.iter_mut().enumerate() {
+            *ready_now = ready.contains(&Slot::Dial(i));
         }
-        if left.is_none()
-            && ready.contains(&Slot::Listener)
-            && lobby.accept(listener).map_err(|e| plan.io_error(plan.left(), &e))?
+        let joined = lobby.step_ready(|id| ready.contains(&Slot::Incoming(id)), |_| {});
+        let some_joined = !joined.is_empty();
+        for stream in joined {
+            let Some(i) = plan.accepts.iter().position(|&p| p == stream.rank) else {
+                unreachable!("the lobby admits only the ranks the plan accepts")
+            };
+            if accepted[i].is_some() {
+                warn!(peer = stream.rank, remote = %stream.remote, "dropped a second stream");
+                continue;
+            }
+            tracing::debug!(peer = stream.rank, "joined");
+            accepted[i] = Some(stream.stream);
+        }
+        if accepted.iter().all(Option::is_some) {
+            if some_joined {
+                lobby = Lobby::new(plan); // every other handshake is dropped
+            }
+        } else if ready.contains(&Slot::Listener)
+            && lobby.accept(listener).map_err(|e| plan.io_error(first_accepted, &e))?
                 == Accepted::Starved
         {
             accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
@@ -172,18 +196,32 @@ pub(crate) fn rendezvous(
     }
 }
 
+/// The streams of a rendezvous whose every dial and accept is done.
+fn formed(dials: Vec<Dial<'_>>, accepted: Vec<Option<TcpStream>>) -> Formed {
+    let dialed = dials
+        .into_iter()
+        .map(|d| match d {
+            Dial::Joined(stream) => stream,
+            _ => unreachable!("every dial has joined"),
+        })
+        .collect();
+    Formed { dialed, accepted: accepted.into_iter().map(|s| s.expect("every rank in")).collect() }
+}
+
 fn timeout_error(
     plan: &Plan<'_>,
-    dial: &Dial<'_>,
-    dialer: &Dialer<'_>,
+    dials: &[Dial<'_>],
+    dialers: &[Dialer<'_>],
     lobby: &Lobby<'_>,
-    have_left: bool,
+    accepted: &[Option<TcpStream>],
 ) -> ConnectError {
-    let (peer, waiting_for) = if !matches!(dial, Dial::Joined(_)) {
+    let dialing = dials.iter().zip(dialers).find(|(d, _)| !matches!(d, Dial::Joined(_)));
+    let (peer, waiting_for) = if let Some((dial, dialer)) = dialing {
         let last = dialer.last_error.as_deref().unwrap_or("none");
-        (plan.right(), format!("{} (last error: {last})", dial.waiting_for()))
+        (dialer.peer, format!("{} (last error: {last})", dial.waiting_for()))
     } else {
-        debug_assert!(!have_left);
+        let missing = accepted.iter().position(Option::is_none);
+        let missing = missing.expect("a rendezvous times out with a stream missing");
         let mut what = "to connect to this rank".to_string();
         if lobby.refused > 0 {
             what += &format!(
@@ -191,7 +229,7 @@ fn timeout_error(
                 lobby.refused, lobby.last_refusal
             );
         }
-        (plan.left(), what)
+        (plan.accepts[missing], what)
     };
     ConnectError::Timeout {
         peer,
@@ -215,8 +253,10 @@ mod tests {
             token: b"super-secret-token-value",
             timeout: Duration::from_secs(1),
             roster: [0; 32],
+            dials: &[0],
+            accepts: &[0],
         };
-        let shown = format!("{plan:?} {:?} {:?}", Lobby::new(&plan), Dialer::new(&plan));
+        let shown = format!("{plan:?} {:?} {:?}", Lobby::new(&plan), Dialer::new(&plan, 0));
         assert!(!shown.contains("super-secret"), "{shown}");
         assert!(!shown.contains(&format!("{:?}", plan.token)), "{shown}");
     }

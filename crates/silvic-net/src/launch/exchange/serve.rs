@@ -77,7 +77,7 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
         .set_nonblocking(true)
         .map_err(|e| ConnectError::io(0, listen_address.clone(), &e))?;
     let admission =
-        Admission { token: &key, roster: NO_ROSTER, world: plan.world, rank: 0, peer: None };
+        Admission { token: &key, roster: NO_ROSTER, world: plan.world, rank: 0, peers: None };
     let mut server = Server {
         plan,
         listen_address,
@@ -507,7 +507,8 @@ mod tests {
             timeout,
         };
         let key = [0u8; 32];
-        let admission = Admission { token: &key, roster: NO_ROSTER, world: 3, rank: 0, peer: None };
+        let admission =
+            Admission { token: &key, roster: NO_ROSTER, world: 3, rank: 0, peers: None };
         let mut server = Server {
             plan: &plan,
             listen_address: at.to_string(),

@@ -1,0 +1,373 @@
+//! Rings with chord streams, run as threads on loopback: the link carries ways over chords
+//! (several ways taking one stream in turn), and failures travel and are blamed over chords as
+//! over the ring. No plan of the ring uses chords yet, so these tests drive the link with their
+//! own plan ([`Hops`]) and force chords at small worlds ([`Chords::Always`]).
+//!
+//! Every test is bounded: each rank's wait is bounded by its collective timeout, and the ranks
+//! are joined within [`LIMIT`] (a hang fails the test).
+
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use silvic_core::{Collective, CollectiveError, Op};
+
+use crate::frame::{Dir, Header};
+use crate::ring::seam::{Call, FramePlan, Link, Moved, Route};
+use crate::tcp::TcpCollective;
+use crate::topology::Chords;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const TOKEN: &str = "a-chord-test-token-0123456789";
+
+/// A test plan: on way `w` (to `rank + offsets[w]`) a rank sends `frames` frames of `len` bytes
+/// and receives as many from `rank - offsets[w]`, each frame's header and bytes naming the
+/// sender, the way and the frame. With `staged`, a way's frames go only once every earlier
+/// way's are in (as a log-depth round waits on the one before); else all at once.
+struct Hops {
+    call: Call,
+    ways: Vec<Route>,
+    frames: usize,
+    len: usize,
+    staged: bool,
+    /// Labels outgoing frames as those of the way this many later (a plan out of step).
+    shift: usize,
+    outgoing: Vec<Vec<u8>>,
+    /// Per way and frame: its bytes, and how many are in.
+    incoming: Vec<Vec<(Vec<u8>, usize)>>,
+}
+
+/// The bytes of frame `i` of way `w` from `sender`.
+fn bytes_of(sender: usize, w: usize, i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (sender * 31 + w * 7 + i * 3 + j) as u8).collect()
+}
+
+impl Hops {
+    fn new(call: Call, offsets: &[isize], frames: usize, len: usize, staged: bool) -> Hops {
+        let ways: Vec<Route> = offsets.iter().map(|&offset| Route { offset }).collect();
+        let outgoing = (0..ways.len() * frames)
+            .map(|k| bytes_of(call.rank, k / frames, k % frames, len))
+            .collect();
+        let incoming = ways.iter().map(|_| vec![(vec![0; len], 0); frames]).collect();
+        Hops { call, ways, frames, len, staged, shift: 0, outgoing, incoming }
+    }
+
+    fn head(&self, w: usize, i: usize, sender: usize) -> Header {
+        let Call { op, seq, world, .. } = self.call;
+        let block = (w * self.frames + i) * world + sender;
+        Header::data(op, seq, self.len as u64, self.len as u64).carrying(Dir::Right, block)
+    }
+
+    /// Whether every frame came in whole and as its sender sent it.
+    fn check(&self) -> Result<(), String> {
+        let Call { rank, world, .. } = self.call;
+        for (w, route) in self.ways.iter().enumerate() {
+            let from = route.receives_from(rank, world);
+            for (i, (got, filled)) in self.incoming[w].iter().enumerate() {
+                if *filled != self.len || *got != bytes_of(from, w, i, self.len) {
+                    return Err(format!("rank {rank} way {w} frame {i} from {from}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FramePlan for Hops {
+    fn call(&self) -> Call {
+        self.call
+    }
+    fn ways(&self) -> &[Route] {
+        &self.ways
+    }
+    fn frames(&self, _: usize) -> usize {
+        self.frames
+    }
+    fn header(&self, way: usize, i: usize) -> Header {
+        self.head(way + self.shift, i, self.call.rank)
+    }
+    fn expect(&self, way: usize, j: usize) -> Header {
+        let from = self.ways[way].receives_from(self.call.rank, self.call.world);
+        self.head(way, j, from)
+    }
+    fn ready(&self, way: usize, progress: Moved<'_>) -> bool {
+        !self.staged || progress.received[..way].iter().all(|&n| n == self.frames)
+    }
+    fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
+        true
+    }
+    fn payload(&self, way: usize, i: usize) -> &[u8] {
+        &self.outgoing[way * self.frames + i]
+    }
+    fn space(&mut self, way: usize, j: usize) -> &mut [u8] {
+        let (got, filled) = &mut self.incoming[way][j];
+        &mut got[*filled..]
+    }
+    fn commit(&mut self, way: usize, j: usize, n: usize) {
+        self.incoming[way][j].1 += n;
+    }
+}
+
+/// Runs a ring of `world` ranks as threads on 127.0.0.1, connected with `chords` and the
+/// collective `timeout`, each running `body`; the results in rank order, within [`LIMIT`].
+fn chord_ring<R: Send + 'static>(
+    world: usize,
+    chords: Chords,
+    timeout: Duration,
+    body: impl Fn(usize, TcpCollective) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let listeners: Vec<_> = (0..world).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
+    let body = Arc::new(body);
+    let (done, results) = mpsc::channel();
+    for (rank, listener) in listeners.into_iter().enumerate() {
+        let (body, done, addresses) = (body.clone(), done.clone(), addresses.clone());
+        thread::spawn(move || {
+            let ring =
+                TcpCollective::connect_with(listener, rank, &addresses, TOKEN, LIMIT, chords)
+                    .unwrap_or_else(|e| panic!("rank {rank} connect: {e}"));
+            let mut ring = ring;
+            ring.set_timeout(timeout);
+            let _ = done.send((rank, body(rank, ring)));
+        });
+    }
+    drop(done);
+    let deadline = Instant::now() + LIMIT;
+    let mut out: Vec<Option<R>> = (0..world).map(|_| None).collect();
+    for _ in 0..world {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (rank, r) = results.recv_timeout(left).expect("every rank finishes within the limit");
+        out[rank] = Some(r);
+    }
+    out.into_iter().map(|r| r.expect("a result per rank")).collect()
+}
+
+/// Every offset `± 2^k` (`2^k < world`) once, then the first two again: ways that share
+/// streams, both with other ways of the same offset and (at four ranks) with the opposite one.
+fn offsets(world: usize) -> Vec<isize> {
+    let mut offsets: Vec<isize> = (0..usize::BITS)
+        .map(|k| 1isize << k)
+        .take_while(|&d| (d as usize) < world)
+        .flat_map(|d| [d, -d])
+        .collect();
+    offsets.extend([offsets[0], offsets[2 % offsets.len()]]);
+    offsets
+}
+
+/// Runs one [`Hops`] plan on `ring` as a collective.
+fn hops(
+    ring: &mut TcpCollective,
+    offsets: &[isize],
+    (frames, len, staged): (usize, usize, bool),
+    shift: usize,
+) -> Result<Hops, CollectiveError> {
+    let (rank, world) = (ring.rank, ring.world);
+    ring.run(Op::AllgatherBytes, len, |link, seq, _| {
+        let call = Call { rank, world, op: Op::AllgatherBytes, seq };
+        let mut plan = Hops::new(call, offsets, frames, len, staged);
+        plan.shift = shift;
+        link.run(&mut plan)?;
+        Ok(plan)
+    })
+}
+
+#[test]
+fn ways_over_chords_carry_every_frame_to_its_peer_in_turn() {
+    for world in [2, 3, 4, 5, 8] {
+        for shape in [(3, 100, false), (2, 300_000, true), (2, 300_000, false)] {
+            let offsets = offsets(world);
+            let results = chord_ring(world, Chords::Always, LIMIT, move |_, mut ring| {
+                let plan = hops(&mut ring, &offsets, shape, 0).map_err(|e| e.to_string())?;
+                plan.check()?;
+                Ok::<_, String>((ring.stats(), ring.peer_stats()))
+            });
+            for (rank, result) in results.into_iter().enumerate() {
+                let (stats, peers) = result.unwrap_or_else(|e| panic!("{world} {shape:?}: {e}"));
+                let streams = crate::topology::topology(rank, world, Chords::Always);
+                assert_eq!(peers.len(), streams.streams().count());
+                assert!(peers.iter().all(|p| p.bytes_sent > 0 && p.bytes_received > 0));
+                let sent: u64 = peers.iter().map(|p| p.bytes_sent).sum();
+                assert_eq!(sent, stats.bytes_sent, "world {world} rank {rank}");
+            }
+        }
+    }
+}
+
+/// What the child of the small-buffers test is told by, and its name for the test harness.
+const SMALL_BUFFERS_CHILD: (&str, &str) =
+    ("SILVIC_CHORD_SMALL_BUFFERS", "tcp::chord_tests::small_buffers_chord_ring");
+
+/// No deadlock over chords however small the socket buffers: as `tests/small_buffers.rs` does
+/// for the ring, the ranks run in a network namespace of their own (`unshare --user --net`, no
+/// privilege needed) whose TCP buffers are 4 KiB, minimum, default and maximum, so every frame
+/// of 256 KiB on every stream, chords and shared ones included, waits on its reader many times.
+/// The child is this test binary again, running [`small_buffers_chord_ring`].
+#[test]
+fn ways_over_chords_never_deadlock_on_small_socket_buffers() {
+    let script = "for t in tcp_wmem tcp_rmem; do echo '4096 4096 4096' > /proc/sys/net/ipv4/$t \
+                  || exit 1; done && ip link set lo up && exec \"$@\"";
+    let path = format!("{}:/usr/sbin:/sbin", std::env::var("PATH").unwrap_or_default());
+    let mut child = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "--", "sh", "-c", script, "sh"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", SMALL_BUFFERS_CHILD.1, "--ignored", "--test-threads=1"])
+        .env("PATH", path)
+        .env(SMALL_BUFFERS_CHILD.0, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare (util-linux) runs");
+    // Bounded: a deadlock would never end.
+    let deadline = Instant::now() + 2 * LIMIT;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "the ranks in the small-buffers namespace did not finish within {:?}",
+                2 * LIMIT
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}: {text}{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 passed"), "the child ran no test: {text}");
+}
+
+/// Runs inside the small-buffers namespace: checks that its sockets are small, then moves
+/// [`Hops`] plans over chords at worlds 4 and 8, all at once and round by round.
+#[test]
+#[ignore = "runs inside the network namespace of the chords' small-buffers test, which starts it"]
+fn small_buffers_chord_ring() {
+    assert!(std::env::var_os(SMALL_BUFFERS_CHILD.0).is_some(), "started by its parent test");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let sock = socket2::SockRef::from(&client);
+    let buffers = (sock.send_buffer_size().unwrap(), sock.recv_buffer_size().unwrap());
+    assert!(buffers.0 <= 16 * 1024 && buffers.1 <= 16 * 1024, "not small: {buffers:?}");
+    drop((client, listener));
+    for world in [4, 8] {
+        for staged in [false, true] {
+            let offsets = offsets(world);
+            let results = chord_ring(world, Chords::Always, LIMIT, move |_, mut ring| {
+                let plan = hops(&mut ring, &offsets, (2, 256 * 1024, staged), 0);
+                plan.map_err(|e| e.to_string())?.check()
+            });
+            for (rank, result) in results.into_iter().enumerate() {
+                result.unwrap_or_else(|e| panic!("world {world} staged {staged} rank {rank}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_frame_of_a_later_way_on_a_shared_stream_is_refused_naming_its_sender() {
+    // Four ranks, two ways both to the rank opposite: rank 0 labels its frames as the next
+    // way's, so rank 2 reads, where way 0's first frame belongs, one of way 1's.
+    let results = chord_ring(4, Chords::Always, LIMIT, |rank, mut ring| {
+        let shift = usize::from(rank == 0);
+        hops(&mut ring, &[2, 2], (1, 64, false), shift).err()
+    });
+    let error = results[2].clone().expect("rank 2 refuses the frame");
+    assert!(matches!(error, CollectiveError::MalformedFrame { peer: 0, .. }), "{error}");
+}
+
+#[test]
+fn a_dropped_rank_fails_every_rank_naming_it_over_chords() {
+    // Eight ranks form chords by default. Rank 3 leaves before the first call; every other rank
+    // fails its first or second call, naming it.
+    let results = chord_ring(8, Chords::Auto, LIMIT, |rank, mut ring| {
+        assert_eq!(ring.peer_stats().len(), 5, "rank {rank}: the ring and three chords");
+        let link = ring.ring.as_ref().expect("a ring");
+        // The ring, the chords, and the same peers the other way round (6 is -2 at 8 ranks).
+        for offset in [1, -1, 2, -2, 4, -4, 6, -7] {
+            assert!(link.carries(Route { offset }), "offset {offset}");
+        }
+        for offset in [0, 3, -3, 5, 8] {
+            assert!(!link.carries(Route { offset }), "offset {offset}");
+        }
+        if rank == 3 {
+            return None;
+        }
+        let failed = (0..2).find_map(|_| hops(&mut ring, &offsets(8), (2, 1000, true), 0).err());
+        Some(failed.unwrap_or_else(|| panic!("rank {rank}: both calls passed")))
+    });
+    for (rank, error) in results.into_iter().enumerate() {
+        let Some(error) = error else { continue };
+        assert_eq!(error.peer(), Some(3), "rank {rank}: {error}");
+        if [2, 4, 1, 5, 7].contains(&rank) {
+            // A peer of rank 3 may hear first of another peer's failure, never blame another.
+            let cause = match &error {
+                CollectiveError::Aborted { cause, .. } => &**cause,
+                other => other,
+            };
+            assert_eq!(*cause, CollectiveError::PeerClosed { peer: 3 }, "rank {rank}");
+        }
+    }
+}
+
+#[test]
+fn an_abort_reaches_the_ranks_behind_two_stalled_neighbours_over_chords() {
+    // Rank 0 gives up at once; its ring neighbours 1 and 7 do not call until the others have
+    // failed, so only the chords (0 to 2, 4 and 6) carry its abort: ranks 2 to 6 must fail with
+    // it, not with their own timeout, which would name rank 1 or 7 instead.
+    let others_failed = Arc::new(Barrier::new(8));
+    let timeout = Duration::from_secs(20);
+    let results = chord_ring(8, Chords::Auto, timeout, move |rank, mut ring| {
+        let stalled = rank == 1 || rank == 7;
+        if stalled {
+            others_failed.wait();
+        }
+        let error = if rank == 0 {
+            let cause = CollectiveError::InvalidArgument { reason: "a test's".into() };
+            ring.run(Op::AllgatherBytes, 0, |_, _, _| Err::<(), _>(cause)).unwrap_err()
+        } else {
+            ring.allgather_bytes(b"block").unwrap_err()
+        };
+        if !stalled {
+            others_failed.wait();
+        }
+        error
+    });
+    for (rank, error) in results.into_iter().enumerate().skip(1) {
+        assert!(
+            matches!(error, CollectiveError::Aborted { origin: 0, .. }),
+            "rank {rank}: {error}"
+        );
+    }
+}
+
+#[test]
+fn a_stalled_rank_is_blamed_exactly_over_chords() {
+    // Rank 5 never calls. Every round of the plan waits on the one before, so every rank ends
+    // up waiting on it: its peers (4, 6, 3, 7, 1) directly, ranks 0 and 2 only through them.
+    let timeout = Duration::from_millis(1500);
+    let others_failed = Arc::new(Barrier::new(8));
+    let results = chord_ring(8, Chords::Auto, timeout, move |rank, mut ring| {
+        if rank == 5 {
+            others_failed.wait();
+            return None;
+        }
+        let started = Instant::now();
+        let error = hops(&mut ring, &offsets(8)[..5], (1, 1000, true), 0).err();
+        let took = started.elapsed();
+        others_failed.wait();
+        Some((error.expect("a call that waits on rank 5 fails"), took, ring.peer_stats()))
+    });
+    for (rank, result) in results.into_iter().enumerate() {
+        let Some((error, took, peers)) = result else { continue };
+        assert_eq!(error.peer(), Some(5), "rank {rank}: {error}");
+        if let CollectiveError::Timeout { peer, .. } = error {
+            assert!([4, 6, 3, 7, 1].contains(&rank), "rank {rank} timed out on rank {peer}");
+            assert!(took >= timeout, "rank {rank} timed out after {took:?}");
+        }
+        if rank == 0 {
+            // Rank 0 waited on its chord to rank 6 (way 2 comes from there), so the wait shows
+            // on that peer.
+            let six = peers.iter().find(|p| p.peer == 6).expect("a chord to rank 6");
+            assert!(six.waited >= timeout / 2, "rank 0 waited {:?} on rank 6", six.waited);
+        }
+    }
+}
