@@ -265,10 +265,15 @@ fn small_buffers_chord_ring() {
 #[test]
 fn a_frame_of_a_later_way_on_a_shared_stream_is_refused_naming_its_sender() {
     // Four ranks, two ways both to the rank opposite: rank 0 labels its frames as the next
-    // way's, so rank 2 reads, where way 0's first frame belongs, one of way 1's.
-    let results = chord_ring(4, Chords::Always, LIMIT, |rank, mut ring| {
+    // way's, so rank 2 reads, where way 0's first frame belongs, one of way 1's. Ranks 1 and 3,
+    // which finish, hold their rings until every rank is done: a rank that closes its ring fails
+    // its neighbours' calls, which would hide the refusal under test.
+    let done = Arc::new(Barrier::new(4));
+    let results = chord_ring(4, Chords::Always, LIMIT, move |rank, mut ring| {
         let shift = usize::from(rank == 0);
-        hops(&mut ring, &[2, 2], (1, 64, false), shift).err()
+        let error = hops(&mut ring, &[2, 2], (1, 64, false), shift).err();
+        done.wait();
+        error
     });
     let error = results[2].clone().expect("rank 2 refuses the frame");
     assert!(matches!(error, CollectiveError::MalformedFrame { peer: 0, .. }), "{error}");

@@ -24,7 +24,8 @@ use tracing::{info, warn};
 
 use crate::error::ConnectError;
 use crate::link::TcpRing;
-use crate::ring::seam::Network;
+use crate::ring::bruck;
+use crate::ring::seam::{Network, Route};
 use crate::ring::{Call, Link, Scratch, allreduce, schedule, twoway};
 use crate::tcp::as_seen_by;
 
@@ -59,7 +60,7 @@ pub(crate) fn measure(
     let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + PROBES };
     let mut agreed = [own];
     allreduce(link, call, &mut agreed, fold::max_int, scratch)?;
-    Ok(Network { hop_ns: agreed[0] })
+    Ok(Network { hop_ns: agreed[0], chords: false })
 }
 
 /// Measures the network of a ring `connect` has just formed and hands it to the ring. `Ok(None)`
@@ -76,6 +77,12 @@ pub(crate) fn settle(
     let world = addresses.len();
     match measure(ring, rank, world, scratch) {
         Ok(network) => {
+            // Every rank formed the same topology, so every rank finds the same routes.
+            let chords = world > 1
+                && (0..bruck::rounds(world)).map(bruck::route).all(|route| {
+                    ring.carries(route) && ring.carries(Route { offset: -route.offset })
+                });
+            let network = Network { chords, ..network };
             ring.measured(network);
             let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
             info!(hop_us, window, "network measured");

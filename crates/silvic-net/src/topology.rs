@@ -30,6 +30,12 @@ pub(crate) enum Chords {
     Always,
 }
 
+/// Whether a ring of `world` ranks forms chord streams when nothing forces them (what the
+/// simulator models).
+pub(crate) fn chords_formed(world: usize) -> bool {
+    Chords::Auto.formed(world)
+}
+
 impl Chords {
     fn formed(self, world: usize) -> bool {
         match self {

@@ -70,7 +70,6 @@ impl Stream {
 impl TcpRing {
     /// Whether the link has a stream to rank `rank + route.offset`: which routes a plan may use
     /// (the ring's `±1` always; `± 2^k` where chords were formed, `crate::topology`).
-    #[cfg_attr(not(test), expect(dead_code, reason = "for the path choice, which comes next"))]
     pub(crate) fn carries(&self, route: Route) -> bool {
         let peer = route.sends_to(self.rank, self.world);
         peer != self.rank && self.streams.iter().any(|s| s.peer == peer)

@@ -127,7 +127,8 @@ impl<B: Blocks + ?Sized> FramePlan for GatherPlan<'_, B> {
 /// `blocks[rank]` is this rank's on entry. `total` is the length the frames report.
 ///
 /// Two-way ([`twoway`]): each block travels both ways round the ring at once, so the gather
-/// takes `floor(world / 2)` hops.
+/// takes `floor(world / 2)` hops; where the link has chord streams, Bruck's rounds instead
+/// ([`super::bruck`], `ceil(log2 world)` of them). The same blocks either way.
 pub(crate) fn allgather(
     link: &mut dyn Link,
     call: Call,
@@ -138,6 +139,9 @@ pub(crate) fn allgather(
     let block = blocks[call.rank].len();
     for b in blocks.iter_mut() {
         b.resize(block, 0);
+    }
+    if link.network().chords {
+        return super::bruck::bruck_allgather(link, call, total, blocks);
     }
     gather(link, call, total, blocks)
 }

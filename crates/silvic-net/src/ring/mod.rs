@@ -52,13 +52,11 @@
 //! Not here: sockets, clocks and failure handling. [`Link`] is the seam: the TCP ring plugs in
 //! over poll(2), and the tests plug in the in-memory driver.
 
-#[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
 pub(crate) mod bruck;
 #[cfg_attr(not(test), allow(dead_code, reason = "the cut once the link has chord streams"))]
 pub(crate) mod cost;
 pub(crate) mod element;
 pub(crate) mod gather;
-#[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
 pub(crate) mod index;
 #[cfg(test)]
 pub(crate) mod lockstep;
@@ -79,6 +77,7 @@ use silvic_core::{CollectiveError, Numbers, Reduction, fold};
 
 pub(crate) use element::Element;
 pub(crate) use gather::allgather;
+use seam::Network;
 pub(crate) use seam::{Call, Link};
 
 use crate::frame::Dir;
@@ -110,10 +109,24 @@ pub(crate) struct Scratch {
     gathered: Vec<u8>,
 }
 
-/// The path an allreduce of `bytes` takes in a world of `world`: what
-/// [`schedule::uses_gather`] picks, the same on every rank.
-pub(crate) fn chosen_path(bytes: usize, world: usize) -> cost::Path {
-    if schedule::uses_gather(bytes, world) { cost::Path::Gather } else { cost::Path::Ring }
+/// The path an allreduce of `bytes` (elements of `elem` bytes) takes in a world of `world` on
+/// `network`, the same on every rank (every rank has the same `network`). Without chord
+/// streams, the gather or the ring as [`schedule::uses_gather`] cuts; with them, the cheapest
+/// of every path in the cost model ([`cost::cheapest`]) at the hop the ranks measured, or the
+/// model's own hop if that is more. Index-fold-gather is a candidate only while its store
+/// takes the buffer in one chunk: chunked, it sends many small frames, a cost the model does not
+/// count, and the ring keeps large buffers.
+pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Network) -> cost::Path {
+    use cost::Path::{Bruck, Gather, Ring};
+    if !network.chords {
+        return if schedule::uses_gather(bytes, world) { Gather } else { Ring };
+    }
+    let hop_ns = network.hop_ns.max(schedule::HOP_NS);
+    let model = cost::Network { hop_ns, ..cost::Network::LOOPBACK };
+    let one_chunk = index::chunks(bytes / elem.max(1), world, elem, index::STORE_MAX_BYTES) == 1;
+    let candidates: &[cost::Path] =
+        if one_chunk { &cost::Path::ALL } else { &[Ring, Gather, Bruck] };
+    cost::cheapest(candidates, bytes, elem, world, model).unwrap_or(Ring)
 }
 
 /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order, on the
@@ -125,7 +138,7 @@ pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    let path = chosen_path(std::mem::size_of_val(buf), call.world);
+    let path = chosen_path(size_of_val(buf), size_of::<T>(), call.world, link.network());
     allreduce_on(path, link, call, buf, combine, scratch)
 }
 

@@ -120,11 +120,14 @@ pub(crate) trait FramePlan {
 pub(crate) struct Network {
     /// What one hop costs, in nanoseconds: a small frame's way to a neighbour and its wake-up.
     pub(crate) hop_ns: u64,
+    /// Whether the link carries the log-depth paths' routes, to `rank ± 2^k` for every
+    /// `2^k < world` (chord streams, `crate::topology`): what lets the cut choose them.
+    pub(crate) chords: bool,
 }
 
 impl Network {
     /// A network nothing was measured of: in-memory tests, and links without a clock.
-    pub(crate) const UNMEASURED: Network = Network { hop_ns: 0 };
+    pub(crate) const UNMEASURED: Network = Network { hop_ns: 0, chords: false };
 }
 
 /// Something that moves a plan's frames between ranks.

@@ -53,6 +53,7 @@ use crate::probe;
 use crate::ring::cost::Path as RingPath;
 use crate::ring::seam::{self, Call, FramePlan, Link};
 use crate::ring::{self, Scratch};
+use crate::topology;
 use driver::{Model, Outcome, Stuck};
 
 /// The largest world [`simulate`] takes: events grow with the world squared.
@@ -240,26 +241,29 @@ pub fn check(
     if path != Path::Auto && !collective.paths().contains(&path) {
         return Err(SimulateError::NoSuchPath { collective, path });
     }
-    let held = match collective {
-        Collective::Allreduce if bytes % 8 != 0 => return Err(SimulateError::Length(bytes)),
-        Collective::Allreduce
-            if matches!(taken(collective, world, bytes, path), Path::Ring | Path::Index) =>
-        {
-            bytes
-        }
+    // The automatic choice keeps within the gathering paths' memory bound (`cost::fits`).
+    let held = match (collective, path) {
+        (Collective::Allreduce, _) if bytes % 8 != 0 => return Err(SimulateError::Length(bytes)),
+        (Collective::Allreduce, Path::Auto | Path::Ring | Path::Index) => bytes,
         _ => world.saturating_mul(bytes),
     };
     if held > MAX_BUFFER_BYTES {
-        let path = taken(collective, world, bytes, path);
+        let path = if collective == Collective::Allgather { Path::Gather } else { path };
         return Err(SimulateError::TooLarge { path, bytes, world });
     }
     Ok(())
 }
 
 /// The path a call takes: `path`, or the real call's choice for [`Path::Auto`].
-fn taken(collective: Collective, world: usize, bytes: usize, path: Path) -> Path {
+fn taken(
+    collective: Collective,
+    world: usize,
+    bytes: usize,
+    path: Path,
+    on: seam::Network,
+) -> Path {
     match (collective, path) {
-        (Collective::Allreduce, Path::Auto) => match ring::chosen_path(bytes, world) {
+        (Collective::Allreduce, Path::Auto) => match ring::chosen_path(bytes, 8, world, on) {
             RingPath::Gather => Path::Gather,
             RingPath::Ring => Path::Ring,
             RingPath::Bruck => Path::Bruck,
@@ -292,7 +296,7 @@ fn simulate_on(
     bytes: usize,
     path: Path,
 ) -> Result<Simulated, SimulateError> {
-    let path = taken(collective, world, bytes, path);
+    let path = taken(collective, world, bytes, path, link.measured);
     let model = link.model;
     match collective {
         Collective::Allreduce => {
@@ -343,7 +347,8 @@ impl VirtualLink {
         let unmeasured = VirtualLink::new(model, seam::Network::UNMEASURED);
         let probe = simulate_on(unmeasured, Collective::Allreduce, world, 8, Path::Auto)?;
         let hop_ns = probe::hop_from(probe.time, world);
-        Ok(VirtualLink::new(model, seam::Network { hop_ns }))
+        let chords = topology::chords_formed(world);
+        Ok(VirtualLink::new(model, seam::Network { hop_ns, chords }))
     }
 
     /// A link over `model` whose plans read `measured`, no time spent yet.
