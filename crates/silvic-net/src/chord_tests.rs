@@ -376,3 +376,38 @@ fn a_stalled_rank_is_blamed_exactly_over_chords() {
         }
     }
 }
+
+#[test]
+fn every_allreduce_path_over_tcp_with_chords_gives_the_same_bits() {
+    use crate::ring::cost::Path;
+    use crate::ring::oracle::{bits, input, reference};
+    // Each path forced, over real sockets, at worlds a power of two and not (chords forced at
+    // the small ones): every rank's bits equal the fold-order oracle's.
+    for world in [4, 5, 8, 9] {
+        for len in [1, 9, 4096, 70_000] {
+            let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
+            let expected = bits(&reference(&inputs, silvic_core::fold::sum_f64));
+            let inputs = Arc::new(inputs);
+            let results = chord_ring(world, Chords::Always, LIMIT, move |rank, mut ring| {
+                let mut got = Vec::new();
+                for path in [Path::Ring, Path::Gather, Path::Bruck, Path::Index] {
+                    let mut buf = inputs[rank].clone();
+                    let world = ring.world;
+                    ring.run(Op::AllreduceSumF64, len * 8, |link, seq, scratch| {
+                        let call = Call { rank, world, op: Op::AllreduceSumF64, seq };
+                        let sum = silvic_core::fold::sum_f64;
+                        crate::ring::allreduce_on(path, link, call, &mut buf, sum, scratch)
+                    })
+                    .unwrap_or_else(|e| panic!("rank {rank} {path:?}: {e}"));
+                    got.push((path, bits(&buf)));
+                }
+                got
+            });
+            for (rank, got) in results.iter().enumerate() {
+                for (path, bits) in got {
+                    assert_eq!(*bits, expected, "world {world} len {len} rank {rank} {path:?}");
+                }
+            }
+        }
+    }
+}

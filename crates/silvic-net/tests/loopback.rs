@@ -98,6 +98,18 @@ fn every_cut_of_the_cost_model_matches_the_reference_bitwise() {
     }
 }
 
+/// From 8 ranks a ring has chord streams, and the cost model chooses among every path, Bruck's
+/// and index-fold-gather included: sizes from one element to past the index's one chunk, at
+/// worlds a power of two and not, give the reference's bits.
+#[test]
+fn over_chords_every_path_the_model_takes_matches_the_reference_bitwise() {
+    for world in [8, 9, 16] {
+        let lengths = vec![1, 7, 512, 4096, 40_000, 300_000];
+        let results = run_ops_at(world, lengths.clone());
+        check_against_reference(world, &lengths, &results);
+    }
+}
+
 fn check_against_reference(world: usize, lengths: &[usize], all: &[Vec<Vec<u64>>]) {
     for (k, &len) in lengths.iter().enumerate() {
         let sum = reference(world, len, |a, b| a + b);

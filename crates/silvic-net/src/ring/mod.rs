@@ -198,6 +198,34 @@ mod tests {
     use oracle::{bits, input, reference};
     use silvic_core::Op;
 
+    #[test]
+    fn with_chords_the_cut_takes_every_path_and_without_them_todays() {
+        use cost::Path::{Bruck, Gather, Index, Ring};
+        let sizes: Vec<usize> = (3..=26).map(|b| 1 << b).collect();
+        for world in [8, 16, 64] {
+            for hop_us in [10, 50, 500] {
+                let hop_ns = hop_us * 1000;
+                let with = Network { hop_ns, chords: true };
+                let taken: Vec<_> = sizes.iter().map(|&s| chosen_path(s, 8, world, with)).collect();
+                // The fewest hops for the smallest buffers, the ring for the largest.
+                assert_eq!(taken[0], Bruck, "world {world} hop {hop_us} us: {taken:?}");
+                assert_eq!(*taken.last().unwrap(), Ring, "world {world} hop {hop_us} us");
+                if hop_us >= 50 {
+                    assert!(taken.contains(&Index), "world {world} hop {hop_us} us: {taken:?}");
+                }
+                for (&bytes, path) in sizes.iter().zip(&taken) {
+                    assert!(
+                        cost::fits(*path, bytes, world),
+                        "{path:?} at {bytes} B, world {world}"
+                    );
+                    let without = chosen_path(bytes, 8, world, Network { hop_ns, chords: false });
+                    let today = if schedule::uses_gather(bytes, world) { Gather } else { Ring };
+                    assert_eq!(without, today);
+                }
+            }
+        }
+    }
+
     /// Runs `world` ranks over `inputs` with `combine`, each rank both paths in turn, then the
     /// dispatcher (which must take `expect_gather`'s path); returns each rank's three results.
     fn three_ways(
