@@ -1,7 +1,8 @@
 //! Rings with chord streams, run as threads on loopback: the link carries ways over chords
 //! (several ways taking one stream in turn), and failures travel and are blamed over chords as
-//! over the ring. No plan of the ring uses chords yet, so these tests drive the link with their
-//! own plan ([`Hops`]) and force chords at small worlds ([`Chords::Always`]).
+//! over the ring. Most drive the link with their own plan ([`Hops`]), whose ways the tests choose;
+//! the last runs every allreduce path over it. They force chords at small worlds
+//! ([`Chords::Always`]).
 //!
 //! Every test is bounded: each rank's wait is bounded by its collective timeout, and the ranks
 //! are joined within [`LIMIT`] (a hang fails the test).

@@ -17,8 +17,8 @@
 //! Invariants: the time is computed exactly, in integers scaled by `n ×` the rates, so two ranks
 //! given the same numbers pick the same path; ties go to the earlier candidate. With no fold
 //! cost and the loopback constants, the gather-or-ring choice is [`schedule::uses_gather`]'s
-//! (the tests check it), so the model extends today's cut rather than replacing it. Nothing here
-//! chooses the TCP path yet: the log-depth paths need chord streams.
+//! (the tests check it), so the model extends today's cut rather than replacing it. It chooses
+//! among every path only where the link has chord streams (`super::chosen_path`).
 
 use super::bruck::rounds;
 use super::index::{STORE_MAX_BYTES, chunks};

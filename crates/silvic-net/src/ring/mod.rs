@@ -15,7 +15,7 @@
 //!   the lengths first;
 //! - [`schedule`] and [`twoway`]: the pure arithmetic both plans are built on;
 //! - [`bruck`] and [`index`]: the log-depth plans (Bruck's allgather, and index-fold-gather),
-//!   whose rounds go to `rank ± 2^k`: not chosen until the link has chord streams;
+//!   whose rounds go to `rank ± 2^k`: chosen where the link has chord streams;
 //!   [`allreduce_on`] runs any path, and [`cost`] is the model that will choose among them;
 //! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank
 //!   (the simulator's virtual-time driver, `crate::simulate`, runs the same plans without bytes);
@@ -53,7 +53,6 @@
 //! over poll(2), and the tests plug in the in-memory driver.
 
 pub(crate) mod bruck;
-#[cfg_attr(not(test), allow(dead_code, reason = "the cut once the link has chord streams"))]
 pub(crate) mod cost;
 pub(crate) mod element;
 pub(crate) mod gather;
