@@ -26,7 +26,7 @@ use crate::error::ConnectError;
 use crate::link::TcpRing;
 use crate::ring::bruck;
 use crate::ring::seam::{Network, Route};
-use crate::ring::{Call, Link, Scratch, allreduce, schedule, twoway};
+use crate::ring::{self, Call, Link, Scratch, allreduce, schedule, twoway};
 use crate::tcp::as_seen_by;
 
 /// Timed probes per ring. The first also waits for the slowest rank to arrive, so the fastest
@@ -85,7 +85,8 @@ pub(crate) fn settle(
             let network = Network { chords, ..network };
             ring.measured(network);
             let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
-            info!(hop_us, window, "network measured");
+            let cuts = ring::describe_cuts(world, network);
+            info!(hop_us, window, chords, cuts, "network measured");
             Ok(None)
         }
         Err(error) => {

@@ -43,6 +43,7 @@ impl Path {
     pub(crate) const ALL: [Path; 4] = [Path::Ring, Path::Index, Path::Gather, Path::Bruck];
     /// The paths the TCP ring can carry today (no chord streams), ties to the ring as
     /// [`schedule::uses_gather`] breaks them.
+    #[cfg(test)]
     pub(crate) const RING_ONLY: [Path; 2] = [Path::Ring, Path::Gather];
 }
 

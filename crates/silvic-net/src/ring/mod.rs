@@ -128,6 +128,20 @@ pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Netw
     cost::cheapest(candidates, bytes, elem, world, model).unwrap_or(Ring)
 }
 
+/// The cut on `network` for a world of `world`, for the log: at sizes from 8 B to 64 MiB (f64
+/// elements), the path [`chosen_path`] takes and the time the cost model gives it.
+pub(crate) fn describe_cuts(world: usize, network: Network) -> String {
+    let hop_ns = network.hop_ns.max(schedule::HOP_NS);
+    let model = cost::Network { hop_ns, ..cost::Network::LOOPBACK };
+    let sizes = [8, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20];
+    let cut = sizes.map(|bytes| {
+        let path = chosen_path(bytes, 8, world, network);
+        let us = cost::time_ns(path, bytes, 8, world, model) as f64 / 1000.0;
+        format!("{bytes} B {path:?} {us:.0} us")
+    });
+    cut.join(", ")
+}
+
 /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order, on the
 /// path [`chosen_path`] picks.
 pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
