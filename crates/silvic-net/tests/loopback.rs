@@ -98,9 +98,9 @@ fn every_cut_of_the_cost_model_matches_the_reference_bitwise() {
     }
 }
 
-/// From 8 ranks a ring has chord streams, and the cost model chooses among every path, Bruck's
-/// and index-fold-gather included: sizes from one element to past the index's one chunk, at
-/// worlds a power of two and not, give the reference's bits.
+/// From 8 ranks a ring has chord streams (where hops are long, the cost model then chooses
+/// among every path; on loopback the ring and the gather): sizes from one element to past the
+/// index's one chunk, at worlds a power of two and not, give the reference's bits.
 #[test]
 fn over_chords_every_path_the_model_takes_matches_the_reference_bitwise() {
     for world in [8, 9, 16] {

@@ -140,7 +140,7 @@ pub(crate) fn allgather(
     for b in blocks.iter_mut() {
         b.resize(block, 0);
     }
-    if link.network().chords {
+    if link.network().log_depth() {
         return super::bruck::bruck_allgather(link, call, total, blocks);
     }
     gather(link, call, total, blocks)

@@ -109,19 +109,18 @@ pub(crate) struct Scratch {
 }
 
 /// The path an allreduce of `bytes` (elements of `elem` bytes) takes in a world of `world` on
-/// `network`, the same on every rank (every rank has the same `network`). Without chord
-/// streams, the gather or the ring as [`schedule::uses_gather`] cuts; with them, the cheapest
-/// of every path in the cost model ([`cost::cheapest`]) at the hop the ranks measured, or the
-/// model's own hop if that is more. Index-fold-gather is a candidate only while its store
+/// `network`, the same on every rank (every rank has the same `network`). Unless the
+/// log-depth paths may be taken ([`Network::log_depth`]: chord streams, and hops long enough),
+/// the gather or the ring as [`schedule::uses_gather`] cuts; else the cheapest of every path
+/// in the cost model ([`cost::cheapest`]) at the hop the ranks measured. Index-fold-gather is a candidate only while its store
 /// takes the buffer in one chunk: chunked, it sends many small frames, a cost the model does not
 /// count, and the ring keeps large buffers.
 pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Network) -> cost::Path {
     use cost::Path::{Bruck, Gather, Ring};
-    if !network.chords {
+    if !network.log_depth() {
         return if schedule::uses_gather(bytes, world) { Gather } else { Ring };
     }
-    let hop_ns = network.hop_ns.max(schedule::HOP_NS);
-    let model = cost::Network { hop_ns, ..cost::Network::LOOPBACK };
+    let model = cost::Network { hop_ns: network.hop_ns, ..cost::Network::LOOPBACK };
     let one_chunk = index::chunks(bytes / elem.max(1), world, elem, index::STORE_MAX_BYTES) == 1;
     let candidates: &[cost::Path] =
         if one_chunk { &cost::Path::ALL } else { &[Ring, Gather, Bruck] };
@@ -131,8 +130,7 @@ pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Netw
 /// The cut on `network` for a world of `world`, for the log: at sizes from 8 B to 64 MiB (f64
 /// elements), the path [`chosen_path`] takes and the time the cost model gives it.
 pub(crate) fn describe_cuts(world: usize, network: Network) -> String {
-    let hop_ns = network.hop_ns.max(schedule::HOP_NS);
-    let model = cost::Network { hop_ns, ..cost::Network::LOOPBACK };
+    let model = cost::Network { hop_ns: network.hop_ns, ..cost::Network::LOOPBACK };
     let sizes = [8, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20];
     let cut = sizes.map(|bytes| {
         let path = chosen_path(bytes, 8, world, network);
@@ -212,18 +210,21 @@ mod tests {
     use silvic_core::Op;
 
     #[test]
-    fn with_chords_the_cut_takes_every_path_and_without_them_todays() {
+    fn with_chords_and_long_hops_the_cut_takes_every_path_and_else_todays() {
         use cost::Path::{Bruck, Gather, Index, Ring};
         let sizes: Vec<usize> = (3..=26).map(|b| 1 << b).collect();
         for world in [8, 16, 64] {
-            for hop_us in [10, 50, 500] {
+            for hop_us in [10, 50, 100, 500] {
                 let hop_ns = hop_us * 1000;
                 let with = Network { hop_ns, chords: true };
                 let taken: Vec<_> = sizes.iter().map(|&s| chosen_path(s, 8, world, with)).collect();
-                // The fewest hops for the smallest buffers, the ring for the largest.
-                assert_eq!(taken[0], Bruck, "world {world} hop {hop_us} us: {taken:?}");
                 assert_eq!(*taken.last().unwrap(), Ring, "world {world} hop {hop_us} us");
-                if hop_us >= 50 {
+                if hop_ns < Network::LOG_DEPTH_FROM_HOP_NS {
+                    // Short hops: today's cut, chords or not.
+                    assert!(taken.iter().all(|p| matches!(p, Gather | Ring)), "{taken:?}");
+                } else {
+                    // The fewest hops for the smallest buffers, the index between.
+                    assert_eq!(taken[0], Bruck, "world {world} hop {hop_us} us: {taken:?}");
                     assert!(taken.contains(&Index), "world {world} hop {hop_us} us: {taken:?}");
                 }
                 for (&bytes, path) in sizes.iter().zip(&taken) {

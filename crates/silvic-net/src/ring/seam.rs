@@ -128,6 +128,18 @@ pub(crate) struct Network {
 impl Network {
     /// A network nothing was measured of: in-memory tests, and links without a clock.
     pub(crate) const UNMEASURED: Network = Network { hop_ns: 0, chords: false };
+
+    /// The hop from which the log-depth paths are taken where chords exist. Below it a hop is
+    /// mostly a rank's wake-up, which every path pays per frame, and fewer hops saved nothing:
+    /// on loopback (8 ranks on 2 cores, a hop of 30 to 50 us) Bruck's gather and the index
+    /// measured slower than the gather and the ring (docs/log-depth-paths.md).
+    pub(crate) const LOG_DEPTH_FROM_HOP_NS: u64 = 100_000;
+
+    /// Whether calls may take the log-depth paths (Bruck's gather, index-fold-gather): the link
+    /// has chord streams and a hop costs at least [`Network::LOG_DEPTH_FROM_HOP_NS`].
+    pub(crate) fn log_depth(self) -> bool {
+        self.chords && self.hop_ns >= Self::LOG_DEPTH_FROM_HOP_NS
+    }
 }
 
 /// Something that moves a plan's frames between ranks.
