@@ -8,9 +8,12 @@
 //! - **Step 1**, both ways: rank `j + 2` sends its bytes of block `j` leftward to rank `j + 1`,
 //!   which folds them into its own (`acc = x[j+1]`, then `fold(acc, x[j+2])`), in place; rank
 //!   `j + 3` sends its bytes of block `j` rightward to rank `j`, which keeps them aside.
-//! - **Step 2**, leftward: rank `j + 1` sends the accumulator to rank `j`, which folds what it
-//!   kept and then its own bytes into it, piece by piece as it arrives, and writes the result
-//!   over its own block.
+//! - **Step 2**, leftward: once both its frames of step 1 are in, rank `j + 1` sends the
+//!   accumulator to rank `j`, which folds what it kept and then its own bytes into it, piece by
+//!   piece as it arrives, and writes the result over its own block. Waiting for the rightward
+//!   frame too means no rank returns before both its neighbours have checked its frames of
+//!   step 1, so a rank whose blocks differ fails with every other rank (where, without the
+//!   wait, it could return before its right neighbour failed on its frame).
 //!
 //! Each rank sends three blocks a call, as in the ring's pass (two at step 1, one at step 2),
 //! but waits on two hops instead of three. What each frame sends is never written by the call:
@@ -86,9 +89,14 @@ impl FramePlan for FourPlan<'_> {
     fn expect(&self, way: usize, j: usize) -> Header {
         self.frame_header(way, received_block(self.call.rank, way, j))
     }
-    /// The accumulator goes once the operand of step 1 is folded into it.
+    /// The accumulator goes once the operand of step 1 is folded into it, and once the
+    /// rightward frame of step 1 is in too: its header is checked by then, so the rank this
+    /// accumulator completes cannot return before its own frames of step 1 have been checked
+    /// by both its neighbours (a rank whose blocks differ fails, and so does every other).
     fn ready(&self, way: usize, progress: Moved<'_>) -> bool {
-        way == RIGHTWARD || progress.sent[LEFTWARD] == 0 || progress.received[LEFTWARD] >= 1
+        way == RIGHTWARD
+            || progress.sent[LEFTWARD] == 0
+            || (progress.received[LEFTWARD] >= 1 && progress.received[RIGHTWARD] >= 1)
     }
     /// The accumulator of this rank's block is folded as it comes, after the kept operand: it
     /// comes in once that is all in (a frame of the earlier way, as the seam's rule allows).
