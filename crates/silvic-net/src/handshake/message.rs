@@ -25,7 +25,7 @@ use byteorder::{BigEndian, ByteOrder};
 /// every Hello with a Challenge that claims nothing and judges the claims after the proof, and
 /// speaks PING and ABORT to waiting ranks; frames carry the kinds of the trainers' ops
 /// (`TrainerCollective`) and aborts the cause of a refused argument.
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.
