@@ -24,7 +24,8 @@ use byteorder::{BigEndian, ByteOrder};
 /// ranks, a rank also dials and accepts chord streams to the ranks `r ± 2^k`, each its own
 /// handshake, and a ring's acceptor takes a Hello from any rank it accepts; once the ring
 /// forms, `connect` measures a hop with allreduces of its own sequence numbers, and the ring
-/// plan's window comes from the hop every rank agreed on (docs/protocol.md has the history).
+/// plan's window comes from the hop every rank agreed on; in a world of four the record
+/// reduce-scatter takes two steps, both ways (docs/protocol.md has the history).
 pub const VERSION: u16 = 7;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;

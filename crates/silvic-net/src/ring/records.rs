@@ -3,7 +3,7 @@
 //! ([`allreduce_records`]).
 //!
 //! The reduce-scatter is one rightward pass of `world - 1` frames (the leftward way carries
-//! none). At step `s` rank `r` sends
+//! none), except in a world of four, where [`four`] takes two steps in the same fold order. At step `s` rank `r` sends
 //! block `r - 1 - s` and receives block `r - 2 - s`, folding what comes in (the accumulator)
 //! with its own bytes of that block, so block `j` sets off from rank `j + 1`, gathers one rank
 //! per step and ends, whole, at its owner `j`:
@@ -35,6 +35,8 @@ use super::schedule::{pass, segment};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::{RIGHTWARD, Scratch, TWO_WAYS};
 use crate::frame::{Dir, Header};
+
+mod four;
 
 /// Bytes of received data folded at a time (rounded down to whole records, at least one).
 const FOLD_SCRATCH: usize = 128 * 1024;
@@ -152,6 +154,9 @@ fn scatter(
     fold: RecordFold<'_>,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
+    if call.world == four::WORLD {
+        return four::scatter(link, call, buf, bounds, record, fold, scratch);
+    }
     let scratch = fold_scratch(scratch, record);
     let mut plan =
         ScatterPlan { call, buf, bounds, record, fold, scratch, filling: (usize::MAX, 0, 0) };
@@ -298,6 +303,31 @@ mod tests {
                         (0..layout[r]).flat_map(|k| folded(world, r, starts[r] + k)).collect();
                     assert!(got == want, "world {world} layout {layout:?} rank {r}");
                 }
+            }
+        }
+    }
+
+    /// Blocks longer than the fold scratch are folded in many pieces, a record split across
+    /// two of them, at the worlds round the two-step plan of a world of four.
+    #[test]
+    fn blocks_longer_than_the_fold_scratch_fold_in_order() {
+        for world in [3, 4, 5] {
+            let layout: Vec<usize> = (0..world).map(|j| FOLD_SCRATCH / 12 + 1 + 3 * j).collect();
+            let blocks: Vec<usize> = layout.iter().map(|n| n * 12).collect();
+            let total: usize = layout.iter().sum();
+            let start = |r: usize| layout[..r].iter().sum::<usize>();
+            let driver = Driver::new(world).seed(7).capacity(2).piece(40_009);
+            let results = on_ring(driver, |r, link| {
+                let mut buf = records(r, total);
+                let call = Call { rank: r, world, op: Op::ReduceScatterRecords, seq: 0 };
+                let scratch = &mut Scratch::default();
+                reduce_scatter_records(link, call, &mut buf, &blocks, 12, &fold, scratch).unwrap();
+                buf[start(r) * 12..][..blocks[r]].to_vec()
+            });
+            for (r, got) in results.into_iter().enumerate() {
+                let want: Vec<u8> =
+                    (0..layout[r]).flat_map(|k| folded(world, r, start(r) + k)).collect();
+                assert!(got == want, "world {world} rank {r}");
             }
         }
     }
