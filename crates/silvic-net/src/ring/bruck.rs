@@ -27,7 +27,7 @@ use silvic_core::CollectiveError;
 
 use super::Scratch;
 use super::element::{Element, as_bytes};
-use super::gather::{Blocks, Flat, fold_gathered};
+use super::gather::{Blocks, Flat, fold_gathered, room_for};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
 use crate::frame::{Dir, Header};
 
@@ -132,12 +132,7 @@ impl<B: Blocks + ?Sized> FramePlan for BruckPlan<'_, B> {
     }
     fn space(&mut self, way: usize, j: usize) -> &mut [u8] {
         let recv = self.moves(way, j).1;
-        let filling = &mut self.filling[way];
-        if filling.0 != j {
-            *filling = (j, 0);
-        }
-        let filled = filling.1;
-        self.blocks.room(recv, filled)
+        room_for(self.blocks, &mut self.filling[way], recv, j)
     }
     fn commit(&mut self, way: usize, _: usize, n: usize) {
         self.filling[way].1 += n;

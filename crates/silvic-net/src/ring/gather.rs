@@ -32,6 +32,23 @@ pub(super) trait Blocks {
     fn room(&mut self, rank: usize, filled: usize) -> &mut [u8];
 }
 
+/// Where one way's incoming frame stands: the frame, and its bytes in so far.
+pub(super) type Filling = (usize, usize);
+
+/// Room for the next bytes of incoming frame `j`, which carries rank `rank`'s block, as
+/// `filling` records them (started afresh when `j` is a new frame).
+pub(super) fn room_for<'b, B: Blocks + ?Sized>(
+    blocks: &'b mut B,
+    filling: &mut Filling,
+    rank: usize,
+    j: usize,
+) -> &'b mut [u8] {
+    if filling.0 != j {
+        *filling = (j, 0);
+    }
+    blocks.room(rank, filling.1)
+}
+
 /// One vector per rank, all as long as this rank's: what `allgather_bytes` returns.
 impl Blocks for [Vec<u8>] {
     fn block(&self, rank: usize) -> &[u8] {
@@ -111,12 +128,7 @@ impl<B: Blocks + ?Sized> FramePlan for GatherPlan<'_, B> {
     }
     fn space(&mut self, way: usize, j: usize) -> &mut [u8] {
         let recv = self.moves(way, j).recv;
-        let filling = &mut self.filling[way];
-        if filling.0 != j {
-            *filling = (j, 0);
-        }
-        let filled = filling.1;
-        self.blocks.room(recv, filled)
+        room_for(self.blocks, &mut self.filling[way], recv, j)
     }
     fn commit(&mut self, way: usize, _: usize, n: usize) {
         self.filling[way].1 += n;
