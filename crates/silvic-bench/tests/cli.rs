@@ -253,10 +253,11 @@ fn help_names_the_token_variable_and_both_rendezvous() {
 
 #[test]
 fn relays_hold_every_hop_for_the_link_delay() {
-    // World 3: 8 B is gathered in one hop, 64 KiB takes the ring's 2 + 1 hops, one after the
-    // other. Every hop crosses a relay that holds it 3 ms, so no call can take less.
+    // World 3: 8 B is gathered in one hop, 2 MiB (too large for the gather's memory bound,
+    // however long a hop) takes the ring's 2 + 1 hops, one after the other. Every hop crosses a
+    // relay that holds it 3 ms, so no call can take less.
     let delay_us = 3000.0;
-    let args = ["--world", "3", "--threads", "--link-delay-us", "3000", "--sizes", "8,64K"];
+    let args = ["--world", "3", "--threads", "--link-delay-us", "3000", "--sizes", "8,2M"];
     let quick = ["--seconds-per-size", "0.01", "--warmup", "1", "--csv", "-q"];
     let out = run(&[&args[..], &quick[..]].concat());
     let stdout = text(&out.stdout);
