@@ -86,7 +86,8 @@ pub(crate) fn settle(
             ring.measured(network);
             let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
             let cuts = ring::describe_cuts(world, network);
-            info!(hop_us, window, chords, cuts, "network measured");
+            let log_depth = network.log_depth();
+            info!(hop_us, window, log_depth, cuts, "network measured");
             Ok(None)
         }
         Err(error) => {

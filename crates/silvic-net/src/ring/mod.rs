@@ -108,13 +108,18 @@ pub(crate) struct Scratch {
     gathered: Vec<u8>,
 }
 
+/// Allreduces of this many bytes or more never take index-fold-gather: through 500 us hops
+/// (the relay bed) it was faster than the ring at 32 and 256 KiB but slower at 1 MiB, where
+/// its frame per slot costs more than the hops it saves (docs/log-depth-paths.md).
+pub(crate) const INDEX_BELOW_BYTES: usize = 1 << 20;
+
 /// The path an allreduce of `bytes` (elements of `elem` bytes) takes in a world of `world` on
 /// `network`, the same on every rank (every rank has the same `network`). Unless the
 /// log-depth paths may be taken ([`Network::log_depth`]: chord streams, and hops long enough),
 /// the gather or the ring as [`schedule::uses_gather`] cuts; else the cheapest of every path
-/// in the cost model ([`cost::cheapest`]) at the hop the ranks measured. Index-fold-gather is a candidate only while its store
-/// takes the buffer in one chunk: chunked, it sends many small frames, a cost the model does not
-/// count, and the ring keeps large buffers.
+/// in the cost model ([`cost::cheapest`]) at the hop the ranks measured. Index-fold-gather is a
+/// candidate only below [`INDEX_BELOW_BYTES`] and while its store takes the buffer in one chunk:
+/// it sends a frame per slot, a cost the model does not count, and the ring keeps large buffers.
 pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Network) -> cost::Path {
     use cost::Path::{Bruck, Gather, Ring};
     if !network.log_depth() {
@@ -122,8 +127,8 @@ pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Netw
     }
     let model = cost::Network { hop_ns: network.hop_ns, ..cost::Network::LOOPBACK };
     let one_chunk = index::chunks(bytes / elem.max(1), world, elem, index::STORE_MAX_BYTES) == 1;
-    let candidates: &[cost::Path] =
-        if one_chunk { &cost::Path::ALL } else { &[Ring, Gather, Bruck] };
+    let index = one_chunk && bytes < INDEX_BELOW_BYTES;
+    let candidates: &[cost::Path] = if index { &cost::Path::ALL } else { &[Ring, Gather, Bruck] };
     cost::cheapest(candidates, bytes, elem, world, model).unwrap_or(Ring)
 }
 
