@@ -44,7 +44,7 @@ pub(crate) fn run(config: &Config) -> Result<u64, Failure> {
             one_rank_by_exchange(config, *rank, url, &token.0)
         }
         Mode::Netns => netns(config),
-        Mode::Simulate(simulation) => crate::simulate::run(config, simulation),
+        Mode::Simulate(simulation) => crate::simulated::run(config, simulation),
     }
 }
 

@@ -11,7 +11,7 @@
 //! Modules: [`cli`] (flags), [`rendezvous`] (where multi-host ranks meet), [`launch`]
 //! (processes, threads, namespace hosts, or one rank of a multi-host run), [`sweep`] and
 //! [`timing`] (the protocol), [`workload`] (inputs and checks), [`report`] (table, CSV, JSON,
-//! progress, peak RSS), [`link_limit`] (the flows without the ring), [`simulate`] (the plans in
+//! progress, peak RSS), [`link_limit`] (the flows without the ring), [`simulate`] and [`simulated`] (the plans in
 //! virtual time instead of ranks), [`failure`] (what ends a run early).
 //!
 //! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
@@ -24,6 +24,7 @@ mod link_limit;
 mod rendezvous;
 mod report;
 mod simulate;
+mod simulated;
 mod sizes;
 mod sweep;
 mod timing;

@@ -5,7 +5,7 @@
 
 use std::{fmt, io, time::Duration};
 
-use silvic_core::RoundedDuration;
+use silvic_core::{CollectiveError, RoundedDuration};
 
 pub use crate::handshake::message::RejectReason;
 
@@ -264,6 +264,37 @@ impl ConnectError {
             | ConnectError::Environment { .. }
             | ConnectError::Folder { .. } => None,
         }
+    }
+}
+
+/// A failure as rank `rank` reports it to its caller: `peer()` names another rank, never
+/// `rank` (SPEC). An abort relayed from `origin` whose cause names this rank (the origin found
+/// this rank's buffer of another length, or this rank in another call) becomes the same
+/// mismatch seen from here, naming the origin; any other cause naming this rank (the origin
+/// timed out on it, or lost its stream) becomes the origin closing its streams to this rank, the
+/// one thing this rank saw of it (the origin's own error is in the log line before). Every
+/// other error is kept as it is.
+pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
+    let CollectiveError::Aborted { origin, cause } = error else {
+        return error;
+    };
+    if cause.peer() != Some(rank) || origin == rank {
+        return CollectiveError::Aborted { origin, cause };
+    }
+    match *cause {
+        CollectiveError::LengthMismatch { expected, got, .. } => {
+            CollectiveError::LengthMismatch { peer: origin, expected: got, got: expected }
+        }
+        CollectiveError::OutOfStep { expected_op, expected_seq, got_op, got_seq, .. } => {
+            CollectiveError::OutOfStep {
+                peer: origin,
+                expected_op: got_op,
+                expected_seq: got_seq,
+                got_op: expected_op,
+                got_seq: expected_seq,
+            }
+        }
+        _ => CollectiveError::PeerClosed { peer: origin },
     }
 }
 

@@ -22,12 +22,11 @@ use silvic_core::{CollectiveError, Dtype, Op, Reduction, fold};
 
 use tracing::{info, warn};
 
-use crate::error::ConnectError;
+use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
 use crate::ring::bruck;
 use crate::ring::seam::{Network, Route};
 use crate::ring::{self, Call, Link, Scratch, allreduce, schedule, twoway};
-use crate::tcp::as_seen_by;
 
 /// Timed probes per ring. The first also waits for the slowest rank to arrive, so the fastest
 /// of the rest is the figure.

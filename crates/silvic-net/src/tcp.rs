@@ -12,7 +12,7 @@ use tracing::{info, info_span, warn};
 
 use crate::addresses::parse_addresses;
 use crate::bind::{self, BindOptions, listen, resolve};
-use crate::error::ConnectError;
+use crate::error::{ConnectError, as_seen_by};
 use crate::link::{RingPlace, TcpRing};
 use crate::liveness;
 use crate::probe;
@@ -366,37 +366,6 @@ impl TcpCollective {
         self.run(op, size_of_val(buf), |ring, seq, scratch| {
             crate::ring::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
         })
-    }
-}
-
-/// A failure as rank `rank` reports it to its caller: `peer()` names another rank, never
-/// `rank` (SPEC). An abort relayed from `origin` whose cause names this rank (the origin found
-/// this rank's buffer of another length, or this rank in another call) becomes the same
-/// mismatch seen from here, naming the origin; any other cause naming this rank (the origin
-/// timed out on it, or lost its stream) becomes the origin closing its streams to this rank, the
-/// one thing this rank saw of it (the origin's own error is in the log line before). Every
-/// other error is kept as it is.
-pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
-    let CollectiveError::Aborted { origin, cause } = error else {
-        return error;
-    };
-    if cause.peer() != Some(rank) || origin == rank {
-        return CollectiveError::Aborted { origin, cause };
-    }
-    match *cause {
-        CollectiveError::LengthMismatch { expected, got, .. } => {
-            CollectiveError::LengthMismatch { peer: origin, expected: got, got: expected }
-        }
-        CollectiveError::OutOfStep { expected_op, expected_seq, got_op, got_seq, .. } => {
-            CollectiveError::OutOfStep {
-                peer: origin,
-                expected_op: got_op,
-                expected_seq: got_seq,
-                got_op: expected_op,
-                got_seq: expected_seq,
-            }
-        }
-        _ => CollectiveError::PeerClosed { peer: origin },
     }
 }
 

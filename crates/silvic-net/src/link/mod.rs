@@ -1,6 +1,6 @@
 //! The TCP ring link: moves a collective's plan of frames over non-blocking streams, one
 //! [`Stream`] per peer (the two ring neighbours, and the chord peers `r ± 2^k` where the ring
-//! has them, `crate::topology`), driven by poll(2).
+//! has them, `topology.rs`), driven by poll(2).
 //!
 //! A plan ([`FramePlan`]) has ways, each a route round the ring: on way `w` frames are written
 //! to the stream to rank `rank + offset` and read from the stream from rank `rank - offset`
@@ -119,7 +119,7 @@ pub(crate) struct TcpRing {
     /// The ways of the call in progress and their streams, kept between calls.
     ways: Ways,
     table: Table,
-    /// What the ranks measured of the network when the ring formed (`crate::probe`).
+    /// What the ranks measured of the network when the ring formed (`probe.rs`).
     network: Network,
 }
 

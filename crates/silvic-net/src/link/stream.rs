@@ -3,7 +3,7 @@
 //! the table from a plan's ways to the streams they write and read ([`Table`]).
 //!
 //! Invariants: a stream is named by its route (the signed offset round the ring of the rank at
-//! its other end, `crate::topology`), so the two streams of a world of two, both to rank 1,
+//! its other end, `topology.rs`), so the two streams of a world of two, both to rank 1,
 //! stay apart; a way writes the stream to the rank its route sends to and reads the stream from
 //! the rank that far back; ways that share a stream take it in turn, the earlier way's frames
 //! all before the later one's, so frames of two ways never interleave on a stream.
@@ -69,7 +69,7 @@ impl Stream {
 
 impl TcpRing {
     /// Whether the link has a stream to rank `rank + route.offset`: which routes a plan may use
-    /// (the ring's `±1` always; `± 2^k` where chords were formed, `crate::topology`).
+    /// (the ring's `±1` always; `± 2^k` where chords were formed, `topology.rs`).
     pub(crate) fn carries(&self, route: Route) -> bool {
         let peer = route.sends_to(self.rank, self.world);
         peer != self.rank && self.streams.iter().any(|s| s.peer == peer)

@@ -139,20 +139,6 @@ impl<B: Blocks + ?Sized> FramePlan for BruckPlan<'_, B> {
     }
 }
 
-/// Allgathers one block per rank by Bruck's rounds: on return `blocks[r]` holds rank `r`'s
-/// block. `blocks[rank]` is this rank's on entry; every other `blocks[r]` must already have the
-/// length rank `r`'s block has (equal lengths, or lengths learned first), and `total` is what
-/// the frames report.
-pub(crate) fn bruck_allgather(
-    link: &mut dyn Link,
-    call: Call,
-    total: u64,
-    blocks: &mut [Vec<u8>],
-) -> Result<(), CollectiveError> {
-    debug_assert_eq!(blocks.len(), call.world);
-    bruck_gather(link, call, total, blocks)
-}
-
 /// The Bruck allgather over any [`Blocks`].
 pub(super) fn bruck_gather<B: Blocks + ?Sized>(
     link: &mut dyn Link,

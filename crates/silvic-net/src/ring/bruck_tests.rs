@@ -24,7 +24,7 @@ fn bruck_allgather_delivers_every_block_in_ceil_log2_rounds() {
                 let mut blocks = vec![vec![0; block]; world];
                 blocks[r] = block_bytes(r, block);
                 let call = Call { rank: r, world, op: Op::AllgatherBytes, seq: 3 };
-                bruck_allgather(link, call, block as u64, &mut blocks).unwrap();
+                bruck_gather(link, call, block as u64, &mut blocks[..]).unwrap();
                 (blocks, link.sent.clone())
             });
             let frames: Vec<usize> = (0..rounds(world)).map(|k| gather_frames(world, k)).collect();

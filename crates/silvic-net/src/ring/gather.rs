@@ -153,7 +153,7 @@ pub(crate) fn allgather(
         b.resize(block, 0);
     }
     if link.network().log_depth() {
-        return super::bruck::bruck_allgather(link, call, total, blocks);
+        return super::bruck::bruck_gather(link, call, total, blocks);
     }
     gather(link, call, total, blocks)
 }

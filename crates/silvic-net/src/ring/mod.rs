@@ -18,7 +18,7 @@
 //!   whose rounds go to `rank ± 2^k`: chosen where the link has chord streams;
 //!   [`allreduce_on`] runs any path, and [`cost`] is the model that will choose among them;
 //! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank
-//!   (the simulator's virtual-time driver, `crate::simulate`, runs the same plans without bytes);
+//!   (the simulator's virtual-time driver, `simulate/`, runs the same plans without bytes);
 //!   `lockstep` (tests only) moves every rank's plan in one thread over streams named by rank
 //!   pairs, and `plan_checks` (tests only) checks plans of any number of ways without running
 //!   them: the stream-sharing rule, distinct headers, nothing overwritten in flight.

@@ -1,7 +1,7 @@
 //! The seam between the ring's algorithms and whatever carries their frames: a collective is a
 //! [`FramePlan`], and a [`Link`] moves it. The TCP link (`link`), the fuzz targets' slice
 //! link and the tests' in-memory driver (`super::mem`) import this module and nothing else of
-//! the ring; so does the simulator's virtual-time driver (`crate::simulate`).
+//! the ring; so does the simulator's virtual-time driver (`simulate/driver.rs`).
 //!
 //! # How a driver runs a plan
 //!
@@ -106,7 +106,7 @@ pub(crate) trait FramePlan {
     /// `n` bytes of incoming frame `j` were written to the front of [`FramePlan::space`].
     fn commit(&mut self, way: usize, j: usize, n: usize);
     /// Whether incoming frame `j` on `way` is folded into the buffer (not just copied): what a
-    /// model of the plan's time (`crate::simulate`) charges the fold's rate for. A link
+    /// model of the plan's time (the simulator) charges the fold's rate for. A link
     /// ignores it.
     fn folds(&self, way: usize, j: usize) -> bool {
         let _ = (way, j);
@@ -114,14 +114,14 @@ pub(crate) trait FramePlan {
     }
 }
 
-/// What a ring knows of its network: measured once when it forms (`crate::probe`), agreed
+/// What a ring knows of its network: measured once when it forms (`probe.rs`), agreed
 /// by every rank (the worst rank's figure), so every rank derives the same plans from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Network {
     /// What one hop costs, in nanoseconds: a small frame's way to a neighbour and its wake-up.
     pub(crate) hop_ns: u64,
     /// Whether the link carries the log-depth paths' routes, to `rank ± 2^k` for every
-    /// `2^k < world` (chord streams, `crate::topology`): what lets the cut choose them.
+    /// `2^k < world` (chord streams, `topology.rs`): what lets the cut choose them.
     pub(crate) chords: bool,
 }
 
