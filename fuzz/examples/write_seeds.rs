@@ -72,6 +72,8 @@ fn main() {
         CollectiveError::LengthMismatch { peer: 1, expected: 4096, got: 8192 },
         CollectiveError::MalformedFrame { peer: 2, reason: "bad magic [00, 00]".into() },
         CollectiveError::MalformedFrame { peer: 2, reason: "é".repeat(300) },
+        // Names no peer: only the origin is checked against the world.
+        CollectiveError::InvalidArgument { reason: "root 9 is not a rank".into() },
     ];
     for (i, cause) in causes.iter().enumerate() {
         let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];

@@ -132,9 +132,10 @@ fn abort_bytes(payload: &[u8]) {
     }
     let Ok(abort) = Abort::decode(payload, WIDE_WORLD) else { return };
     assert!(payload.len() <= MAX_ABORT_LEN);
-    // In a world of four, the same payload is accepted only if it names ranks of that world.
+    // In a world of four, the same payload is accepted only if it names ranks of that world (an
+    // argument error names no peer, only its origin).
     let small = Abort::decode(payload, 4);
-    let in_small = abort.origin < 4 && abort.cause.peer().is_some_and(|p| p < 4);
+    let in_small = abort.origin < 4 && abort.cause.peer().is_none_or(|p| p < 4);
     assert_eq!(small.is_ok(), in_small, "ranks checked against the world: {abort:?}");
     let text = &abort.cause.to_string();
     assert!(!text.chars().any(char::is_control), "a control character reached the error: {text:?}");
@@ -170,7 +171,7 @@ fn op(u: &mut Unstructured<'_>) -> ArbitraryResult<Op> {
 /// Any error a rank can hold, with ranks that fit a world.
 fn any_error(u: &mut Unstructured<'_>, depth: u8) -> ArbitraryResult<CollectiveError> {
     let peer = rank(u)?;
-    Ok(match u.int_in_range(0..=6)? {
+    Ok(match u.int_in_range(0..=7)? {
         0 => CollectiveError::Io {
             peer,
             kind: *u.choose(&[std::io::ErrorKind::ConnectionReset, std::io::ErrorKind::Other])?,
@@ -188,6 +189,7 @@ fn any_error(u: &mut Unstructured<'_>, depth: u8) -> ArbitraryResult<CollectiveE
         4 => {
             CollectiveError::LengthMismatch { peer, expected: u.arbitrary()?, got: u.arbitrary()? }
         }
+        6 => CollectiveError::InvalidArgument { reason: u.arbitrary()? },
         5 if depth < 2 => {
             CollectiveError::Aborted { origin: rank(u)?, cause: Box::new(any_error(u, depth + 1)?) }
         }
@@ -220,6 +222,9 @@ fn as_received(cause: &CollectiveError) -> CollectiveError {
         other @ (CollectiveError::PeerClosed { .. }
         | CollectiveError::OutOfStep { .. }
         | CollectiveError::LengthMismatch { .. }) => other,
+        CollectiveError::InvalidArgument { reason } => {
+            CollectiveError::InvalidArgument { reason: cut(&reason) }
+        }
         // A relayed abort inside an abort: sent as text, naming the rank it names.
         other => CollectiveError::MalformedFrame {
             peer: other.peer().expect("an abort names a rank"),
