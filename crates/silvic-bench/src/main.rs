@@ -11,8 +11,9 @@
 //! Modules: [`cli`] (flags), [`rendezvous`] (where multi-host ranks meet), [`launch`]
 //! (processes, threads, namespace hosts, or one rank of a multi-host run), [`sweep`] and
 //! [`timing`] (the protocol), [`workload`] (inputs and checks), [`report`] (table, CSV, JSON,
-//! progress, peak RSS), [`link_limit`] (the flows without the ring), [`simulate`] and [`simulated`] (the plans in
-//! virtual time instead of ranks), [`failure`] (what ends a run early).
+//! progress, peak RSS), [`link_limit`] (the flows without the ring), [`simulate`] and
+//! [`simulated`] (the plans in virtual time instead of ranks), [`failure`] (what ends a run
+//! early).
 //!
 //! Exit codes: 0 when every result was right, 1 on wrong results or a failed run, 2 on bad flags.
 #![forbid(unsafe_code)]

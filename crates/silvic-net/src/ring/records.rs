@@ -178,21 +178,24 @@ impl Blocks for Spans<'_> {
     }
 }
 
-/// Gathers `buf`'s `blocks` (bytes, end to end; this rank's holds its bytes): one two-way
-/// gather, each frame carrying its block's length, checked against this rank's own layout.
+/// Gathers `buf`'s `blocks` (bytes, end to end; this rank's holds its bytes), each frame
+/// carrying its block's length, checked against this rank's own layout: one two-way gather, or
+/// Bruck's `ceil(log2 n)` rounds over chord streams where the network makes hops the cost
+/// (as [`gather::allgather`] chooses). The same blocks either way.
 pub(crate) fn allgather_blocks(
     link: &mut dyn Link,
     call: Call,
     buf: &mut [u8],
     blocks: &[usize],
 ) -> Result<(), CollectiveError> {
+    if link.network().log_depth() {
+        return bruck_allgather_blocks(link, call, buf, blocks);
+    }
     let bounds = block_bounds(buf.len(), blocks, 1, call.world)?;
     gather::gather(link, call, buf.len() as u64, &mut Spans { buf, bounds: &bounds })
 }
 
-/// [`allgather_blocks`] by Bruck's rounds ([`super::bruck`]): the same blocks, checked the same
-/// way, in `ceil(log2 n)` rounds over chord streams.
-#[cfg_attr(not(test), allow(dead_code, reason = "a path once the link has chord streams"))]
+/// [`allgather_blocks`] by Bruck's rounds ([`super::bruck`]).
 pub(crate) fn bruck_allgather_blocks(
     link: &mut dyn Link,
     call: Call,
