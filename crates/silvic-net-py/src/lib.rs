@@ -100,6 +100,16 @@ impl TcpCollective {
     }
 }
 
+impl Drop for TcpCollective {
+    /// A ring's drop waits, bounded, for its peers to take its last bytes: without the GIL, so
+    /// other Python threads run meanwhile.
+    fn drop(&mut self) {
+        if let Some(ring) = self.inner.take() {
+            Python::attach(|py| py.detach(|| drop(ring)));
+        }
+    }
+}
+
 impl TcpCollective {
     fn allreduce<T: Element + Send>(
         &mut self,

@@ -25,6 +25,28 @@ const RTO_MAX: Duration = Duration::from_secs(120);
 /// the send window (before Linux 5.4).
 #[cfg(target_os = "linux")]
 pub(crate) fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
+    let info = raw_tcp_info(stream)?;
+    let rto = Duration::from_micros(info.tcpi_rto.into());
+    Some(TcpInfo {
+        send_window: info.tcpi_snd_wnd,
+        last_ack: Duration::from_millis(info.tcpi_last_ack_recv.into()),
+        unanswered_probes: info.tcpi_probes,
+        probe_interval: rto.saturating_mul(1 << info.tcpi_backoff.min(16)).min(RTO_MAX),
+    })
+}
+
+/// Whether the peer has acknowledged every byte written to `stream` (and its end, once the
+/// stream is shut for writing): nothing waits to be sent and no segment is unacknowledged.
+/// `None` where `TCP_INFO` does not say (see [`tcp_info`]).
+#[cfg(target_os = "linux")]
+pub(crate) fn all_acknowledged(stream: &TcpStream) -> Option<bool> {
+    let info = raw_tcp_info(stream)?;
+    Some(info.tcpi_unacked == 0 && info.tcpi_notsent_bytes == 0)
+}
+
+/// `TCP_INFO` as the kernel fills it, if it fills it as far as the send window (Linux 5.4).
+#[cfg(target_os = "linux")]
+fn raw_tcp_info(stream: &TcpStream) -> Option<libc::tcp_info> {
     use std::os::fd::AsRawFd;
     // SAFETY: `tcp_info` is a C struct of integers only, so all-zero bytes are a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
@@ -42,20 +64,17 @@ pub(crate) fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
         )
     };
     let reported = std::mem::offset_of!(libc::tcp_info, tcpi_snd_wnd) + size_of::<u32>();
-    if rc != 0 || (len as usize) < reported {
-        return None;
-    }
-    let rto = Duration::from_micros(info.tcpi_rto.into());
-    Some(TcpInfo {
-        send_window: info.tcpi_snd_wnd,
-        last_ack: Duration::from_millis(info.tcpi_last_ack_recv.into()),
-        unanswered_probes: info.tcpi_probes,
-        probe_interval: rto.saturating_mul(1 << info.tcpi_backoff.min(16)).min(RTO_MAX),
-    })
+    (rc == 0 && (len as usize) >= reported).then_some(info)
 }
 
 /// Not reported off Linux.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn tcp_info(_: &TcpStream) -> Option<TcpInfo> {
+    None
+}
+
+/// Not reported off Linux.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn all_acknowledged(_: &TcpStream) -> Option<bool> {
     None
 }

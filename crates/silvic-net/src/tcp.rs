@@ -54,6 +54,11 @@ impl RingListener {
 /// assert_eq!(histogram, [1.0, 2.0]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// Dropping a rank closes its streams once each peer has acknowledged the last bytes sent to
+/// it, or has closed its end, waiting at most 5 s (and at most the timeout): a peer still in
+/// its last call gets every frame this rank sent, even one the network lost and TCP sends
+/// again after this rank returned.
 #[derive(Debug)]
 pub struct TcpCollective {
     pub(crate) rank: usize,

@@ -66,6 +66,7 @@ use crate::ring::seam::{Call, FramePlan, Link, Network, Route};
 use crate::wait::wait;
 
 mod abort;
+mod close;
 mod control;
 mod reader;
 mod stream;
