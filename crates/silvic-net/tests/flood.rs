@@ -330,8 +330,8 @@ fn flood_case(world: usize) {
         go.push(go_tx);
         start_rank(&mut ranks, rank, listener, addresses.clone(), events.clone(), go_rx);
     };
-    for rank in 1..world {
-        start(rank, listeners[rank].take().unwrap());
+    for (rank, listener) in listeners.iter_mut().enumerate().skip(1) {
+        start(rank, listener.take().unwrap());
     }
 
     let mut command = Command::new(std::env::current_exe().unwrap());
