@@ -110,7 +110,9 @@ impl TcpRing {
     /// the origin sends nothing after its abort, and its own abort may never come (the stream
     /// between them is what failed, as when every packet of a chord is lost: the origin timed
     /// out on it, and its abort reaches this rank only relayed, by ranks a call ahead), so
-    /// waiting on it could only end in this call's own timeout, naming the wrong rank. Returns
+    /// waiting on it could only end in this call's own timeout, naming the wrong rank. (An
+    /// origin that failed a later call had sent this call's frames first; failing now forgoes
+    /// them, and the next call would have failed with the same error.) Returns
     /// whether to keep watching: not once a data frame (one waiting for its turn, or the next
     /// call's) shows up.
     pub(super) fn read_controls(
