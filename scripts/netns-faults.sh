@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the multi-host fault tests by hand: four network namespaces on a bridge, one rank
+# Runs the multi-host fault tests by hand: four (or eight) network namespaces on a bridge, one rank
 # process per namespace, faults injected while collectives run. Prints one row per rank and
 # fault ("FAULT <fault> | rank <r> | <outcome> | <seconds to error>"); pipe it through
 # `grep ^FAULT` for the table alone.
@@ -18,4 +18,4 @@ for tool in ip tc nft; do
   command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install iproute2 nftables" >&2; exit 1; }
 done
 bash scripts/netns-sweep.sh
-cargo test -p silvic-testbed --test netns_faults -- --nocapture --test-threads 8 "$@"
+cargo test -p silvic-testbed --test netns_faults --test netns_chords -- --nocapture --test-threads 8 "$@"

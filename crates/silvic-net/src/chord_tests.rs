@@ -238,7 +238,9 @@ fn ways_over_chords_never_deadlock_on_small_socket_buffers() {
 }
 
 /// Runs inside the small-buffers namespace: checks that its sockets are small, then moves
-/// [`Hops`] plans over chords at worlds 4 and 8, all at once and round by round.
+/// [`Hops`] plans over chords at worlds 4 and 8, all at once and round by round, and runs the
+/// log-depth paths themselves (Bruck's gather and fold, index-fold-gather) on a megabyte at
+/// world 8, every rank's bits the oracle's.
 #[test]
 #[ignore = "runs inside the network namespace of the chords' small-buffers test, which starts it"]
 fn small_buffers_chord_ring() {
@@ -259,6 +261,31 @@ fn small_buffers_chord_ring() {
             for (rank, result) in results.into_iter().enumerate() {
                 result.unwrap_or_else(|e| panic!("world {world} staged {staged} rank {rank}: {e}"));
             }
+        }
+    }
+    use crate::ring::cost::Path;
+    use crate::ring::oracle::{bits, input, reference};
+    let (world, len) = (8, (1 << 17) + 7);
+    let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
+    let expected = bits(&reference(&inputs, silvic_core::fold::sum_f64));
+    let inputs = Arc::new(inputs);
+    let results = chord_ring(world, Chords::Auto, LIMIT, move |rank, mut ring| {
+        let mut got = Vec::new();
+        for path in [Path::Bruck, Path::Index] {
+            let mut buf = inputs[rank].clone();
+            ring.run(Op::AllreduceSumF64, len * 8, |link, seq, scratch| {
+                let call = Call { rank, world, op: Op::AllreduceSumF64, seq };
+                let sum = silvic_core::fold::sum_f64;
+                crate::ring::allreduce_on(path, link, call, &mut buf, sum, scratch)
+            })
+            .unwrap_or_else(|e| panic!("rank {rank} {path:?}: {e}"));
+            got.push((path, bits(&buf)));
+        }
+        got
+    });
+    for (rank, got) in results.iter().enumerate() {
+        for (path, bits) in got {
+            assert_eq!(*bits, expected, "small buffers, world {world}, rank {rank}, {path:?}");
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The flood test: hundreds of strangers hit one rank's listener while it forms the ring.
 //!
-//! A world of three ranks runs as threads in this process; rank 1 is the target, so its real
-//! left neighbour is rank 0. A second process (this test binary started again, running
+//! A world of three ranks runs as threads in this process, and again a world of eight, where
+//! the target also accepts chord streams (from ranks 7 and 5 besides its left neighbour, so
+//! it expects a set of ranks); rank 1 is the target, so its real left neighbour is rank 0. A second process (this test binary started again, running
 //! [`flood_child`]) opens the strangers, so that this process's descriptors and memory are the
 //! rank's alone. The strangers, in a first wave before the real neighbour starts and then as a
 //! stream while it connects:
@@ -40,7 +41,6 @@ use silvic_net::handshake::{
 };
 use silvic_net::{Collective, RejectReason, TcpCollective};
 
-const WORLD: usize = 3;
 /// The rank under attack; its left neighbour is rank 0.
 const TARGET: usize = 1;
 const TOKEN: &str = "flood-job-token";
@@ -56,19 +56,30 @@ const STREAM_MAX: usize = 1500;
 const STREAM_HEAD_START: usize = 200;
 /// What the rendezvous holds at most (`MAX_PENDING` in src/rendezvous/accept.rs).
 const MAX_PENDING: usize = 256;
-/// Descriptors the process may open beyond the handshakes it holds: the ring's six streams, a
-/// dialling socket per rank, the child's pipes, the monitor's directory handle.
-const FD_SLACK: usize = 24;
+/// Descriptors the process may open beyond the handshakes it holds, in a world of `world`:
+/// every rank's listener, streams (two, or with chords `2 ceil(log2 n) - 1`) and a dialling
+/// socket, the child's pipes, the monitor's directory handle and a few more (24 at world 3).
+fn fd_slack(world: usize) -> usize {
+    let streams = if world >= 8 { 2 * world.next_power_of_two().ilog2() as usize - 1 } else { 2 };
+    12 + world * (streams + 2)
+}
 /// How much the process's resident memory may grow during the flood.
 const RSS_GROWTH_LIMIT_KIB: u64 = 2 * 1024;
 
 const CHILD_ENV: &str = "SILVIC_FLOOD_TARGET";
+const WORLD_ENV: &str = "SILVIC_FLOOD_WORLD";
 const REPLAY_ENV: &str = "SILVIC_FLOOD_REPLAY";
 const ROSTER_ENV: &str = "SILVIC_FLOOD_ROSTER";
 
 /// The flood ring's roster digest, as the child was told it: strangers that know the address
 /// list send valid Hellos.
 static ROSTER: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+/// The flood ring's world size, as the child was told it.
+static WORLD: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+fn world() -> u32 {
+    *WORLD.get().expect("the child knows the world size")
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -146,10 +157,11 @@ fn unhex(text: &str) -> Vec<u8> {
 
 /// Runs a real ring of this job (same token, world and ranks) with rank 0's connection to rank 1
 /// through a recording relay, and returns what rank 0 sent in its handshake: Hello and Proof.
-fn capture_a_valid_handshake() -> Vec<u8> {
-    // Every rank reaches rank 1 through the relay (rank 0 is the only one that dials it).
+fn capture_a_valid_handshake(world: usize) -> Vec<u8> {
+    // Every rank that dials rank 1 reaches it through the relay: rank 0, and with chords
+    // ranks 7 and 5 too.
     let link = Link { record: 2 * MESSAGE_LEN, ..Link::default() };
-    let (listeners, addresses, relay) = common::listeners_with_relay(WORLD, 1, link);
+    let (listeners, addresses, relay) = common::listeners_with_relay(world, 1, link);
 
     let mut ranks = Ranks::new();
     for (rank, listener) in listeners.into_iter().enumerate() {
@@ -160,13 +172,21 @@ fn capture_a_valid_handshake() -> Vec<u8> {
             x[0]
         });
     }
-    assert_eq!(ranks.join(RENDEZVOUS_TIMEOUT + MARGIN), [3.0; WORLD], "the capture ring");
+    let sums = ranks.join(RENDEZVOUS_TIMEOUT + MARGIN);
+    assert_eq!(sums, vec![world as f64; world], "the capture ring");
+    let hello_of = |record: &[u8]| {
+        let first = record.get(..MESSAGE_LEN)?.try_into().ok()?;
+        Message::decode(first).ok()
+    };
     let records = relay.recorded();
-    let captured = records.last().expect("rank 0 went through the relay").clone();
+    let captured = records
+        .into_iter()
+        .find(|r| hello_of(r).is_some_and(|hello| hello.rank == 0))
+        .expect("rank 0 went through the relay");
     assert_eq!(captured.len(), 2 * MESSAGE_LEN, "rank 0 sent a whole handshake");
     let hello = Message::decode(captured[..MESSAGE_LEN].try_into().unwrap()).unwrap();
     let proof = Message::decode(captured[MESSAGE_LEN..].try_into().unwrap()).unwrap();
-    assert_eq!((hello.kind, hello.rank, hello.world), (MessageKind::Hello, 0, WORLD as u32));
+    assert_eq!((hello.kind, hello.rank, hello.world), (MessageKind::Hello, 0, world as u32));
     assert_eq!(proof.kind, MessageKind::Proof);
     captured
 }
@@ -257,7 +277,8 @@ fn start_rank(
         let outcome = (|| {
             let mut sums = vec![rank as f64 + 1.0; 50_000];
             ring.allreduce_sum_f64(&mut sums).map_err(|e| e.to_string())?;
-            if sums.iter().any(|&x| x != 6.0) {
+            let world = ring.world_size();
+            if sums.iter().any(|&x| x != (world * (world + 1) / 2) as f64) {
                 return Err("wrong allreduce result".to_string());
             }
             ring.allgather_bytes(&[rank as u8; 5]).map_err(|e| e.to_string())
@@ -275,11 +296,21 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 #[test]
 fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
+    flood_case(3);
+}
+
+#[test]
+fn a_flood_of_strangers_during_rendezvous_does_not_stop_a_ring_with_chords() {
+    flood_case(8);
+}
+
+/// The flood test in a world of `world` (see the module doc).
+fn flood_case(world: usize) {
     let _serial = serial();
     let limit = Instant::now() + Duration::from_secs(150);
-    let replay = capture_a_valid_handshake();
+    let replay = capture_a_valid_handshake(world);
 
-    let (listeners, addresses) = common::listeners(WORLD);
+    let (listeners, addresses) = common::listeners(world);
     let target = addresses[TARGET].clone();
     let parsed: Vec<SocketAddr> = addresses.iter().map(|a| a.parse().unwrap()).collect();
 
@@ -288,7 +319,8 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
     let rss_before = status_kib("VmRSS:");
     let mut monitor = Some(Monitor::start());
 
-    // Ranks 1 and 2 start: rank 1 is accepting (and rank 2 dialling the absent rank 0).
+    // Every rank but 0 starts: rank 1 is accepting (and the others dialling, some of them the
+    // absent rank 0).
     let (events, event_rx) = mpsc::channel();
     let mut listeners: Vec<Option<_>> = listeners.into_iter().map(Some).collect();
     let mut go = Vec::new();
@@ -298,14 +330,15 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
         go.push(go_tx);
         start_rank(&mut ranks, rank, listener, addresses.clone(), events.clone(), go_rx);
     };
-    for rank in [1, 2] {
-        start(rank, listeners[rank].take().unwrap());
+    for (rank, listener) in listeners.iter_mut().enumerate().skip(1) {
+        start(rank, listener.take().unwrap());
     }
 
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args(["--exact", "flood_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &target)
+        .env(WORLD_ENV, world.to_string())
         .env(REPLAY_ENV, hex(&replay))
         .env(ROSTER_ENV, hex(&roster_digest(&parsed)));
     let mut child = LineChild::spawn("the flooding process", command).unwrap();
@@ -315,8 +348,8 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
     let rank0_started = Instant::now();
     start(0, listeners[0].take().unwrap());
 
-    let mut connected = [None; WORLD];
-    let mut finished: Vec<Option<Vec<Vec<u8>>>> = vec![None; WORLD];
+    let mut connected = vec![None; world];
+    let mut finished: Vec<Option<Vec<Vec<u8>>>> = vec![None; world];
     let mut refused_after = None;
     let mut peaks = None;
     while finished.iter().any(Option::is_none) {
@@ -370,14 +403,14 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
         "flood figures: {total} strangers; ring formed {formed_in:?} after rank 0 started; \
          descriptors {fds_before} before, peak {peak_fds} (bound {}); resident memory {} KiB \
          before, peak {} KiB (+{} KiB{})",
-        fds_before + MAX_PENDING + FD_SLACK,
+        fds_before + MAX_PENDING + fd_slack(world),
         rss_before,
         peak_rss,
         rss_growth,
         if peak_reset { ", VmHWM" } else { ", sampled" }
     );
 
-    let expected: Vec<Vec<u8>> = (0..WORLD).map(|r| vec![r as u8; 5]).collect();
+    let expected: Vec<Vec<u8>> = (0..world).map(|r| vec![r as u8; 5]).collect();
     for (rank, gathered) in finished.iter().enumerate() {
         assert_eq!(gathered.as_ref(), Some(&expected), "rank {rank}");
     }
@@ -385,7 +418,7 @@ fn a_flood_of_strangers_during_rendezvous_does_not_stop_the_ring() {
     assert!(formed_in < RENDEZVOUS_TIMEOUT, "{formed_in:?}");
     assert!(total >= KINDS.len() * PER_KIND, "only {total} strangers were opened");
     assert!(
-        peak_fds <= fds_before + MAX_PENDING + FD_SLACK,
+        peak_fds <= fds_before + MAX_PENDING + fd_slack(world),
         "descriptors grew from {fds_before} to {peak_fds} with {total} strangers"
     );
     assert!(rss_growth <= RSS_GROWTH_LIMIT_KIB, "memory grew by {rss_growth} KiB");
@@ -631,12 +664,12 @@ fn open_stranger(kind: Kind, target: SocketAddr, replay: &[u8], noise: &mut Nois
             part[..8].copy_from_slice(&MAGIC);
             stream.write_all(&part)
         }
-        Kind::HalfHandshake => stream.write_all(&start(TOKEN, WORLD as u32, 0, noise).1.encode()),
+        Kind::HalfHandshake => stream.write_all(&start(TOKEN, world(), 0, noise).1.encode()),
         Kind::Replay => stream.write_all(replay),
         Kind::WrongToken => {
             // Claims to be rank 0, the right neighbour, and answers the challenge honestly, but
             // holds another token.
-            let (mut role, hello) = start("not-the-job-token", WORLD as u32, 0, noise);
+            let (mut role, hello) = start("not-the-job-token", world(), 0, noise);
             stream.write_all(&hello.encode()).and_then(|()| {
                 match read_message(&mut stream, &mut s.heard).map(|m| role.on_message(&m)) {
                     Some(Next::Send(proof)) => stream.write_all(&proof.encode()),
@@ -647,11 +680,11 @@ fn open_stranger(kind: Kind, target: SocketAddr, replay: &[u8], noise: &mut Nois
         Kind::WrongClaims => {
             // Holds the token, but is another rank, or from another world, or another version.
             let mut hello = match noise.next() % 3 {
-                0 => start(TOKEN, WORLD as u32, 2, noise).1,
-                1 => start(TOKEN, WORLD as u32 + 1, 0, noise).1,
-                _ => start(TOKEN, WORLD as u32, 0, noise).1,
+                0 => start(TOKEN, world(), 2, noise).1,
+                1 => start(TOKEN, world() + 1, 0, noise).1,
+                _ => start(TOKEN, world(), 0, noise).1,
             };
-            if hello.rank == 0 && hello.world == WORLD as u32 {
+            if hello.rank == 0 && hello.world == world() {
                 hello.version = VERSION + 1;
             }
             stream.write_all(&hello.encode())
@@ -753,6 +786,7 @@ fn flood_child() {
     let replay = Arc::new(unhex(&std::env::var(REPLAY_ENV).unwrap()));
     let roster = unhex(&std::env::var(ROSTER_ENV).unwrap());
     ROSTER.set(roster.try_into().expect("32 bytes")).unwrap();
+    WORLD.set(std::env::var(WORLD_ENV).unwrap().parse().expect("a world size")).unwrap();
     // Ends the test harness's own "test flood_child ... " line, so each report starts a line.
     println!();
     let opened = Arc::new(AtomicUsize::new(0));

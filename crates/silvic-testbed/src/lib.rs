@@ -6,6 +6,7 @@
 //! - [`rank`]: what one rank process runs and prints (the `silvic-testbed rank` binary mode).
 //! - [`data`]: seeded inputs whose results every rank checks exactly, alone.
 //! - [`child`]: child processes with line-based, deadline-bounded I/O, killed on drop.
+//! - [`faults`]: what the fault tests read of a world after a fault, and the checks they share.
 //! - [`net`]: namespaces, a bridge, veths, nft rules and qdiscs, all removed on drop and swept
 //!   if a run died before it could remove them.
 //! - [`relay`]: the one TCP relay of the tests: delay and jitter (with no need of netem),
@@ -26,6 +27,7 @@ pub const MARGIN: Duration = Duration::from_secs(20);
 
 pub mod child;
 pub mod data;
+pub mod faults;
 pub mod net;
 pub mod rank;
 pub mod relay;

@@ -9,6 +9,8 @@
 //! OK <index> <ms>                         a call returned a verified result (every `report`-th)
 //! STATS <label> <stats>                   after warm-up and at the end:
 //!                                         "rss_kb=.. hwm_kb=.. fds=.."
+//! PEERS <label> <peer>@<offset>:<sent>:<received> ...   after each STATS line: the bytes of
+//!                                         every stream (TcpCollective::peer_stats), ring and chords
 //! ERR <index> <ms> peer=<p> kind=<k> <message>   a call failed (k is CollectiveError::kind); the
 //! STICKY <same|differs: ...>              rank checks that the next call returns the same error,
 //!                                         and exits 0
@@ -144,6 +146,29 @@ pub fn stats() -> String {
     format!("rss_kb={} hwm_kb={} fds={fds}", field("VmRSS:"), field("VmHWM:"))
 }
 
+/// The ring's bytes per stream, as the PEERS line shows them.
+fn peers(ring: &TcpCollective) -> String {
+    let each = ring
+        .peer_stats()
+        .into_iter()
+        .map(|p| format!("{}@{}:{}:{}", p.peer, p.offset, p.bytes_sent, p.bytes_received));
+    each.collect::<Vec<_>>().join(" ")
+}
+
+/// Reads a PEERS line's words after its label: per peer, its offset and the bytes sent to it
+/// and received from it.
+pub fn parse_peers(text: &str) -> Vec<(usize, isize, u64, u64)> {
+    let words = text.strip_prefix("PEERS ").unwrap_or("").split_whitespace().skip(1);
+    let parse = |w: &str| {
+        let (peer, rest) = w.split_once('@')?;
+        let mut fields = rest.split(':');
+        let offset = fields.next()?.parse().ok()?;
+        let (sent, received) = (fields.next()?.parse().ok()?, fields.next()?.parse().ok()?);
+        Some((peer.parse().ok()?, offset, sent, received))
+    };
+    words.filter_map(parse).collect()
+}
+
 macro_rules! say {
     ($($t:tt)*) => {{
         let mut out = std::io::stdout().lock();
@@ -221,9 +246,11 @@ pub fn main(words: &[String]) -> i32 {
         }
         if index + 1 == args.warmup {
             say!("STATS warm {}", stats());
+            say!("PEERS warm {}", peers(&ring));
         }
     }
     say!("STATS end {}", stats());
+    say!("PEERS end {}", peers(&ring));
     say!("DONE {} {}", args.count, started.elapsed().as_millis());
     0
 }

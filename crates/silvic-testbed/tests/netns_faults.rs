@@ -1,6 +1,6 @@
-//! Faults on a multi-host network: four hosts (eight in the chord case; network namespaces on a
-//! bridge), one rank process per host listening on 0.0.0.0 and advertising its host's address, collectives running while
-//! a fault hits rank 2's host. Every rank's outcome and time to error is printed as a table row
+//! Faults on a multi-host network: four hosts (network namespaces on a bridge; eight, with
+//! chord streams, in `netns_chords.rs`), one rank process per host listening on 0.0.0.0 and
+//! advertising its host's address, collectives running while a fault hits rank 2's host. Every rank's outcome and time to error is printed as a table row
 //! ("FAULT | rank | outcome | seconds") and asserted: survivors fail naming a peer within the
 //! bound of the fault, and no rank ever returns a wrong result.
 //!
@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 use silvic_net::LIVENESS;
 use silvic_testbed::MARGIN;
+use silvic_testbed::faults::{assert_survivors_fail, forward_filter, outcomes, words};
 use silvic_testbed::net::{Net, host_ip, require};
 use silvic_testbed::ring::{End, Layout, World};
 
@@ -33,20 +34,6 @@ fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_silvic-testbed"))
 }
 
-fn words(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
-}
-
-/// An nft table that applies `statements` to what the switch forwards between hosts.
-fn forward_filter(statements: &str) -> String {
-    format!(
-        "table inet svt {{ chain forward_filter {{ type filter hook forward priority 0;
-           {statements}
-         }}
-         }}"
-    )
-}
-
 /// Starts the world on a fresh network, or panics with what failed.
 fn start(
     tag: &str,
@@ -54,82 +41,9 @@ fn start(
     extra: impl Fn(usize) -> Vec<String>,
     layout: &Layout,
 ) -> World {
-    start_of(tag, WORLD, args, extra, layout)
-}
-
-/// [`start`], with `world` ranks on as many hosts.
-fn start_of(
-    tag: &str,
-    world: usize,
-    args: &[String],
-    extra: impl Fn(usize) -> Vec<String>,
-    layout: &Layout,
-) -> World {
-    let net = Net::create(tag, world).unwrap_or_else(|e| panic!("{tag}: network: {e}"));
-    World::start(exe(), world, Some(net), layout, args, extra)
+    let net = Net::create(tag, WORLD).unwrap_or_else(|e| panic!("{tag}: network: {e}"));
+    World::start(exe(), WORLD, Some(net), layout, args, extra)
         .unwrap_or_else(|e| panic!("{tag}: start: {e}"))
-}
-
-/// Every rank's end and its time after `t0`; prints the table rows.
-fn outcomes(
-    fault: &str,
-    world: &mut World,
-    t0: Instant,
-    limit: Duration,
-) -> Vec<(End, Option<Duration>)> {
-    let ends = world.ends(t0 + limit);
-    let ends = ends
-        .into_iter()
-        .enumerate()
-        .map(|(rank, (end, line))| {
-            let after = line.map(|l| l.at.saturating_duration_since(t0));
-            let shown = match &end {
-                End::Failed { peer, kind, message } => format!("peer={peer:?} {kind}: {message}"),
-                other => format!("{other:?}"),
-            };
-            let secs = after.map_or("-".into(), |d| format!("{:.2}", d.as_secs_f64()));
-            println!("FAULT {fault} | rank {rank} | {shown} | {secs}");
-            (end, after)
-        })
-        .collect::<Vec<_>>();
-    // A failed rank calls once more: the error must stick, the same value.
-    for (rank, (end, _)) in ends.iter().enumerate() {
-        if let End::Failed { .. } = end {
-            let child = &mut world.ranks[rank];
-            let sticky = child.wait_for(&["STICKY"], Instant::now() + MARGIN).unwrap();
-            assert_eq!(sticky.text, "STICKY same", "{fault}: rank {rank}'s error did not stick");
-        }
-    }
-    ends
-}
-
-/// Every rank but `except` failed naming a peer within `bound`; no rank returned a wrong
-/// result. Returns the worst time.
-fn assert_survivors_fail(
-    fault: &str,
-    ends: &[(End, Option<Duration>)],
-    except: &[usize],
-    bound: Duration,
-) -> Duration {
-    let mut worst = Duration::ZERO;
-    for (rank, (end, after)) in ends.iter().enumerate() {
-        assert!(
-            !matches!(end, End::Wrong(_)),
-            "{fault}: rank {rank} returned a wrong result: {end:?}"
-        );
-        if except.contains(&rank) {
-            continue;
-        }
-        let End::Failed { peer, .. } = end else {
-            panic!("{fault}: rank {rank} should have failed, got {end:?}");
-        };
-        assert!(peer.is_some(), "{fault}: rank {rank}'s error names no peer: {end:?}");
-        let after = after.expect("a failure has a time");
-        assert!(after <= bound, "{fault}: rank {rank} took {after:?} to fail (bound {bound:?})");
-        worst = worst.max(after);
-    }
-    println!("FAULT {fault} | worst time to error {:.2} s", worst.as_secs_f64());
-    worst
 }
 
 /// A steady stream of 1 MiB allreduces with a little compute between them; the collective
@@ -153,25 +67,6 @@ fn netns_sigkill_of_a_rank_fails_every_survivor_within_seconds() {
     let ends = outcomes("sigkill", &mut world, t0, LIVENESS + MARGIN);
     // Heard from the closed streams at once, long before the liveness tier (a minute).
     assert_survivors_fail("sigkill", &ends, &[VICTIM], MARGIN);
-}
-
-#[test]
-fn netns_sigkill_at_eight_hosts_with_chords_fails_every_survivor_naming_it() {
-    // Eight ranks form chord streams (r ± 2 and r + 4) beside the ring, and a killed rank's
-    // closed streams are heard on all of them: every survivor fails at once, naming it.
-    require("netns_sigkill_chords");
-    let mut world = start_of("kill8", 8, &steady(), |_| vec![], &Layout::default());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let all: Vec<usize> = (0..8).collect();
-    world.wait_oks(&all, 3, deadline).unwrap_or_else(|e| panic!("warm-up: {e}"));
-    let t0 = Instant::now();
-    world.ranks[VICTIM].signal(Signal::KILL).unwrap();
-    let ends = outcomes("sigkill, 8 ranks with chords", &mut world, t0, LIVENESS + MARGIN);
-    assert_survivors_fail("sigkill, 8 ranks with chords", &ends, &[VICTIM], MARGIN);
-    for (rank, (end, _)) in ends.iter().enumerate().filter(|(r, _)| *r != VICTIM) {
-        let End::Failed { peer, .. } = end else { unreachable!("checked above") };
-        assert_eq!(*peer, Some(VICTIM), "rank {rank} named another rank: {end:?}");
-    }
 }
 
 #[test]
@@ -246,36 +141,6 @@ fn netns_one_way_reset_fails_every_rank_naming_the_host_hit_before_keepalive() {
         }
     }
     assert!(worst < KEEPALIVE_IDLE, "{worst:?}");
-}
-
-/// [`netns_a_stopped_rank_is_blamed_by_every_rank`] at eight ranks, whose chord streams carry
-/// notices and aborts too: rank 2's chord peers (0, 4, 6) do not wait on it (no data goes over
-/// chords), so they must not time out on it, and every rank still names it.
-#[test]
-fn netns_a_stopped_rank_of_eight_with_chords_is_blamed_by_every_rank() {
-    require("netns_stop_blame_chords");
-    let mut args = steady();
-    args.push("timeout=3".into());
-    let mut world = start_of("blame8", 8, &args, |_| vec![], &Layout::default());
-    let all: Vec<usize> = (0..8).collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    world.wait_oks(&all, 3, deadline).unwrap_or_else(|e| panic!("warm-up: {e}"));
-    let t0 = Instant::now();
-    world.ranks[VICTIM].signal(Signal::STOP).unwrap();
-    let fault = "sigstop, timeout 3 s, 8 ranks with chords";
-    let ends = outcomes(fault, &mut world, t0, Duration::from_secs(20));
-    world.ranks[VICTIM].signal(Signal::CONT).unwrap();
-    for (rank, (end, _)) in ends.iter().enumerate().filter(|(r, _)| *r != VICTIM) {
-        let End::Failed { peer, message, kind } = end else {
-            panic!("rank {rank} should have failed, got {end:?}");
-        };
-        assert_eq!(*peer, Some(VICTIM), "rank {rank} blamed another rank: {end:?}");
-        assert!(message.contains("no progress from rank 2"), "rank {rank}: {end:?}");
-        if kind == "timeout" {
-            // Only a rank that waits on rank 2 directly, a ring neighbour, times out.
-            assert!(rank == 1 || rank == 3, "rank {rank} timed out itself: {end:?}");
-        }
-    }
 }
 
 /// Rank 2 SIGSTOPped (alive, silent) with a 3 s collective timeout: every other rank fails

@@ -4,7 +4,8 @@
 //! Invariants: control frames are read in order and every one looked at (a notice or a data
 //! frame never hides an abort: a data frame stops the reading, to be read whole when its turn
 //! comes, then what follows it); a failure heard while the call needs nothing more of that
-//! neighbour is kept for the next call, not returned early; a notice is queued whole, only
+//! neighbour is kept for the next call, not returned early, unless it is an abort whose origin
+//! is a peer the call still needs (that peer sends nothing more); a notice is queued whole, only
 //! between data frames on its stream, and dropped (never retried in a busy loop) if its stream
 //! fails; a notice names this rank's stalled neighbour or the rank a fresh notice of that
 //! neighbour names, never this rank.
@@ -104,7 +105,14 @@ impl TcpRing {
     /// abort of a later call, or the stream's end, is kept for the next call and the stream is
     /// no longer watched: a neighbour that has taken everything may end its job before this
     /// rank has read its last frame, and one that failed has told the other neighbours too (if
-    /// this call still needs a frame from it, reading that frame fails the call). Returns
+    /// this call still needs a frame from it, reading that frame fails the call). Except an
+    /// abort, of any call, whose origin is a peer this call still needs ([`TcpRing::needs`]):
+    /// the origin sends nothing after its abort, and its own abort may never come (the stream
+    /// between them is what failed, as when every packet of a chord is lost: the origin timed
+    /// out on it, and its abort reaches this rank only relayed, by ranks a call ahead), so
+    /// waiting on it could only end in this call's own timeout, naming the wrong rank. (An
+    /// origin that failed a later call had sent this call's frames first; failing now forgoes
+    /// them, and the next call would have failed with the same error.) Returns
     /// whether to keep watching: not once a data frame (one waiting for its turn, or the next
     /// call's) shows up.
     pub(super) fn read_controls(
@@ -113,8 +121,8 @@ impl TcpRing {
         seq: u64,
         writing: bool,
     ) -> Result<bool, CollectiveError> {
-        let stream = &mut self.streams[s];
-        while !stream.ended {
+        while !self.streams[s].ended {
+            let stream = &mut self.streams[s];
             let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
             let failure = match next_control(&mut stream.ahead, &mut src, stream.peer, self.world) {
                 Ok(Between::Blocked) => return Ok(true),
@@ -126,7 +134,7 @@ impl TcpRing {
                     continue;
                 }
                 Ok(Between::Control(Control::Abort { seq: of, error })) => {
-                    if of <= seq || writing {
+                    if of <= seq || writing || self.needs_origin(&error) {
                         return Err(error);
                     }
                     error
@@ -134,10 +142,16 @@ impl TcpRing {
                 Err(error) if writing => return Err(error),
                 Err(error) => error,
             };
-            stream.ended = true;
+            self.streams[s].ended = true;
             self.pending.get_or_insert(failure);
         }
         Ok(false)
+    }
+
+    /// Whether `error` is an abort whose origin is the peer of a stream this call still needs.
+    fn needs_origin(&self, error: &CollectiveError) -> bool {
+        let CollectiveError::Aborted { origin, .. } = error else { return false };
+        (0..self.streams.len()).any(|t| self.streams[t].peer == *origin && self.needs(t))
     }
 
     /// Queues a waiting notice for every peer whose stream `at_boundary` says is between

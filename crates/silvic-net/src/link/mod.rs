@@ -25,7 +25,8 @@
 //!   call); otherwise the control frames up to the next data frame, which waits for its turn (an
 //!   abort of this call fails the call). A stream's end (or an abort of a later call) while this
 //!   call needs nothing more of it is kept and returned by the next call, since a neighbour that
-//!   has taken everything may end its job before this rank has read its last frame. A stream
+//!   has taken everything may end its job before this rank has read its last frame; but an
+//!   abort of any call whose origin is a peer this call still needs fails the call at once. A stream
 //!   no way of the plan uses (a chord the plan does not need) is read at the call's start and
 //!   whenever poll(2) finds it ready, not on every turn of a spinning call: an abort on it is
 //!   taken at the latest when the call next waits.
@@ -179,7 +180,7 @@ impl TcpRing {
     }
 
     /// Whether the call still needs stream `s`: to write a frame to it or read one from it.
-    fn needs(&self, s: usize) -> bool {
+    pub(super) fn needs(&self, s: usize) -> bool {
         let writes = self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
         writes || self.table.reader(s, &self.ways).is_some_and(|w| !self.ways.in_done(w))
     }
@@ -565,6 +566,59 @@ mod tests {
         rank2.write_all(&[&data[..], &abort[..n]].concat()).unwrap();
         let error = ring.run(&mut one_hop(header, b"one")).unwrap_err();
         assert_eq!(error, CollectiveError::Aborted { origin: 2, cause: Box::new(cause) });
+    }
+
+    /// Rank 1's call with rank 2's leftward frame in and its own frames out, so that it needs
+    /// nothing more of rank 2 and waits only on rank 0; then rank 2 sends an abort of the next
+    /// call (it relays a failure it heard there) whose origin is `origin`.
+    /// Returns the ring, rank 0's end, rank 2's sender (joined for its end, kept open) and the
+    /// error the abort stands for.
+    fn later_abort_while_waiting_on_rank_0(origin: usize) -> LaterAbort {
+        let (ring, rank0, mut rank2) = rank_one(BOUND);
+        let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+        rank2.write_all(&[&header.carrying(Dir::Left, 2).encode()[..], b"two"].concat()).unwrap();
+        let cause = CollectiveError::Timeout { peer: 1, waited: Duration::from_secs(60) };
+        let mut abort = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+        let n = Abort { origin, cause: cause.clone() }.encode(1, &mut abort);
+        let relay = std::thread::spawn(move || {
+            // After rank 1 has had time to take the frame and to find it needs no more of rank 2.
+            std::thread::sleep(Duration::from_millis(200));
+            rank2.write_all(&abort[..n]).unwrap();
+            rank2
+        });
+        (ring, rank0, relay, CollectiveError::Aborted { origin, cause: Box::new(cause) })
+    }
+
+    type LaterAbort = (TcpRing, TcpStream, std::thread::JoinHandle<TcpStream>, CollectiveError);
+
+    #[test]
+    fn a_relayed_abort_whose_origin_this_call_waits_on_fails_the_call_at_once() {
+        // Rank 0 failed (say every packet between it and rank 1 is lost): it sends nothing
+        // more, and its own abort cannot come, so only the abort rank 2 relays from the next
+        // call can end this call before its timeout, which would name rank 0 for nothing.
+        let (mut ring, _rank0, relay, aborted) = later_abort_while_waiting_on_rank_0(0);
+        let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+        let error = ring.run(&mut one_hop(header, b"one")).unwrap_err();
+        assert_eq!(error, aborted);
+        let _rank2 = relay.join().unwrap();
+    }
+
+    #[test]
+    fn a_later_abort_from_a_rank_this_call_does_not_wait_on_is_kept_for_the_next_call() {
+        // Rank 2 failed in the next call: it has sent all it had for this one, which rank 0's
+        // frame completes, so this call returns Ok and the next returns the abort.
+        let (mut ring, mut rank0, relay, aborted) = later_abort_while_waiting_on_rank_0(2);
+        let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(600));
+            let frame = [&header.carrying(Dir::Right, 0).encode()[..], b"zer"].concat();
+            rank0.write_all(&frame).unwrap();
+            rank0
+        });
+        ring.run(&mut one_hop(header, b"one")).unwrap();
+        let (_rank0, _rank2) = (late.join().unwrap(), relay.join().unwrap());
+        let next = Header::data(Op::AllgatherBytes, 1, 3, 3);
+        assert_eq!(ring.run(&mut one_hop(next, b"one")).unwrap_err(), aborted);
     }
 
     #[test]
