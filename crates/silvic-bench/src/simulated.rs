@@ -21,12 +21,17 @@ fn describe(config: &Config, sim: &Simulation) -> String {
     format!(
         "# silvic-bench --simulate: silvic-net's plans in virtual time, world {}\n\
          # network model: hop {} us, link {} Gbit/s per rank each way, frame overhead {} us, \
-         fold {} GB/s; path {}\n",
+         fold {} GB/s, copy {} GB/s, {}; path {}\n",
         config.world,
         n.hop.as_secs_f64() * 1e6,
         n.link_gbit,
         n.frame_overhead.as_secs_f64() * 1e6,
         n.fold_gbyte,
+        n.copy_gbyte,
+        match n.cores {
+            Some(cores) => format!("{cores} cores shared by all ranks"),
+            None => "a core per rank".to_string(),
+        },
         sim.path.name(),
     )
 }
