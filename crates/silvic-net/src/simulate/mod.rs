@@ -409,3 +409,6 @@ impl Link for VirtualLink {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cpu_tests;
