@@ -108,7 +108,7 @@ impl SimulateArgs {
                 return Err(format!("--{name} must be a positive number"));
             }
         }
-        if !(self.copy_gbyte > 0.0) {
+        if self.copy_gbyte.is_nan() || self.copy_gbyte <= 0.0 {
             return Err("--copy-gbyte must be a positive number or inf".into());
         }
         let network = Network {

@@ -94,7 +94,7 @@ impl Network {
                 return Err(SimulateError::Network(format!("the {name} must be above 0")));
             }
         }
-        if !(self.copy_gbyte > 0.0) {
+        if self.copy_gbyte.is_nan() || self.copy_gbyte <= 0.0 {
             return Err(SimulateError::Network("the copy rate must be above 0".into()));
         }
         if self.cores == Some(0) {
