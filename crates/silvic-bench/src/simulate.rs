@@ -16,22 +16,26 @@ use crate::workload::{Kind, Workload};
 /// A hop's latency by default, in us.
 pub(crate) const HOP_US: f64 = 5.0;
 /// Each rank's link rate by default, in Gbit/s.
-pub(crate) const LINK_GBIT: f64 = 38.0;
+pub(crate) const LINK_GBIT: f64 = 72.0;
 /// A frame's overhead by default, in us.
 pub(crate) const FRAME_OVERHEAD_US: f64 = 1.5;
 /// The fold's rate by default, in GB/s.
 pub(crate) const FOLD_GBYTE: f64 = 10.0;
+/// The copy's rate by default, in GB/s.
+pub(crate) const COPY_GBYTE: f64 = 20.0;
 
 /// The simulator's flags.
 #[derive(Debug, Args)]
 pub(crate) struct SimulateArgs {
     /// Simulate the calls instead of running them: silvic-net's real plans in virtual time
     /// through a model of a network (--hop-us, --link-gbit, --frame-overhead-us,
-    /// --fold-gbyte), for any --world up to 4096. Prints the same table, CSV or JSON, the same
-    /// on every run. The defaults were measured on the loopback ring of a 2-core shared Linux
-    /// VM at world 2, a core per rank: an 8-byte call took 6.5 us (5 of hop, 1.5 of frame
-    /// overhead), 32 KiB against 256 KiB calls gave the link rate, the f64 fold into 64 MiB the
-    /// fold rate. docs/simulator.md says how, and how to measure another network.
+    /// --fold-gbyte, --copy-gbyte, --cores), for any --world up to 4096. Prints the same
+    /// table, CSV or JSON, the same on every run. The defaults were measured on the loopback
+    /// ring of a 2-core shared Linux VM at world 2, a core per rank: an 8-byte call took 6.5 us
+    /// (5 of hop, 1.5 of frame overhead), the f64 fold into 64 MiB gave the fold rate, 256 KiB
+    /// copies out of 64 MiB the copy rate, and 32 KiB against 256 KiB calls, less a fold and
+    /// two copies per byte, the link rate. docs/simulator.md says how, how to measure another
+    /// network, and the flags that model the relay bed.
     #[arg(long, conflicts_with_all = ["netns_hosts", "link_limit", "threads", "rank", "rendezvous", "host", "listen", "link_delay_us", "cpu", "warmup"])]
     pub(crate) simulate: bool,
 
@@ -51,6 +55,17 @@ pub(crate) struct SimulateArgs {
     /// With --simulate: the rate a rank folds received bytes at, in GB/s.
     #[arg(long, requires = "simulate", default_value_t = FOLD_GBYTE)]
     pub(crate) fold_gbyte: f64,
+
+    /// With --simulate: the rate a rank's core copies a frame's bytes out to its link and in
+    /// from it, in GB/s (each frame costs its sender and its receiver bytes / rate of CPU; inf:
+    /// copies cost nothing).
+    #[arg(long, requires = "simulate", default_value_t = COPY_GBYTE)]
+    pub(crate) copy_gbyte: f64,
+
+    /// With --simulate: the cores all ranks share for their copies and folds, as ranks on one
+    /// host do (the relay bed: 2) [default: a core per rank, a host per rank].
+    #[arg(long, requires = "simulate", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) cores: Option<u32>,
 
     /// With --simulate: the path of every call where it has a choice: auto (what the real call
     /// chooses), or gather, ring, bruck or index (allreduce only).
@@ -93,11 +108,16 @@ impl SimulateArgs {
                 return Err(format!("--{name} must be a positive number"));
             }
         }
+        if self.copy_gbyte.is_nan() || self.copy_gbyte <= 0.0 {
+            return Err("--copy-gbyte must be a positive number or inf".into());
+        }
         let network = Network {
             hop: time("hop-us", self.hop_us)?,
             link_gbit: self.link_gbit,
             frame_overhead: time("frame-overhead-us", self.frame_overhead_us)?,
             fold_gbyte: self.fold_gbyte,
+            copy_gbyte: self.copy_gbyte,
+            cores: self.cores.map(|c| c as usize),
         };
         for &kind in kinds {
             for &size in sizes {

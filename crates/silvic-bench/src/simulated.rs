@@ -21,12 +21,17 @@ fn describe(config: &Config, sim: &Simulation) -> String {
     format!(
         "# silvic-bench --simulate: silvic-net's plans in virtual time, world {}\n\
          # network model: hop {} us, link {} Gbit/s per rank each way, frame overhead {} us, \
-         fold {} GB/s; path {}\n",
+         fold {} GB/s, copy {} GB/s, {}; path {}\n",
         config.world,
         n.hop.as_secs_f64() * 1e6,
         n.link_gbit,
         n.frame_overhead.as_secs_f64() * 1e6,
         n.fold_gbyte,
+        n.copy_gbyte,
+        match n.cores {
+            Some(cores) => format!("{cores} cores shared by all ranks"),
+            None => "a core per rank".to_string(),
+        },
         sim.path.name(),
     )
 }
@@ -66,7 +71,7 @@ pub(crate) fn run(config: &Config, sim: &Simulation) -> Result<u64, Failure> {
 mod tests {
     use super::*;
     use crate::cli::{Mode, parse};
-    use crate::simulate::{FOLD_GBYTE, LINK_GBIT};
+    use crate::simulate::{COPY_GBYTE, FOLD_GBYTE, LINK_GBIT};
     use silvic_net::simulate::{Collective, Path};
     use std::time::Duration;
 
@@ -88,6 +93,10 @@ mod tests {
         assert_eq!(sim.network.link_gbit, LINK_GBIT);
         assert_eq!(sim.network.frame_overhead, Duration::from_nanos(1500));
         assert_eq!(sim.network.fold_gbyte, FOLD_GBYTE);
+        assert_eq!((sim.network.copy_gbyte, sim.network.cores), (COPY_GBYTE, None));
+        let c = config(&["--simulate", "--cores", "2", "--copy-gbyte", "inf"]).unwrap();
+        let sim = simulation(c).unwrap();
+        assert_eq!((sim.network.copy_gbyte, sim.network.cores), (f64::INFINITY, Some(2)));
         let c = config(&["--simulate", "--path", "gather", "--link-gbit", "2.5"]).unwrap();
         let sim = simulation(c).unwrap();
         assert_eq!((sim.path, sim.network.link_gbit), (Path::Gather, 2.5));
@@ -105,6 +114,10 @@ mod tests {
             (&["--simulate", "--world", "5000"], "4096"),
             (&["--simulate", "--link-gbit", "0"], "--link-gbit"),
             (&["--simulate", "--fold-gbyte", "nan"], "--fold-gbyte"),
+            (&["--simulate", "--copy-gbyte", "0"], "--copy-gbyte"),
+            (&["--simulate", "--copy-gbyte", "nan"], "--copy-gbyte"),
+            (&["--simulate", "--cores", "0"], "--cores"),
+            (&["--cores", "2"], "--simulate"),
             (&["--simulate", "--hop-us=-1"], "--hop-us"),
             (&["--simulate", "--frame-overhead-us", "inf"], "--frame-overhead-us"),
             (&["--simulate", "--threads"], "--threads"),

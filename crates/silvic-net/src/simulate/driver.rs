@@ -9,14 +9,20 @@
 //!
 //! The model, per frame of `b` payload bytes sent by rank `r` to rank `d`:
 //!
-//! - `r`'s link out carries one frame at a time, in the order their gates opened: the frame
-//!   holds it for `overhead + b / rate`, starting when the gate opens or the frame before is
-//!   out, whichever is later; it counts as sent (`sent[w]`) when it is all out.
+//! - `r`'s core first copies the frame out (`b / copy rate`), then `r`'s link out carries one
+//!   frame at a time, in the order their gates opened: the frame holds it for
+//!   `overhead + b / rate`, starting when its copy is done or the frame before is out,
+//!   whichever is later; it counts as sent (`sent[w]`) when it is all out.
 //! - Its last byte reaches `d` a hop's latency later, or once `d`'s link in has carried it at
 //!   the same rate after the frames that came in before it, whichever is later.
-//! - `d` takes it once it is all in and `d`'s gate lets it in; a frame the plan folds
-//!   ([`FramePlan::folds`]) counts as received `b / fold rate` after that, a copied one at once.
-//!   Buffers (socket buffers, relays) hold whatever has arrived and is not yet taken.
+//! - `d` takes it once it is all in and `d`'s gate lets it in: `d`'s core copies it in
+//!   (`b / copy rate`) and, if the plan folds it ([`FramePlan::folds`]), folds it
+//!   (`b / fold rate`); it counts as received when that is done. Buffers (socket buffers,
+//!   relays) hold whatever has arrived and is not yet taken.
+//! - A rank is one thread: its copies and folds run one after another, in the order asked. With
+//!   [`Model::cores`] they also need one of that many cores, shared by every rank (ranks of one
+//!   host); each piece of work takes the core free first (the lowest-numbered of equals), and
+//!   starts once both the rank and that core are free. Without it, every rank has its own core.
 //!
 //! Every rank runs one plan, the calling rank's (see the module doc of [`super`] for why that
 //! is every rank's plan relabelled); [`drive`] also takes one plan per rank, which the tests
@@ -36,6 +42,10 @@ pub(crate) struct Model {
     pub(crate) link_ps_per_byte: f64,
     /// Picoseconds folding a byte takes.
     pub(crate) fold_ps_per_byte: f64,
+    /// Picoseconds a rank's core takes to copy a byte out to its link or in from it.
+    pub(crate) copy_ps_per_byte: f64,
+    /// The cores every rank's copies and folds share, or `None` for a core per rank.
+    pub(crate) cores: Option<usize>,
 }
 
 impl Model {
@@ -44,6 +54,21 @@ impl Model {
     }
     fn fold(&self, bytes: u64) -> u64 {
         (bytes as f64 * self.fold_ps_per_byte).round() as u64
+    }
+    fn copy(&self, bytes: u64) -> u64 {
+        (bytes as f64 * self.copy_ps_per_byte).round() as u64
+    }
+
+    /// What every rank folding `bytes` of its own, all at once after a call, adds to the call:
+    /// one rank's fold, or, on fewer shared cores than ranks, the world's folds spread over them.
+    pub(crate) fn local_fold(&self, world: usize, bytes: u64) -> u64 {
+        let one = self.fold(bytes);
+        match self.cores {
+            Some(cores) if cores < world => {
+                (u128::from(one) * world as u128).div_ceil(cores as u128) as u64
+            }
+            _ => one,
+        }
     }
 }
 
@@ -95,6 +120,10 @@ struct World<'p> {
     /// Per rank: when its link out and its link in are next free.
     out_free: Vec<u64>,
     in_free: Vec<u64>,
+    /// Per rank: when its thread is next free to copy or fold.
+    thread_free: Vec<u64>,
+    /// Per shared core ([`Model::cores`]; empty for a core per rank): when it is next free.
+    cores_free: Vec<u64>,
     events: BinaryHeap<Reverse<Event>>,
     order: u64,
     frames: u64,
@@ -108,6 +137,23 @@ impl<'p> World<'p> {
     fn push(&mut self, time: u64, what: What, rank: usize, way: usize) {
         self.order += 1;
         self.events.push(Reverse(Event { time, order: self.order, what, rank, way }));
+    }
+
+    /// Runs `work` picoseconds of `rank`'s copying or folding, asked for at `now`, on its thread
+    /// (and a shared core, if any): returns when it is done. No work takes no time, and waits on
+    /// nothing.
+    fn work(&mut self, rank: usize, now: u64, work: u64) -> u64 {
+        if work == 0 {
+            return now;
+        }
+        let mut start = now.max(self.thread_free[rank]);
+        let core = (0..self.cores_free.len()).min_by_key(|&c| (self.cores_free[c], c));
+        if let Some(c) = core {
+            start = start.max(self.cores_free[c]);
+            self.cores_free[c] = start + work;
+        }
+        self.thread_free[rank] = start + work;
+        start + work
     }
 
     /// Starts whatever `rank`'s gates let through at `now`.
@@ -129,17 +175,19 @@ impl<'p> World<'p> {
                 && plan.may_receive(w, progress);
             if send {
                 let bytes = plan.header(w, i).len;
-                let start = now.max(self.out_free[rank]);
+                let copied = self.work(rank, now, self.model.copy(bytes));
+                let start = copied.max(self.out_free[rank]);
                 let end = start + self.model.overhead_ps + self.model.carry(bytes);
                 self.out_free[rank] = end;
                 self.sending[at + w] = true;
                 self.push(end, What::Sent, rank, w);
             }
             if take {
-                let fold =
-                    if plan.folds(w, j) { self.model.fold(plan.expect(w, j).len) } else { 0 };
+                let bytes = plan.expect(w, j).len;
+                let fold = if plan.folds(w, j) { self.model.fold(bytes) } else { 0 };
+                let done = self.work(rank, now, self.model.copy(bytes) + fold);
                 self.receiving[at + w] = true;
-                self.push(now + fold, What::Received, rank, w);
+                self.push(done, What::Received, rank, w);
             }
         }
     }
@@ -202,6 +250,8 @@ pub(crate) fn drive(
         receiving: vec![false; cells],
         out_free: vec![0; world],
         in_free: vec![0; world],
+        thread_free: vec![0; world],
+        cores_free: vec![0; model.cores.unwrap_or(0)],
         events: BinaryHeap::new(),
         order: 0,
         frames: 0,

@@ -1,7 +1,7 @@
 //! A model of a collective's time: the ring's real plans run in virtual time through a model of
 //! a network, moving no byte and reading no clock. It answers "how long would this call take on
 //! a network like that", for worlds far larger than a test machine can run (`silvic-bench
-//! --simulate`, docs/simulator.md). It is a model: it is as right as its four numbers and its
+//! --simulate`, docs/simulator.md). It is a model: it is as right as its numbers and its
 //! assumptions below, and it says nothing about correctness, which the plans' own tests prove.
 //!
 //! [`simulate`] builds the calling rank's plan exactly as a real call does (the same cost model
@@ -15,15 +15,17 @@
 //! # What is modelled ([`Network`])
 //!
 //! Every rank has one link, of one rate each way, shared by all the plan's ways. A frame of
-//! `b` payload bytes holds its sender's link out for `frame_overhead + b / rate`, one frame
-//! after another in the order the gates opened; its last byte reaches the receiver `hop` later,
-//! or once the receiver's link in has carried it after what came in before, whichever is later.
-//! The receiver takes it once its gate lets it in, and a frame the plan folds counts as received
-//! `b / fold rate` after that; the gather path's local fold after its gather costs
-//! `(world - 1) × b / fold rate`. Socket buffers are unbounded: a frame waits wherever it
-//! arrived for its gate. Not modelled: a CPU shared by several ranks or by the network's own
-//! work (the relay bed's case, docs/simulator.md), TCP's windows and slow start, congestion
-//! shared by links, jitter and loss.
+//! `b` payload bytes costs its sender's core `b / copy rate`, then holds its link out for
+//! `frame_overhead + b / rate`, one frame after another in the order the gates opened; its last
+//! byte reaches the receiver `hop` later, or once the receiver's link in has carried it after
+//! what came in before, whichever is later. The receiver takes it once its gate lets it in: its
+//! core copies it in (`b / copy rate`) and, if the plan folds it, folds it (`b / fold rate`);
+//! the gather path's local fold after its gather costs `(world - 1) × b / fold rate`. A rank's
+//! copies and folds run one after another (a rank is one thread), on a core of its own, or,
+//! with [`Network::cores`], on one of that many cores shared by every rank (the relay bed's
+//! case, docs/simulator.md). Socket buffers are unbounded: a frame waits wherever it arrived
+//! for its gate. Not modelled: the network's own work on the ranks' cores (a relay's copies),
+//! TCP's windows and slow start, congestion shared by links, jitter and loss.
 //!
 //! # One plan drives every rank
 //!
@@ -76,6 +78,13 @@ pub struct Network {
     /// The rate at which a rank folds received bytes into its buffer, in GB/s (10^9 bytes per
     /// second).
     pub fold_gbyte: f64,
+    /// The rate at which a rank's core copies a frame's bytes out to its link, and in from it,
+    /// in GB/s: each frame costs its sender and its receiver `bytes / copy_gbyte` of their
+    /// core. `f64::INFINITY` for copies that cost nothing.
+    pub copy_gbyte: f64,
+    /// How many cores all ranks share for their copies and folds (ranks of one host), or `None`
+    /// for a core per rank (a host per rank).
+    pub cores: Option<usize>,
 }
 
 impl Network {
@@ -84,6 +93,12 @@ impl Network {
             if !(rate.is_finite() && rate > 0.0) {
                 return Err(SimulateError::Network(format!("the {name} must be above 0")));
             }
+        }
+        if self.copy_gbyte.is_nan() || self.copy_gbyte <= 0.0 {
+            return Err(SimulateError::Network("the copy rate must be above 0".into()));
+        }
+        if self.cores == Some(0) {
+            return Err(SimulateError::Network("the shared cores must be at least 1".into()));
         }
         let ps = |d: Duration| u64::try_from(d.as_nanos() * 1000).ok();
         let (Some(hop_ps), Some(overhead_ps)) = (ps(self.hop), ps(self.frame_overhead)) else {
@@ -94,6 +109,8 @@ impl Network {
             overhead_ps,
             link_ps_per_byte: 8.0 * 1000.0 / self.link_gbit,
             fold_ps_per_byte: 1000.0 / self.fold_gbyte,
+            copy_ps_per_byte: 1000.0 / self.copy_gbyte,
+            cores: self.cores,
         })
     }
 }
@@ -314,7 +331,7 @@ fn simulate_on(
             if matches!(chosen, RingPath::Gather | RingPath::Bruck) {
                 // The local fold of the other ranks' buffers, after the gather.
                 let folded = (world - 1) as u64 * bytes as u64;
-                link.spent.end_ps += (folded as f64 * model.fold_ps_per_byte).round() as u64;
+                link.spent.end_ps += model.local_fold(world, folded);
             }
         }
         Collective::Allgather => {
@@ -392,3 +409,6 @@ impl Link for VirtualLink {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cpu_tests;

@@ -12,6 +12,8 @@ fn network(hop_us: u64, link_gbit: f64, overhead_us: u64, fold_gbyte: f64) -> Ne
         link_gbit,
         frame_overhead: Duration::from_micros(overhead_us),
         fold_gbyte,
+        copy_gbyte: f64::INFINITY,
+        cores: None,
     }
 }
 
