@@ -149,6 +149,19 @@ pub enum ConnectError {
         detail: String,
     },
 
+    /// The ranks were started with different values of a setting every rank must share (such as
+    /// `SILVIC_ALLREDUCE`): found when the ring formed, by every rank alike, so `connect` fails
+    /// on every rank with the same error.
+    #[error("{setting} differs between ranks: {detail}")]
+    Disagreement {
+        /// The setting: the variable that sets it.
+        setting: String,
+        /// The ranks whose value differs from the most common one, in rank order; never empty.
+        ranks: Vec<usize>,
+        /// Each of those ranks' value, and the most common value and its ranks.
+        detail: String,
+    },
+
     /// A socket operation failed.
     #[error("i/o error with rank {peer} at {address}: {message}")]
     Io {
@@ -223,6 +236,7 @@ impl ConnectError {
             ConnectError::Handshake { .. } => "handshake",
             ConnectError::Timeout { .. } | ConnectError::RendezvousTimeout { .. } => "timeout",
             ConnectError::Io { .. } => "io",
+            ConnectError::Disagreement { .. } => "disagreement",
         }
     }
 
@@ -242,12 +256,13 @@ impl ConnectError {
             | ConnectError::Environment { .. }
             | ConnectError::Folder { .. }
             | ConnectError::DuplicateRank { .. }
-            | ConnectError::RendezvousTimeout { .. } => None,
+            | ConnectError::RendezvousTimeout { .. }
+            | ConnectError::Disagreement { .. } => None,
         }
     }
 
     /// The peer rank this error is about, if any: for [`ConnectError::RendezvousTimeout`], the
-    /// first rank missing.
+    /// first rank missing; for [`ConnectError::Disagreement`], the first rank that differs.
     pub fn peer(&self) -> Option<usize> {
         match self {
             ConnectError::Rejected { peer, .. }
@@ -256,6 +271,7 @@ impl ConnectError {
             | ConnectError::Io { peer, .. } => Some(*peer),
             ConnectError::DuplicateRank { rank, .. } => Some(*rank),
             ConnectError::RendezvousTimeout { missing, .. } => missing.first().copied(),
+            ConnectError::Disagreement { ranks, .. } => ranks.first().copied(),
             ConnectError::ExchangeAbandoned { .. } => Some(0),
             ConnectError::InvalidArgument(_)
             | ConnectError::Bind { .. }

@@ -110,6 +110,7 @@ mod handshake;
 pub mod launch;
 mod link;
 mod liveness;
+mod options;
 mod probe;
 mod rendezvous;
 mod ring;
@@ -134,6 +135,7 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../../../docs/cluster.md")]
 pub struct ClusterDocDoctests;
 pub use liveness::LIVENESS;
+pub use options::{ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
 pub use silvic_core::{
     Collective, CollectiveError, Dtype, LocalCollective, Numbers, Op, RecordFold, Reduction,
     TrainerCollective,

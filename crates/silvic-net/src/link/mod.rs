@@ -62,6 +62,7 @@ use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
 use crate::frame::HEADER_LEN;
+use crate::ring::cost::Path;
 use crate::ring::seam::{Call, FramePlan, Link, Network, Route};
 use crate::wait::wait;
 
@@ -121,6 +122,8 @@ pub(crate) struct TcpRing {
     table: Table,
     /// What the ranks measured of the network when the ring formed (`probe.rs`).
     network: Network,
+    /// The path every rank agreed to force allreduces onto (`options.rs`).
+    forced: Option<Path>,
 }
 
 /// Where the ring sits in its world: this rank, the world size and every rank's address.
@@ -159,14 +162,15 @@ impl TcpRing {
             ways: Ways::default(),
             table: Table::default(),
             network: Network::UNMEASURED,
+            forced: None,
         }
     }
 
-    /// Takes the network every rank agreed on, and starts the counts of [`TcpRing::stats`]
-    /// afresh: what was moved to measure it is not the caller's. Bytes read ahead and not yet
-    /// taken belong to the caller's first call, and are counted when it runs.
-    pub(crate) fn measured(&mut self, network: Network) {
-        self.network = network;
+    /// Takes the network and the forced path every rank agreed on, and starts the counts of
+    /// [`TcpRing::stats`] afresh: what was moved to measure it is not the caller's. Bytes read
+    /// ahead and not yet taken belong to the caller's first call, and are counted when it runs.
+    pub(crate) fn measured(&mut self, network: Network, forced: Option<Path>) {
+        (self.network, self.forced) = (network, forced);
         for stream in &mut self.streams {
             (stream.sent, stream.received, stream.waited) = (0, 0, Duration::ZERO);
             stream.read_ahead_at_start = stream.ahead.buffered().len() as u64;
@@ -409,6 +413,10 @@ fn waited_on(op: Op, seq: u64, stalled: Duration, blamed: usize, address: Socket
 impl Link for TcpRing {
     fn network(&self) -> Network {
         self.network
+    }
+
+    fn forced(&self) -> Option<Path> {
+        self.forced
     }
 
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
