@@ -286,10 +286,11 @@ impl ConnectError {
 /// A failure as rank `rank` reports it to its caller: `peer()` names another rank, never
 /// `rank` (SPEC). An abort relayed from `origin` whose cause names this rank (the origin found
 /// this rank's buffer of another length, or this rank in another call) becomes the same
-/// mismatch seen from here, naming the origin; any other cause naming this rank (the origin
-/// timed out on it, or lost its stream) becomes the origin closing its streams to this rank, the
-/// one thing this rank saw of it (the origin's own error is in the log line before). Every
-/// other error is kept as it is.
+/// mismatch seen from here, naming the origin; a frame of this rank the origin refused (one of
+/// another path) becomes a malformed frame naming the origin, with its reason; any other cause
+/// naming this rank (the origin timed out on it, or lost its stream) becomes the origin closing
+/// its streams to this rank, the one thing this rank saw of it (the origin's own error is in
+/// the log line before). Every other error is kept as it is.
 pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
     let CollectiveError::Aborted { origin, cause } = error else {
         return error;
@@ -310,6 +311,10 @@ pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError
                 got_seq: expected_seq,
             }
         }
+        CollectiveError::MalformedFrame { reason, .. } => CollectiveError::MalformedFrame {
+            peer: origin,
+            reason: format!("rank {origin} refused a frame of this rank: {reason}"),
+        },
         _ => CollectiveError::PeerClosed { peer: origin },
     }
 }

@@ -5,11 +5,11 @@
 //! Every test is bounded: the ranks are joined within [`LIMIT`], and each connect within its own
 //! rendezvous timeout (a hang fails the test).
 
-use std::sync::mpsc;
+use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use silvic_core::Collective;
+use silvic_core::{Collective, CollectiveError, Op, fold};
 
 use super::*;
 
@@ -21,14 +21,15 @@ const TOKEN: &str = "an-options-test-token-0123456789";
 /// outcome in rank order, within [`LIMIT`].
 fn ring<R: Send + 'static>(
     paths: &[AllreducePath],
-    body: impl Fn(usize, TcpCollective) -> R + Send + Sync + Copy + 'static,
+    body: impl Fn(usize, TcpCollective) -> R + Send + Sync + 'static,
 ) -> Vec<Result<R, ConnectError>> {
+    let body = Arc::new(body);
     let world = paths.len();
     let listeners: Vec<_> = (0..world).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
     let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
     let (done, results) = mpsc::channel();
     for (rank, listener) in listeners.into_iter().enumerate() {
-        let (done, addresses) = (done.clone(), addresses.clone());
+        let (done, addresses, body) = (done.clone(), addresses.clone(), body.clone());
         let options = ConnectOptions::new().allreduce(paths[rank]);
         thread::spawn(move || {
             let timeout = Duration::from_secs(20);
@@ -207,4 +208,68 @@ fn ranks_launched_with_another_variable_fail_alike_naming_the_rank() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every rank of `paths.len()` connects with the automatic path, then runs one sum of 64 f64
+/// on `paths[rank]` (as if each had been forced alone, past the agreement); every rank's error.
+/// The ranks hold their rings until all are done: a rank that closes its ring early would fail
+/// its neighbours' calls with its close instead of the frames under test.
+fn one_sum_on(paths: &'static [cost::Path]) -> Vec<CollectiveError> {
+    let world = paths.len();
+    let done = Arc::new(Barrier::new(world));
+    let outcomes = ring(&vec![AllreducePath::Auto; world], move |rank, mut ring| {
+        let mut buf = vec![rank as f64; 64];
+        let op = Op::AllreduceSumF64;
+        let result = ring.run(op, 512, |link, seq, scratch| {
+            let call = crate::ring::Call { rank, world, op, seq };
+            crate::ring::allreduce_on(paths[rank], link, call, &mut buf, fold::sum_f64, scratch)
+        });
+        done.wait();
+        result
+    });
+    let errors = outcomes.into_iter().enumerate().map(|(rank, outcome)| {
+        match outcome.unwrap_or_else(|e| panic!("rank {rank} connect: {e}")) {
+            Ok(()) => panic!("rank {rank} finished a call the others took on another path"),
+            Err(error) => error,
+        }
+    });
+    errors.collect()
+}
+
+/// Whether `error` is a malformed frame of another path, naming a rank of `peers`.
+fn refused_naming(error: &CollectiveError, peers: &[usize]) -> bool {
+    matches!(error, CollectiveError::MalformedFrame { peer, reason }
+        if peers.contains(peer) && reason.contains("the ranks disagree on the allreduce path"))
+}
+
+#[test]
+fn two_ranks_on_different_paths_fail_at_the_first_frame_naming_each_other() {
+    use cost::Path::{Bruck, Gather, Index, Ring};
+    // World 2 carries every path over its two ring streams; any two differ at the first frame
+    // (a timeout would mean a rank waited for frames that never came).
+    for pair in [[Ring, Index], [Gather, Ring], [Bruck, Gather], [Index, Bruck]] {
+        let paths: &'static [cost::Path] = Box::leak(Box::new(pair));
+        let errors = one_sum_on(paths);
+        assert!(refused_naming(&errors[0], &[1]), "{pair:?} rank 0: {}", errors[0]);
+        assert!(refused_naming(&errors[1], &[0]), "{pair:?} rank 1: {}", errors[1]);
+    }
+}
+
+#[test]
+fn a_rank_on_another_path_among_eight_fails_every_rank_naming_it() {
+    use cost::Path::{Bruck, Ring};
+    // Rank 3 takes Bruck's rounds (over chords, formed at eight ranks) while the rest take the
+    // ring. The ranks that get a frame of rank 3's refuse it, naming it; the others hear the
+    // refusal relayed; rank 3 refuses a ring frame, or hears its own frame was refused.
+    let errors = one_sum_on(&[Ring, Ring, Ring, Bruck, Ring, Ring, Ring, Ring]);
+    for (rank, error) in errors.iter().enumerate() {
+        let others: Vec<usize> = (0..8).filter(|&r| r != rank).collect();
+        let names_three = match error {
+            CollectiveError::Aborted { origin, cause } => {
+                refused_naming(cause, &others) && (*origin == 3 || cause.peer() == Some(3))
+            }
+            direct => refused_naming(direct, if rank == 3 { &others } else { &[3] }),
+        };
+        assert!(names_three, "rank {rank}: {error}");
+    }
 }

@@ -446,6 +446,15 @@ mod tests {
                 got_seq: 4,
             }
         );
+        let refused =
+            CollectiveError::MalformedFrame { peer: 2, reason: "of the ring path".into() };
+        assert_eq!(
+            as_seen_by(2, relayed(1, refused)),
+            CollectiveError::MalformedFrame {
+                peer: 1,
+                reason: "rank 1 refused a frame of this rank: of the ring path".into()
+            }
+        );
         let timeout = CollectiveError::Timeout { peer: 2, waited: Duration::from_secs(3) };
         assert_eq!(as_seen_by(2, relayed(1, timeout)), CollectiveError::PeerClosed { peer: 1 });
         // Anything that names another rank is kept as it is.

@@ -295,6 +295,9 @@ impl TcpRing {
         stirred: &mut u64,
     ) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
+        // Every frame of a plan names the same path: its first one's.
+        let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
+        let path = first.map(|w| plan.header(w, 0).path);
         let mut moved = self.write_all(plan)?;
         let came_before = self.ways.received_total();
         for (s, watching) in watch.iter_mut().enumerate() {
@@ -307,7 +310,7 @@ impl TcpRing {
                 *stirred &= !(1 << s);
                 let writing =
                     self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
-                *watching = self.read_controls(s, seq, writing).map_err(|e| (s, e))?;
+                *watching = self.read_controls(s, (seq, path), writing).map_err(|e| (s, e))?;
             }
         }
         // A small frame that a frame just in lets go (any way) goes out before the core is
