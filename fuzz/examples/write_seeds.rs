@@ -290,10 +290,10 @@ fn main() {
         let records = usize::from(len) / 4;
         let seg = [records.div_ceil(2) * 4, records / 2 * 4];
         let (op, total) = (Op::AllreduceRecords, (records * 4) as u64);
-        // The reduce-scatter's frame (the ring's plan), then the gather's.
+        // The reduce-scatter's frame, then the gather's: one call, the ring's path in both.
         let stream = [
             honest_on(Plan::Ring, op, total, 0, bytes(seg[0], 10)),
-            honest(op, total, 1, bytes(seg[1], 11)),
+            honest_on(Plan::Ring, op, total, 1, bytes(seg[1], 11)),
         ];
         let input = [vec![5 << 4, len as u8, (len >> 8) as u8], stream.concat()];
         write(&ring, &format!("allreduce-records-{len}"), &input.concat());

@@ -71,8 +71,9 @@ pub enum Dir {
     Left,
 }
 
-/// The plan a data frame's call takes: an allreduce's path, or the plan another collective is
-/// made of (an allgather takes the gather or Bruck's; a reduce-scatter the ring).
+/// The path a data frame's call takes: an allreduce's path, or the plan another collective is
+/// made of (an allgather takes the gather or Bruck's; the record reduce-scatter and allreduce
+/// the ring). Every frame of one call names the same path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
     /// The two-way allgather of whole blocks round the ring (a control frame's, too).

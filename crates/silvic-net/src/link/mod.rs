@@ -295,7 +295,7 @@ impl TcpRing {
         stirred: &mut u64,
     ) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
-        // Every frame of a plan names the same path: its first one's.
+        // Every frame of a call, whatever its plans, names the same path: so its first one's.
         let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
         let path = first.map(|w| plan.header(w, 0).path);
         let mut moved = self.write_all(plan)?;

@@ -224,7 +224,9 @@ pub(crate) fn allreduce_records(
         })
         .collect();
     scatter(link, call, buf, &bounds, record, fold, scratch)?;
-    gather::gather(link, call, buf.len() as u64, &mut Spans { buf, bounds: &bounds })
+    // One call, one path in every frame: the reduce-scatter's, the ring's.
+    let total = buf.len() as u64;
+    gather::gather_of(Path::Ring, link, call, total, &mut Spans { buf, bounds: &bounds })
 }
 
 #[cfg(test)]
