@@ -32,7 +32,9 @@
 //! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
 //!   frame never hides an abort behind it (a data frame is read whole before what follows it).
 //!   A data frame of the next call waits for that call, and what follows it with it. A notice
-//!   of another call than the current one is ignored.
+//!   of another call than the current one is ignored. A data frame of the current call that
+//!   names another path than the call's fails the call at once, naming its sender, wherever
+//!   it comes (the ranks disagree on the path: it may be all that stream brings).
 //! - A data frame's header and payload go out in one vectored write when the socket takes them.
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
@@ -291,13 +293,10 @@ impl TcpRing {
     fn turn(
         &mut self,
         plan: &mut dyn FramePlan,
-        watch: &mut [bool],
+        (watch, path): (&mut [bool], Option<Path>),
         stirred: &mut u64,
     ) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
-        // Every frame of a call, whatever its plans, names the same path: so its first one's.
-        let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
-        let path = first.map(|w| plan.header(w, 0).path);
         let mut moved = self.write_all(plan)?;
         let came_before = self.ways.received_total();
         for (s, watching) in watch.iter_mut().enumerate() {
@@ -335,8 +334,11 @@ impl TcpRing {
         let mut watch = [true; MAX_STREAMS];
         let watch = &mut watch[..n];
         let mut stirred = u64::MAX;
+        // Every frame of a call, whatever its plans, names the same path: so its first one's.
+        let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
+        let path = first.map(|w| plan.header(w, 0).path);
         loop {
-            let moved = self.turn(plan, watch, &mut stirred)?;
+            let moved = self.turn(plan, (&mut *watch, path), &mut stirred)?;
             let now = Instant::now();
             for s in (0..n).filter(|&s| moved & (1 << s) != 0) {
                 clock.moved(s, now);
