@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use silvic_net::frame::{Abort, Dir, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, MAX_LEN, Waiting};
+use silvic_net::frame::{
+    Abort, Dir, HEADER_LEN, Header, Kind, MAX_ABORT_LEN, MAX_LEN, Path as Plan, Waiting,
+};
 use silvic_net::handshake::{Acceptor, Connector, Message, MessageKind, Next, VERSION};
 use silvic_net::{CollectiveError, Dtype, Op, Reduction};
 use silvic_net_fuzz::REASONS;
@@ -43,6 +45,17 @@ fn main() {
         let left = Header::data(op, i as u64, 4096, 1024).carrying(Dir::Left, i + 1).encode();
         write(&frames, &format!("data-{i}-leftward"), &[left, left].concat());
         write(&frames, &format!("data-{i}-other-way"), &[&h[..], &left, &[2]].concat());
+    }
+    // Every path in the way byte, and a frame of one path where another is expected.
+    for (i, plan) in [Plan::Gather, Plan::Ring, Plan::Bruck, Plan::Index].into_iter().enumerate() {
+        let h = Header::data(Op::AllreduceSumF64, 5, 800, 200).carrying(Dir::Left, 3).on(plan);
+        write(&frames, &format!("path-{i}-expected"), &[h.encode(), h.encode()].concat());
+        let other = h.on(Plan::Ring).encode();
+        write(
+            &frames,
+            &format!("path-{i}-against-ring"),
+            &[&h.encode()[..], &other, &[4]].concat(),
+        );
     }
     let big = Header::data(Op::AllgatherBytes, u64::MAX, MAX_LEN, MAX_LEN).encode();
     write(&frames, "data-max-len", &big);
@@ -163,6 +176,13 @@ fn main() {
     let mut input = vec![0u8, 4, 0];
     input.extend(data(Op::AllreduceSumF64, 1, 32, 32).encode());
     write(&ring, "another-sequence", &input);
+    // The honest gather frame, but of a call that took another path on rank 1.
+    for plan in [Plan::Ring, Plan::Bruck, Plan::Index] {
+        let mut input = vec![0u8, 4, 0];
+        input.extend(data(Op::AllreduceSumF64, 0, 32, 32).on(plan).encode());
+        input.extend([1; 32]);
+        write(&ring, &format!("another-path-{}", plan.name()), &input);
+    }
     let mut input = vec![0u8, 4, 0];
     input.extend(data(Op::AllreduceSumF64, 0, 32, 32).encode());
     input.extend([1; 20]);
@@ -200,10 +220,14 @@ fn main() {
         let head = vec![selector, len as u8, (len >> 8) as u8, split as u8, (split >> 8) as u8];
         [head, left, right].concat()
     };
-    let frame = |op, total: u64, dir, block, payload: Vec<u8>| {
+    let frame_on = |plan, op, total: u64, dir, block, payload: Vec<u8>| {
         let head = Header::data(op, 0, total, payload.len() as u64).carrying(dir, block);
-        [head.encode().to_vec(), payload].concat()
+        [head.on(plan).encode().to_vec(), payload].concat()
     };
+    let frame =
+        |op, total, dir, block, payload| frame_on(Plan::Gather, op, total, dir, block, payload);
+    let ring_frame =
+        |op, total, dir, block, payload| frame_on(Plan::Ring, op, total, dir, block, payload);
     let bytes = |n: usize, salt: u8| -> Vec<u8> {
         (0..n).map(|i| (i as u8).wrapping_mul(31) ^ salt).collect()
     };
@@ -217,12 +241,12 @@ fn main() {
             write(&ring, &format!("world3-{op:?}-{len}"), &world3(selector | 4, len, left, right));
             let seg = |j: usize| (usize::from(len) / 3 + usize::from(j < usize::from(len) % 3)) * 8;
             let left = [
-                frame(op, total, Dir::Right, 2, bytes(seg(2), 3)),
-                frame(op, total, Dir::Right, 1, bytes(seg(1), 4)),
-                frame(op, total, Dir::Right, 0, bytes(seg(0), 5)),
+                ring_frame(op, total, Dir::Right, 2, bytes(seg(2), 3)),
+                ring_frame(op, total, Dir::Right, 1, bytes(seg(1), 4)),
+                ring_frame(op, total, Dir::Right, 0, bytes(seg(0), 5)),
             ]
             .concat();
-            let right = frame(op, total, Dir::Left, 2, bytes(seg(2), 6));
+            let right = ring_frame(op, total, Dir::Left, 2, bytes(seg(2), 6));
             let input = world3(selector | 12, len, left, right);
             write(&ring, &format!("world3-ring-{op:?}-{len}"), &input);
         }
@@ -235,10 +259,10 @@ fn main() {
     }
 
     // The trainers' ops (selector bits 4 to 6), world two: rank 1's honest frames, rightward.
-    let honest = |op, total: u64, block, payload: Vec<u8>| {
-        let head = Header::data(op, 0, total, payload.len() as u64).carrying(Dir::Right, block);
-        [head.encode().to_vec(), payload].concat()
+    let honest_on = |plan, op, total: u64, block, payload: Vec<u8>| {
+        frame_on(plan, op, total, Dir::Right, block, payload)
     };
+    let honest = |op, total, block, payload| honest_on(Plan::Gather, op, total, block, payload);
     let typed = [
         (1u8, Op::allreduce(Reduction::Min, Dtype::F32), 4u64),
         (2, Op::allreduce(Reduction::Sum, Dtype::U64), 8),
@@ -257,7 +281,8 @@ fn main() {
         let blocks = [usize::from(len) % 5 * 4, (usize::from(len) + 1) % 5 * 4];
         let total = (blocks[0] + blocks[1]) as u64;
         let op = Op::ReduceScatterRecords;
-        let input = [vec![4 << 4, len as u8, 0], honest(op, total, 0, bytes(blocks[0], 9))];
+        let frame = honest_on(Plan::Ring, op, total, 0, bytes(blocks[0], 9));
+        let input = [vec![4 << 4, len as u8, 0], frame];
         write(&ring, &format!("reduce-scatter-records-{len}"), &input.concat());
     }
     for len in [0u16, 4, 12, 400] {
@@ -265,8 +290,11 @@ fn main() {
         let records = usize::from(len) / 4;
         let seg = [records.div_ceil(2) * 4, records / 2 * 4];
         let (op, total) = (Op::AllreduceRecords, (records * 4) as u64);
-        let stream =
-            [honest(op, total, 0, bytes(seg[0], 10)), honest(op, total, 1, bytes(seg[1], 11))];
+        // The reduce-scatter's frame, then the gather's: one call, the ring's path in both.
+        let stream = [
+            honest_on(Plan::Ring, op, total, 0, bytes(seg[0], 10)),
+            honest_on(Plan::Ring, op, total, 1, bytes(seg[1], 11)),
+        ];
         let input = [vec![5 << 4, len as u8, (len >> 8) as u8], stream.concat()];
         write(&ring, &format!("allreduce-records-{len}"), &input.concat());
     }

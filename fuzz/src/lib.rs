@@ -7,7 +7,8 @@
 //!
 //! - [`frame_decode`]: `Header::decode` never panics, accepts exactly the canonical encodings
 //!   (decode then encode gives the same 32 bytes), bounds every length it accepts, and
-//!   `Header::expect` accepts exactly the header it was asked to expect.
+//!   `Header::expect` accepts exactly the header it was asked to expect, and refuses a frame of
+//!   the same call on another path as one of ranks that disagree on the path.
 //! - [`abort_decode`]: `Abort::decode` never panics, accepts only ranks of the world, lets no
 //!   control character into an error, and anything it accepts re-encodes into a frame that
 //!   decodes to the same abort (byte for byte when its text is clean); every error a rank can
@@ -60,9 +61,10 @@ pub fn frame_decode(data: &[u8]) {
             assert!(k == first[2] && !matches!(k, 1..=4 | ABORT | WAITING))
         }
         Err(FrameError::Reserved) => {
-            // A direction byte above 1, or a direction or block on a control frame.
+            // A reserved bit of the way byte (only the direction, bit 0, and the path, bits 4
+            // and 5, are in use), or a direction, path or block on a control frame.
             let control = matches!(first[2], ABORT | WAITING);
-            assert!(first[3] > 1 || (control && first[3..8] != [0; 5]), "{first:?}");
+            assert!(first[3] & !0x31 != 0 || (control && first[3..8] != [0; 5]), "{first:?}");
         }
         Err(FrameError::TooLong(len)) => {
             let max = match first[2] {
@@ -80,8 +82,16 @@ pub fn frame_decode(data: &[u8]) {
     let verdict = got.expect(&expected, peer);
     let both_data = matches!((got.kind, expected.kind), (Kind::Data(_), Kind::Data(_)));
     assert_eq!(verdict.is_ok(), both_data && got == expected, "expect({got:?}, {expected:?})");
-    if let Err(e) = verdict {
+    if let Err(e) = &verdict {
         assert_eq!(e.peer(), Some(peer), "the error names the peer");
+    }
+    // Ranks on different paths for one call: a malformed frame that says so.
+    let same_call = (got.kind, got.seq, got.total) == (expected.kind, expected.seq, expected.total);
+    if both_data && same_call && got.path != expected.path {
+        let Err(CollectiveError::MalformedFrame { reason, .. }) = &verdict else {
+            panic!("a frame of another path must be malformed: {verdict:?}");
+        };
+        assert!(reason.contains("disagree on the allreduce path"), "{reason}");
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, ValueEnum};
+use silvic_net::AllreducePath;
 
 use crate::rendezvous::parse_rendezvous;
 pub(crate) use crate::rendezvous::{Rendezvous, TOKEN_VAR, Token};
@@ -261,6 +262,8 @@ pub(crate) struct Config {
     pub(crate) check: bool,
     pub(crate) progress: bool,
     pub(crate) cpu: bool,
+    /// The path every allreduce of a real run is forced onto (`--path`).
+    pub(crate) path: AllreducePath,
 }
 
 impl Args {
@@ -325,6 +328,8 @@ impl Args {
             return Err(fail("--timeout must be a positive number of seconds".into()));
         }
         let simulation = self.simulate.simulation(world, &kinds, &sizes).map_err(fail)?;
+        let path: AllreducePath =
+            self.simulate.path.name().parse().map_err(|e| fail(format!("--path: {e}")))?;
         let mode = match (self.rank, self.rendezvous, self.threads, simulation) {
             (_, _, _, Some(simulation)) => Mode::Simulate(simulation),
             (Some(rank), Some(rendezvous), _, _) => {
@@ -382,6 +387,7 @@ impl Args {
             check: !self.no_check,
             progress: !self.quiet,
             cpu: self.cpu,
+            path,
         })
     }
 }
@@ -407,6 +413,9 @@ impl Config {
         ]);
         if let Some(warmup) = self.warmup {
             args.extend(["--warmup".into(), warmup.to_string()]);
+        }
+        if self.path != AllreducePath::Auto {
+            args.extend(["--path".into(), self.path.name().into()]);
         }
         if let Some(mbit) = self.link_mbit {
             args.extend(["--link-mbit".into(), mbit.to_string()]);
@@ -571,8 +580,11 @@ mod tests {
             "0.25",
             "--host",
             "10.1.2.3",
+            "--path",
+            "index",
         ])
         .unwrap();
+        assert_eq!(c.path, AllreducePath::Index);
         let dir = std::path::Path::new("/tmp/meet here");
         let child = child(c.rank_args(2, dir));
         let token = Token("bench-test-token".into());

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use silvic_core::Collective;
 use silvic_net::launch::folder;
-use silvic_net::{RingListener, TcpCollective};
+use silvic_net::{AllreducePath, ConnectOptions, RingListener, TcpCollective};
 
 use silvic_testbed::net::{Net, host_ip};
 use silvic_testbed::relay::{Link, Relay};
@@ -67,14 +67,26 @@ fn describe(config: &Config, how: &str, host: &str) -> String {
     if config.link_limit {
         return format!("# silvic-bench --link-limit, world {}, {how}, on {host}\n", config.world);
     }
+    let forced = match config.path {
+        AllreducePath::Auto => String::new(),
+        path => format!(
+            "# allreduce path forced to {path} (--path): a call it cannot carry takes the \
+             automatic path\n"
+        ),
+    };
     format!(
         "# silvic-bench: silvic-net TCP ring, world {}, {how}, on {host}\n\
-         # {} s per size, warm-up {}, results {}\n",
+         # {} s per size, warm-up {}, results {}\n{forced}",
         config.world,
         config.seconds_per_size,
         config.warmup.map_or("20 (2 from 16 MiB)".to_string(), |w| w.to_string()),
         if config.check { "checked" } else { "not checked" },
     )
+}
+
+/// The options every rank connects with: the allreduce path of `--path`.
+fn options(config: &Config) -> ConnectOptions {
+    ConnectOptions::new().allreduce(config.path)
 }
 
 fn bind(config: &Config, host: &str) -> Result<RingListener, Failure> {
@@ -114,9 +126,11 @@ fn threads(config: &Config) -> Result<u64, Failure> {
             .map(|(rank, listener)| {
                 let (addresses, preamble, token, host) = (&addresses, &preamble, &token, &host);
                 s.spawn(move || {
-                    let mut ring =
-                        TcpCollective::connect(listener, rank, addresses, token, config.timeout)
-                            .map_err(|e| format!("rank {rank}: {e}"))?;
+                    let (timeout, options) = (config.timeout, options(config));
+                    let mut ring = TcpCollective::connect_with_options(
+                        listener, rank, addresses, token, timeout, &options,
+                    )
+                    .map_err(|e| format!("rank {rank}: {e}"))?;
                     body(&mut ring, config, host, preamble, "(MiB/proc)")
                         .map_err(|e| format!("rank {rank}: {e}"))
                 })
@@ -187,8 +201,10 @@ fn one_rank(config: &Config, rank: usize, dir: &Path, token: &str) -> Result<u64
         .map_err(|e| format!("rendezvous folder {}: cannot create it: {e}", dir.display()))?;
     folder::publish(dir, rank, config.world, &listener.address(), token.as_bytes())?;
     let addresses = folder::gather(dir, config.world, token.as_bytes(), config.timeout)?;
-    let mut ring = TcpCollective::connect(listener, rank, &addresses, token, config.timeout)
-        .map_err(|e| format!("rank {rank}: {e}"))?;
+    let (timeout, options) = (config.timeout, options(config));
+    let mut ring =
+        TcpCollective::connect_with_options(listener, rank, &addresses, token, timeout, &options)
+            .map_err(|e| format!("rank {rank}: {e}"))?;
     // Every rank has read every file once all have joined the ring; only then may they go.
     ring.allreduce_sum_f64(&mut [0.0]).map_err(|e| format!("rank {rank}: {e}"))?;
     folder::withdraw(dir, rank);
@@ -198,8 +214,9 @@ fn one_rank(config: &Config, rank: usize, dir: &Path, token: &str) -> Result<u64
 }
 
 /// One rank of a run whose ranks meet at rank 0's address exchange on `url` (tcp://HOST:PORT):
-/// `from_env`'s start, with the rank, world and token from the flags. SILVIC_SOCKET_IFNAME and
-/// SILVIC_PORTS, if set, choose the ring's interface and ports as for `from_env`.
+/// `from_env`'s start, with the rank, world and token from the flags. SILVIC_SOCKET_IFNAME,
+/// SILVIC_PORTS and SILVIC_ALLREDUCE, if set, choose the ring's interface, ports and allreduce
+/// path as for `from_env` (`--path` wins over the last).
 fn one_rank_by_exchange(
     config: &Config,
     rank: usize,
@@ -211,11 +228,11 @@ fn one_rank_by_exchange(
         "SILVIC_WORLD_SIZE" => Some(config.world.to_string()),
         "SILVIC_RENDEZVOUS" => Some(url.to_string()),
         "SILVIC_JOB_TOKEN" => Some(token.to_string()),
-        "SILVIC_SOCKET_IFNAME" | "SILVIC_PORTS" => std::env::var(name).ok(),
+        "SILVIC_SOCKET_IFNAME" | "SILVIC_PORTS" | "SILVIC_ALLREDUCE" => std::env::var(name).ok(),
         _ => None,
     };
-    let mut ring =
-        TcpCollective::from_vars(vars, config.timeout).map_err(|e| format!("rank {rank}: {e}"))?;
+    let mut ring = TcpCollective::from_vars_with_options(vars, config.timeout, &options(config))
+        .map_err(|e| format!("rank {rank}: {e}"))?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "this host".to_string(), |name| name.trim().to_string());
     let preamble = describe(config, &format!("one process per rank, meeting at {url}"), &host);

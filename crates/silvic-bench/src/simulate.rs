@@ -67,9 +67,13 @@ pub(crate) struct SimulateArgs {
     #[arg(long, requires = "simulate", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) cores: Option<u32>,
 
-    /// With --simulate: the path of every call where it has a choice: auto (what the real call
-    /// chooses), or gather, ring, bruck or index (allreduce only).
-    #[arg(long, requires = "simulate", default_value = "auto", value_parser = parse_path)]
+    /// The path of every allreduce: auto (what the real call chooses), or gather, ring, bruck
+    /// or index, forced. On every run: with --simulate the simulated calls take it; else the
+    /// ring connects forcing it (threads, the relay bed of --link-delay-us, processes, --rank,
+    /// --netns-hosts), as SILVIC_ALLREDUCE does, and a call the path cannot carry (bruck and
+    /// index without chord streams, below 8 ranks; gather and bruck past the gather's memory
+    /// bound) takes the automatic path. Allgathers choose their own.
+    #[arg(long, default_value = "auto", value_parser = parse_path)]
     pub(crate) path: Path,
 }
 

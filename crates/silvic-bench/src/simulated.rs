@@ -108,7 +108,6 @@ mod tests {
         for (bad, named) in [
             (&["--simulate", "--path", "rings"][..], "rings"),
             (&["--hop-us", "5"], "--simulate"),
-            (&["--path", "ring"], "--simulate"),
             (&["--simulate", "--op", "allgather", "--path", "ring"], "no ring path"),
             (&["--simulate", "--op", "all", "--path", "ring"], "--op allgather"),
             (&["--simulate", "--world", "5000"], "4096"),

@@ -275,6 +275,31 @@ fn relays_hold_every_hop_for_the_link_delay() {
 }
 
 #[test]
+fn a_forced_path_holds_on_the_relay_bed_and_reaches_every_process() {
+    // World 3 behind 3 ms relays: 8 B takes the gather's one hop unless forced onto the ring,
+    // whose 2 + 1 hops go one after the other: no forced call can take less than three.
+    let delay_us = 3000.0;
+    let args = ["--world", "3", "--threads", "--link-delay-us", "3000", "--sizes", "8"];
+    let quick = ["--seconds-per-size", "0.01", "--warmup", "1", "--csv", "-q"];
+    for (path, hops) in [("auto", 1.0), ("ring", 3.0)] {
+        let out = run(&[&args[..], &quick[..], &["--path", path]].concat());
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let row: Vec<f64> =
+            stdout.lines().nth(1).unwrap().split(',').take(8).map(|f| f.parse().unwrap()).collect();
+        assert!(row[5] >= hops * delay_us, "--path {path}: {hops} hops of {delay_us} us: {stdout}");
+    }
+    // Processes: every rank is started with the path (rank 0 says so), and the run is checked.
+    let mut args = vec!["--world", "3", "--path", "index"];
+    args.extend(QUICK);
+    let out = run(&args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("# allreduce path forced to index (--path)"), "{stdout}");
+    assert!(stdout.contains("Out of bounds values : 0 OK"), "{stdout}");
+}
+
+#[test]
 fn bad_flags_exit_with_code_2_and_say_why() {
     for (args, says) in [
         (&["--world", "0"][..], "--world"),
@@ -284,6 +309,7 @@ fn bad_flags_exit_with_code_2_and_say_why() {
         (&["--link-delay-us", "100"], "--threads"),
         (&["--threads", "--link-delay-us", "0"], "--link-delay-us"),
         (&["--stream-bytes", "1M"], "--link-limit"),
+        (&["--threads", "--path", "rings"], "rings"),
         (&["--link-limit", "--stream-bytes", "0"], "--stream-bytes"),
     ] {
         let out = run(args);

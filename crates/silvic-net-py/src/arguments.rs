@@ -1,10 +1,12 @@
-//! Arguments from Python turned into what the Rust crate takes, refused with a `ValueError`
-//! or `TypeError` naming the argument before anything is bound or sent.
+//! Arguments from Python turned into what the Rust crate takes, refused with a `ValueError`,
+//! a `TypeError` or (for what the Rust crate would refuse as an argument of connect) a
+//! `ConnectError` naming the argument, before anything is bound or sent.
 
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use silvic_net::{AllreducePath, ConnectOptions};
 
 /// A duration in seconds from Python, refusing what `Duration` cannot hold.
 pub(crate) fn seconds(name: &str, value: f64) -> PyResult<Duration> {
@@ -34,4 +36,16 @@ pub(crate) fn port_range(ports: &Bound<'_, PyAny>) -> PyResult<std::ops::RangeIn
     }
     let (first, last): (u16, u16) = ports.extract().map_err(|_| bad())?;
     Ok(first..=last)
+}
+
+/// The options of `connect` and `from_env` from their `allreduce` argument: a path's name
+/// (`"auto"`, `"ring"`, `"gather"`, `"bruck"` or `"index"`), else a ConnectError of kind
+/// `invalid_argument` naming the argument and the value.
+pub(crate) fn connect_options(py: Python<'_>, allreduce: &str) -> PyResult<ConnectOptions> {
+    let path: AllreducePath = allreduce.parse().map_err(|_| {
+        let names: Vec<&str> = AllreducePath::ALL.iter().map(|p| p.name()).collect();
+        let message = format!("allreduce must be one of {}, got {allreduce:?}", names.join(", "));
+        crate::errors::invalid_argument(py, message)
+    })?;
+    Ok(ConnectOptions::new().allreduce(path))
 }

@@ -46,7 +46,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use silvic_net::Collective;
 
-use arguments::{port_range, seconds};
+use arguments::{connect_options, port_range, seconds};
 use buffers::{ReadOnlyWhileInUse, writeable};
 use watch::RingWatch;
 
@@ -199,15 +199,19 @@ impl TcpCollective {
     /// Forms the ring from a launcher's environment variables (Slurm, torchrun, a Kubernetes
     /// indexed Job, OpenMPI): SILVIC_RANK/SILVIC_WORLD_SIZE or the launcher's own,
     /// SILVIC_RENDEZVOUS=tcp://HOST:PORT (rank 0's host) or file:///PATH (or MASTER_ADDR and
-    /// MASTER_PORT), SILVIC_JOB_TOKEN, and optionally SILVIC_SOCKET_IFNAME and SILVIC_PORTS.
+    /// MASTER_PORT), SILVIC_JOB_TOKEN, and optionally SILVIC_SOCKET_IFNAME, SILVIC_PORTS and
+    /// SILVIC_ALLREDUCE.
     ///
     /// timeout (seconds) bounds the whole start, then each collective's wait on a silent peer.
-    /// The GIL is released meanwhile. Raises ConnectError naming the variable or rank at fault.
+    /// allreduce forces every allreduce's path as for connect. The GIL is released meanwhile.
+    /// Raises ConnectError naming the variable or rank at fault.
     #[staticmethod]
-    fn from_env(py: Python<'_>, timeout: f64) -> PyResult<TcpCollective> {
+    #[pyo3(signature = (timeout, allreduce="auto"))]
+    fn from_env(py: Python<'_>, timeout: f64, allreduce: &str) -> PyResult<TcpCollective> {
         let timeout = seconds("timeout", timeout)?;
+        let options = connect_options(py, allreduce)?;
         reread_logging_levels();
-        py.detach(|| silvic_net::TcpCollective::from_env(timeout))
+        py.detach(|| silvic_net::TcpCollective::from_env_with_options(timeout, &options))
             .map(|inner| TcpCollective { inner: Some(inner) })
             .map_err(|e| errors::connect(py, &e))
     }
@@ -219,9 +223,16 @@ impl TcpCollective {
     /// sent, and a rank with another token is refused. timeout (seconds) bounds the whole
     /// rendezvous, then how long a collective waits on a peer that makes no progress.
     ///
+    /// allreduce is the path of every allreduce: "auto" (chosen per call from the network,
+    /// unless SILVIC_ALLREDUCE forces one), or "ring", "gather", "bruck" or "index", forced
+    /// wherever that path can carry the call (else the call takes the automatic path). Every
+    /// rank must force the same path, or every rank's connect raises ConnectError of kind
+    /// "disagreement" naming the ranks that differ.
+    ///
     /// Consumes listener: a listener can be given to connect once. The GIL is released while
     /// the ring forms. Raises ConnectError (with .kind, .peer, .address, .reason).
     #[staticmethod]
+    #[pyo3(signature = (listener, rank, addresses, job_token, timeout, allreduce="auto"))]
     fn connect(
         py: Python<'_>,
         listener: &Bound<'_, RingListener>,
@@ -229,8 +240,10 @@ impl TcpCollective {
         addresses: Vec<String>,
         job_token: String,
         timeout: f64,
+        allreduce: &str,
     ) -> PyResult<TcpCollective> {
         let timeout = seconds("timeout", timeout)?;
+        let options = connect_options(py, allreduce)?;
         let taken = listener.get().inner.lock().ok().and_then(|mut inner| inner.take());
         let Some(taken) = taken else {
             return Err(errors::invalid_argument(
@@ -243,7 +256,10 @@ impl TcpCollective {
         };
         reread_logging_levels();
         py.detach(|| {
-            silvic_net::TcpCollective::connect(taken, rank, &addresses, &job_token, timeout)
+            let (token, addresses) = (&job_token, &addresses);
+            silvic_net::TcpCollective::connect_with_options(
+                taken, rank, addresses, token, timeout, &options,
+            )
         })
         .map(|inner| TcpCollective { inner: Some(inner) })
         .map_err(|e| errors::connect(py, &e))

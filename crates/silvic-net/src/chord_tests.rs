@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use silvic_core::{Collective, CollectiveError, Op};
 
 use crate::frame::{Dir, Header};
+use crate::options::AllreducePath;
 use crate::ring::seam::{Call, FramePlan, Link, Moved, Route};
 use crate::tcp::TcpCollective;
 use crate::topology::Chords;
@@ -125,9 +126,16 @@ fn chord_ring<R: Send + 'static>(
     for (rank, listener) in listeners.into_iter().enumerate() {
         let (body, done, addresses) = (body.clone(), done.clone(), addresses.clone());
         thread::spawn(move || {
-            let ring =
-                TcpCollective::connect_with(listener, rank, &addresses, TOKEN, LIMIT, chords)
-                    .unwrap_or_else(|e| panic!("rank {rank} connect: {e}"));
+            let ring = TcpCollective::connect_with(
+                listener,
+                rank,
+                &addresses,
+                TOKEN,
+                LIMIT,
+                chords,
+                AllreducePath::Auto,
+            )
+            .unwrap_or_else(|e| panic!("rank {rank} connect: {e}"));
             let mut ring = ring;
             ring.set_timeout(timeout);
             let _ = done.send((rank, body(rank, ring)));

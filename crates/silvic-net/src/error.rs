@@ -149,6 +149,19 @@ pub enum ConnectError {
         detail: String,
     },
 
+    /// The ranks were started with different values of a setting every rank must share (such as
+    /// `SILVIC_ALLREDUCE`): found when the ring formed, by every rank alike, so `connect` fails
+    /// on every rank with the same error.
+    #[error("{setting} differs between ranks: {detail}")]
+    Disagreement {
+        /// The setting: the variable that sets it.
+        setting: String,
+        /// The ranks whose value differs from the most common one, in rank order; never empty.
+        ranks: Vec<usize>,
+        /// Each of those ranks' value, and the most common value and its ranks.
+        detail: String,
+    },
+
     /// A socket operation failed.
     #[error("i/o error with rank {peer} at {address}: {message}")]
     Io {
@@ -223,6 +236,7 @@ impl ConnectError {
             ConnectError::Handshake { .. } => "handshake",
             ConnectError::Timeout { .. } | ConnectError::RendezvousTimeout { .. } => "timeout",
             ConnectError::Io { .. } => "io",
+            ConnectError::Disagreement { .. } => "disagreement",
         }
     }
 
@@ -242,12 +256,13 @@ impl ConnectError {
             | ConnectError::Environment { .. }
             | ConnectError::Folder { .. }
             | ConnectError::DuplicateRank { .. }
-            | ConnectError::RendezvousTimeout { .. } => None,
+            | ConnectError::RendezvousTimeout { .. }
+            | ConnectError::Disagreement { .. } => None,
         }
     }
 
     /// The peer rank this error is about, if any: for [`ConnectError::RendezvousTimeout`], the
-    /// first rank missing.
+    /// first rank missing; for [`ConnectError::Disagreement`], the first rank that differs.
     pub fn peer(&self) -> Option<usize> {
         match self {
             ConnectError::Rejected { peer, .. }
@@ -256,6 +271,7 @@ impl ConnectError {
             | ConnectError::Io { peer, .. } => Some(*peer),
             ConnectError::DuplicateRank { rank, .. } => Some(*rank),
             ConnectError::RendezvousTimeout { missing, .. } => missing.first().copied(),
+            ConnectError::Disagreement { ranks, .. } => ranks.first().copied(),
             ConnectError::ExchangeAbandoned { .. } => Some(0),
             ConnectError::InvalidArgument(_)
             | ConnectError::Bind { .. }
@@ -270,10 +286,11 @@ impl ConnectError {
 /// A failure as rank `rank` reports it to its caller: `peer()` names another rank, never
 /// `rank` (SPEC). An abort relayed from `origin` whose cause names this rank (the origin found
 /// this rank's buffer of another length, or this rank in another call) becomes the same
-/// mismatch seen from here, naming the origin; any other cause naming this rank (the origin
-/// timed out on it, or lost its stream) becomes the origin closing its streams to this rank, the
-/// one thing this rank saw of it (the origin's own error is in the log line before). Every
-/// other error is kept as it is.
+/// mismatch seen from here, naming the origin; a frame of this rank the origin refused (one of
+/// another path) becomes a malformed frame naming the origin, with its reason; any other cause
+/// naming this rank (the origin timed out on it, or lost its stream) becomes the origin closing
+/// its streams to this rank, the one thing this rank saw of it (the origin's own error is in
+/// the log line before). Every other error is kept as it is.
 pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError {
     let CollectiveError::Aborted { origin, cause } = error else {
         return error;
@@ -294,6 +311,10 @@ pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError
                 got_seq: expected_seq,
             }
         }
+        CollectiveError::MalformedFrame { reason, .. } => CollectiveError::MalformedFrame {
+            peer: origin,
+            reason: format!("rank {origin} refused a frame of this rank: {reason}"),
+        },
         _ => CollectiveError::PeerClosed { peer: origin },
     }
 }

@@ -35,8 +35,10 @@
 //! reduced segments both ways round it at once (`n - 1 + floor(n/2)` hops); below 4 KiB, and
 //! above it where a cost model of hops against bytes says so, it is one allgather of whole
 //! buffers, both ways at once (`floor(n/2)` hops). Every frame carries the op, the
-//! call's sequence number, the lengths, its direction and whose block it carries
-//! (`src/frame/`), checked before a payload byte is used.
+//! call's sequence number, the lengths, its direction, its call's path and whose block it carries
+//! (`src/frame/`), checked before a payload byte is used. Where chord streams and long hops
+//! make them pay, log-depth paths join these two; `SILVIC_ALLREDUCE` or [`ConnectOptions`]
+//! forces one path on every allreduce ([`AllreducePath`]), the same on every rank.
 //!
 //! # Guarantees
 //!
@@ -110,6 +112,7 @@ mod handshake;
 pub mod launch;
 mod link;
 mod liveness;
+mod options;
 mod probe;
 mod rendezvous;
 mod ring;
@@ -134,6 +137,7 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../../../docs/cluster.md")]
 pub struct ClusterDocDoctests;
 pub use liveness::LIVENESS;
+pub use options::{ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
 pub use silvic_core::{
     Collective, CollectiveError, Dtype, LocalCollective, Numbers, Op, RecordFold, Reduction,
     TrainerCollective,

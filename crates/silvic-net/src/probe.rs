@@ -1,10 +1,13 @@
 //! What a ring measures of its network when it forms: the cost of a hop, which sets the ring
-//! plan's window ([`schedule::window`]).
+//! plan's window ([`schedule::window`]) and the cut between paths; and the allreduce path every
+//! rank was told to force (`options.rs`).
 //!
 //! Every rank times a few one-element allreduces (the gather path: `floor(n/2)` hops each, every
-//! rank in step with its neighbours), takes its fastest, and the ranks agree on the slowest
-//! rank's figure with one more allreduce (a max). So every rank derives the same window from the
-//! same number, whatever its own clock saw.
+//! rank in step with its neighbours), takes its fastest, and the ranks agree with one more
+//! allreduce (a max) of `1 + world` numbers: the slowest rank's figure, and each rank's path in
+//! its own place (every other rank gives 0 there). So every rank derives the same window from the
+//! same number, whatever its own clock saw, and every rank knows every rank's path: if they
+//! differ, every rank's `connect` fails with the same error, naming the ranks that differ.
 //!
 //! Invariants:
 //! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up, a
@@ -14,7 +17,7 @@
 //!   handed out; except an abort from another rank (it failed, in a probe or already in its
 //!   first call, since ranks leave the probes one after another), which `connect` hands out as
 //!   a failed ring whose every call returns it.
-//! - The result is a function of the agreed maximum alone ([`hop_from`] is pure).
+//! - The result is a function of the agreed numbers alone ([`hop_from`] is pure).
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +27,7 @@ use tracing::{info, warn};
 
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
+use crate::options::{self, AllreducePath};
 use crate::ring::bruck;
 use crate::ring::seam::{Network, Route};
 use crate::ring::{self, Call, Link, Scratch, allreduce, schedule, twoway};
@@ -38,13 +42,24 @@ pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - PROBES;
 /// The op every probe and the agreement run as.
 const PROBE_OP: Op = Op::Allreduce { reduction: Reduction::Max, dtype: Dtype::U64 };
 
-/// Measures the ring's hop over `link` and agrees on it with every rank (see the module doc).
+/// What every rank agreed on when the ring formed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Agreed {
+    /// The network (without its chords: the link knows those).
+    pub(crate) network: Network,
+    /// Every rank's allreduce path, by rank.
+    pub(crate) paths: Vec<AllreducePath>,
+}
+
+/// Measures the ring's hop over `link` and agrees on it, and on every rank's `path`, with every
+/// rank (see the module doc).
 pub(crate) fn measure(
     link: &mut dyn Link,
     rank: usize,
     world: usize,
+    path: AllreducePath,
     scratch: &mut Scratch,
-) -> Result<Network, CollectiveError> {
+) -> Result<Agreed, CollectiveError> {
     let mut fastest = Duration::MAX;
     for i in 0..PROBES {
         let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + i };
@@ -55,38 +70,59 @@ pub(crate) fn measure(
             fastest = fastest.min(started.elapsed());
         }
     }
-    let own = hop_from(fastest, world);
     let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + PROBES };
-    let mut agreed = [own];
+    let mut agreed = vec![0; 1 + world];
+    agreed[0] = hop_from(fastest, world);
+    agreed[1 + rank] = path.code();
     allreduce(link, call, &mut agreed, fold::max_int, scratch)?;
-    Ok(Network { hop_ns: agreed[0], chords: false })
+    let path_of = |(r, &code): (usize, &u64)| {
+        AllreducePath::from_code(code).ok_or_else(|| CollectiveError::MalformedFrame {
+            peer: r,
+            reason: format!("the agreement gives rank {r} path number {code}, which names none"),
+        })
+    };
+    let paths = agreed[1..].iter().enumerate().map(path_of).collect::<Result<_, _>>()?;
+    Ok(Agreed { network: Network { hop_ns: agreed[0], chords: false }, paths })
 }
 
-/// Measures the network of a ring `connect` has just formed and hands it to the ring. `Ok(None)`
-/// once measured; `Ok(Some(error))` when another rank failed first (an abort came, see the
-/// module doc), for the ring to be handed out failed; `Err` naming the rank at fault otherwise.
-/// On either failure the neighbours are told and the streams shut.
+/// Measures the network of a ring `connect` has just formed, agrees on the allreduce path
+/// (this rank's is `path`), and hands both to the ring. `Ok(None)` once measured;
+/// `Ok(Some(error))` when another rank failed first (an abort came, see the module doc), for
+/// the ring to be handed out failed; `Err` naming the rank at fault otherwise, or
+/// [`ConnectError::Disagreement`] on every rank where the paths differ. On a failure of a
+/// probe the neighbours are told and the streams shut.
 pub(crate) fn settle(
     ring: &mut TcpRing,
     rank: usize,
+    path: AllreducePath,
     scratch: &mut Scratch,
     addresses: &[String],
     timeout: Duration,
 ) -> Result<Option<CollectiveError>, ConnectError> {
     let world = addresses.len();
-    match measure(ring, rank, world, scratch) {
-        Ok(network) => {
+    match measure(ring, rank, world, path, scratch) {
+        Ok(Agreed { network, paths }) => {
+            // Every rank has the same list, so every rank fails alike: nobody waits on another.
+            let path = options::agreed(&paths)?;
             // Every rank formed the same topology, so every rank finds the same routes.
             let chords = world > 1
                 && (0..bruck::rounds(world)).map(bruck::route).all(|route| {
                     ring.carries(route) && ring.carries(Route { offset: -route.offset })
                 });
             let network = Network { chords, ..network };
-            ring.measured(network);
+            ring.measured(network, path.forced());
             let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
             let cuts = ring::describe_cuts(world, network);
             let log_depth = network.log_depth();
-            info!(hop_us, window, log_depth, cuts, "network measured");
+            info!(hop_us, window, log_depth, cuts, allreduce = path.name(), "network measured");
+            if path.needs_chords() && !chords {
+                warn!(
+                    "the allreduce path is forced to {path}, which needs chord streams, and \
+                     this ring of {world} has none (formed from {} ranks): every allreduce \
+                     takes the automatic path",
+                    crate::topology::CHORDS_FROM_WORLD
+                );
+            }
             Ok(None)
         }
         Err(error) => {
@@ -174,12 +210,16 @@ mod tests {
         for world in [2, 3, 5, 8] {
             let networks = on_ring(Driver::new(world), |rank, link| {
                 let mut scratch = Scratch::default();
-                measure(link, rank, world, &mut scratch).unwrap()
+                let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
+                measure(link, rank, world, path, &mut scratch).unwrap()
             });
-            let first = networks[0];
-            for (rank, network) in networks.iter().enumerate() {
-                assert_eq!(*network, first, "world {world}: rank {rank} measured another network");
-                assert_eq!(schedule::window(*network), schedule::window(first));
+            let first = &networks[0];
+            let mut paths = vec![AllreducePath::Ring; world];
+            paths[1] = AllreducePath::Index;
+            assert_eq!(first.paths, paths, "world {world}: every rank's path, by rank");
+            for (rank, agreed) in networks.iter().enumerate() {
+                assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another network");
+                assert_eq!(schedule::window(agreed.network), schedule::window(first.network));
             }
         }
     }

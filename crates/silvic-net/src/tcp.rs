@@ -15,6 +15,7 @@ use crate::bind::{self, BindOptions, listen, resolve};
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::{RingPlace, TcpRing};
 use crate::liveness;
+use crate::options::{AllreducePath, ConnectOptions};
 use crate::probe;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::seam::Route;
@@ -133,7 +134,8 @@ impl TcpCollective {
     /// then how long a collective waits on a peer that makes no progress (see
     /// [`TcpCollective::set_timeout`]).
     ///
-    /// The arguments are checked before any socket is opened. A world of one opens no sockets.
+    /// The arguments, and `SILVIC_ALLREDUCE` (see [`ConnectOptions`]), are checked before any
+    /// socket is opened. A world of one opens no sockets.
     pub fn connect(
         listener: RingListener,
         rank: usize,
@@ -141,11 +143,12 @@ impl TcpCollective {
         job_token: &str,
         timeout: Duration,
     ) -> Result<TcpCollective, ConnectError> {
-        Self::connect_with(listener, rank, addresses, job_token, timeout, Chords::Auto)
+        let options = ConnectOptions::default();
+        Self::connect_with_options(listener, rank, addresses, job_token, timeout, &options)
     }
 
-    /// [`TcpCollective::connect`], forming chord streams as `chords` says (the same on every
-    /// rank).
+    /// [`TcpCollective::connect`], forming chord streams as `chords` says and taking the
+    /// allreduce path `allreduce` (both the same on every rank), whatever the environment says.
     pub(crate) fn connect_with(
         listener: RingListener,
         rank: usize,
@@ -153,6 +156,7 @@ impl TcpCollective {
         job_token: &str,
         timeout: Duration,
         chords: Chords,
+        allreduce: AllreducePath,
     ) -> Result<TcpCollective, ConnectError> {
         let world = addresses.len();
         if world == 0 {
@@ -229,8 +233,8 @@ impl TcpCollective {
             })
             .collect();
         let mut ring = TcpRing::new(streams, place, timeout);
-        collective.failed =
-            probe::settle(&mut ring, rank, &mut collective.scratch, addresses, timeout)?;
+        let scratch = &mut collective.scratch;
+        collective.failed = probe::settle(&mut ring, rank, allreduce, scratch, addresses, timeout)?;
         collective.ring = Some(ring);
         Ok(collective)
     }
@@ -445,6 +449,15 @@ mod tests {
                 expected_seq: 5,
                 got_op: Op::AllreduceSumF64,
                 got_seq: 4,
+            }
+        );
+        let refused =
+            CollectiveError::MalformedFrame { peer: 2, reason: "of the ring path".into() };
+        assert_eq!(
+            as_seen_by(2, relayed(1, refused)),
+            CollectiveError::MalformedFrame {
+                peer: 1,
+                reason: "rank 1 refused a frame of this rank: of the ring path".into()
             }
         );
         let timeout = CollectiveError::Timeout { peer: 2, waited: Duration::from_secs(3) };

@@ -32,10 +32,17 @@ from silvic_net._native import (
     TcpCollective,
     __version__,
 )
-from silvic_net._types import CollectiveErrorKind, ConnectErrorKind, RejectReasonName, RingStats
+from silvic_net._types import (
+    AllreducePathName,
+    CollectiveErrorKind,
+    ConnectErrorKind,
+    RejectReasonName,
+    RingStats,
+)
 
 __all__ = [
     "LIVENESS",
+    "AllreducePathName",
     "CollectiveError",
     "CollectiveErrorKind",
     "ConnectError",

@@ -5,7 +5,13 @@ from typing import Callable, Final, Literal, Optional, Sequence, Tuple, Union, f
 import numpy as np
 import numpy.typing as npt
 
-from silvic_net._types import CollectiveErrorKind, ConnectErrorKind, RejectReasonName, RingStats
+from silvic_net._types import (
+    AllreducePathName,
+    CollectiveErrorKind,
+    ConnectErrorKind,
+    RejectReasonName,
+    RingStats,
+)
 
 __all__ = [
     "TcpCollective",
@@ -52,8 +58,9 @@ class ConnectError(SilvicError):
     ``"address_mismatch"``), ``"handshake"``, ``"timeout"``, ``"io"``, ``"ports_taken"`` (every
     port of a range is taken), ``"no_interface"`` (the message names the interfaces that exist),
     ``"environment"`` (``from_env``: the message starts with the variable at fault), ``"folder"``
-    (``path`` is the rendezvous file or folder) or ``"duplicate_rank"`` (``peer`` is the rank two
-    processes claim). ``peer`` is the rank involved and ``address`` its network address, when
+    (``path`` is the rendezvous file or folder), ``"duplicate_rank"`` (``peer`` is the rank two
+    processes claim) or ``"disagreement"`` (ranks were started with different allreduce paths:
+    the message names each rank that differs and its path, ``peer`` the first of them). ``peer`` is the rank involved and ``address`` its network address, when
     known: a ``"timeout"`` of ``from_env``'s rendezvous names the first rank missing, which gave
     no address (the message lists every rank missing).
     """
@@ -118,11 +125,12 @@ class TcpCollective:
         advertising ``advertise`` if given. Raises :class:`ConnectError`."""
 
     @staticmethod
-    def from_env(timeout: float) -> TcpCollective:
+    def from_env(timeout: float, allreduce: AllreducePathName = "auto") -> TcpCollective:
         """Form the ring from a launcher's variables (``SILVIC_RANK``/``SILVIC_WORLD_SIZE`` or
         torchrun's, Slurm's, OpenMPI's; ``SILVIC_RENDEZVOUS``; ``SILVIC_JOB_TOKEN``; optional
-        ``SILVIC_SOCKET_IFNAME`` and ``SILVIC_PORTS``). ``timeout`` (seconds) bounds the start,
-        then each collective's wait. Raises :class:`ConnectError` naming the variable or rank."""
+        ``SILVIC_SOCKET_IFNAME``, ``SILVIC_PORTS`` and ``SILVIC_ALLREDUCE``). ``timeout``
+        (seconds) bounds the start, then each collective's wait; ``allreduce`` as for
+        :meth:`connect`. Raises :class:`ConnectError` naming the variable or rank."""
 
     @staticmethod
     def connect(
@@ -131,11 +139,18 @@ class TcpCollective:
         addresses: Sequence[str],
         job_token: str,
         timeout: float,
+        allreduce: AllreducePathName = "auto",
     ) -> TcpCollective:
         """Join the ring as ``rank`` of ``len(addresses)``; consumes ``listener``.
 
         ``timeout`` (seconds) bounds the rendezvous, then each collective's wait on a silent
-        peer. The GIL is released while the ring forms. Raises :class:`ConnectError`.
+        peer. ``allreduce`` forces every allreduce onto one path where that path can carry the
+        call (``"bruck"`` and ``"index"`` need chord streams, formed from 8 ranks; ``"gather"``
+        and ``"bruck"`` hold every rank's buffer, so only within the gather's memory bound);
+        ``"auto"`` leaves the choice to ``SILVIC_ALLREDUCE``, else to the network. Every rank
+        must take the same path, or every rank raises :class:`ConnectError` of kind
+        ``"disagreement"``. The GIL is released while the ring forms. Raises
+        :class:`ConnectError`.
         """
 
     def set_timeout(self, timeout: float) -> None:

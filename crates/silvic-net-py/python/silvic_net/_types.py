@@ -2,13 +2,22 @@
 
 ``CollectiveErrorKind``, ``ConnectErrorKind`` and ``RejectReasonName`` list every value the
 Rust crate gives (``CollectiveError::kind``, ``ConnectError::kind``, ``RejectReason::name``);
-a kind, once given, is never renamed. :class:`RingStats` is the dict ``TcpCollective.stats()``
+a kind, once given, is never renamed. ``AllreducePathName`` lists the paths ``connect`` and
+``from_env`` take as ``allreduce`` (``AllreducePath::name``, the values of ``SILVIC_ALLREDUCE``). :class:`RingStats` is the dict ``TcpCollective.stats()``
 returns.
 """
 
 from typing import Literal, TypedDict
 
-__all__ = ["CollectiveErrorKind", "ConnectErrorKind", "RejectReasonName", "RingStats"]
+__all__ = [
+    "AllreducePathName",
+    "CollectiveErrorKind",
+    "ConnectErrorKind",
+    "RejectReasonName",
+    "RingStats",
+]
+
+AllreducePathName = Literal["auto", "ring", "gather", "bruck", "index"]
 
 CollectiveErrorKind = Literal[
     "io",
@@ -33,6 +42,7 @@ ConnectErrorKind = Literal[
     "handshake",
     "timeout",
     "io",
+    "disagreement",
 ]
 RejectReasonName = Literal[
     "token_mismatch", "version_mismatch", "world_mismatch", "wrong_rank", "address_mismatch"

@@ -5,15 +5,20 @@
 //! ```text
 //!  0      2      3      4             8                16               24               32
 //!  +------+------+------+-------------+----------------+----------------+----------------+
-//!  | "Sn" | kind | dir  | block: u32  | seq: u64       | total: u64     | len: u64       |
+//!  | "Sn" | kind | way  | block: u32  | seq: u64       | total: u64     | len: u64       |
 //!  +------+------+------+-------------+----------------+----------------+----------------+
 //!  all integers big-endian; `len` payload bytes follow the header
+//!
+//!  way: bit 0 the direction, bits 4-5 the path, the other bits zero
 //! ```
 //!
 //! - `kind` is the collective ([`Op`]), [`ABORT`] or [`WAITING`].
-//! - `dir` is the way a data frame travels round the ring ([`Dir`]: 0 rightward, 1 leftward),
-//!   and `block` whose data it carries (the rank of a gathered block, or the segment a frame of
-//!   the ring path carries). Both are zero in a control frame.
+//! - `way` holds the way a data frame travels round the ring ([`Dir`]: bit 0, 0 rightward, 1
+//!   leftward) and the path its call takes ([`Path`], bits 4 and 5: 0 the gather, 1 the ring,
+//!   2 Bruck's, 3 the index), so that ranks that took different paths for one call fail at the
+//!   first frame, naming each other, instead of reading one path's bytes as another's. `block`
+//!   is whose data a data frame carries (the rank of a gathered block, or the segment a frame
+//!   of the ring path carries). `way` and `block` are zero in a control frame.
 //! - `seq` is the collective's index since connect: the same on every rank for the same call.
 //! - `total` is the caller's buffer length in bytes, so ranks that passed different lengths fail
 //!   at the first frame even when a segment happens to be the same size as a whole buffer.
@@ -21,8 +26,9 @@
 //!   size an allocation.
 //!
 //! Invariants: [`Header::decode`] takes exactly [`HEADER_LEN`] bytes (a short header cannot
-//! exist), rejects an unknown kind, an unknown direction, a control frame with a direction or
-//! block and any length above [`MAX_LEN`], and `decode(encode(h)) == h`. Nothing here does I/O.
+//! exist), rejects an unknown kind, a `way` byte with a reserved bit set, a control frame with
+//! a direction, path or block and any length above [`MAX_LEN`], and `decode(encode(h)) == h`.
+//! Nothing here does I/O.
 //!
 //! Payload numbers are little-endian: the ring sends a buffer's memory as it is, so the crate
 //! refuses to build for big-endian targets rather than mix byte orders on the wire.
@@ -63,6 +69,47 @@ pub enum Dir {
     Right,
     /// From a rank to its left neighbour, `r - 1`.
     Left,
+}
+
+/// The path a data frame's call takes: an allreduce's path, or the plan another collective is
+/// made of (an allgather takes the gather or Bruck's; the record reduce-scatter and allreduce
+/// the ring). Every frame of one call names the same path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// The two-way allgather of whole blocks round the ring (a control frame's, too).
+    Gather,
+    /// The reduce-scatter and gather of slices round the ring.
+    Ring,
+    /// Bruck's allgather over chord streams.
+    Bruck,
+    /// Index-fold-gather over chord streams.
+    Index,
+}
+
+/// The bits of the `way` byte that hold the path.
+const PATH_SHIFT: u8 = 4;
+/// The bits of the `way` byte in use: the direction and the path.
+const WAY_BITS: u8 = 0x01 | (0x03 << PATH_SHIFT);
+
+impl Path {
+    fn to_bits(self) -> u8 {
+        let code = match self {
+            Path::Gather => 0,
+            Path::Ring => 1,
+            Path::Bruck => 2,
+            Path::Index => 3,
+        };
+        code << PATH_SHIFT
+    }
+
+    fn from_way(way: u8) -> Path {
+        match (way >> PATH_SHIFT) & 0x03 {
+            0 => Path::Gather,
+            1 => Path::Ring,
+            2 => Path::Bruck,
+            _ => Path::Index,
+        }
+    }
 }
 
 /// What a frame carries: a collective's data or an abort.
@@ -133,6 +180,8 @@ pub struct Header {
     pub kind: Kind,
     /// Which way the frame travels (a control frame: [`Dir::Right`]).
     pub dir: Dir,
+    /// The path the frame's call takes (a control frame: [`Path::Gather`]).
+    pub path: Path,
     /// Whose block (or which segment) the frame carries (a control frame: 0).
     pub block: u32,
     /// The collective's index since connect.
@@ -152,7 +201,7 @@ pub enum FrameError {
     /// The kind byte names no collective.
     #[error("unknown kind {0:#04x}")]
     UnknownKind(u8),
-    /// The direction byte names no direction, or a control frame has a direction or block.
+    /// The `way` byte has a reserved bit set, or a control frame has a direction, path or block.
     #[error("reserved bytes are not zero")]
     Reserved,
     /// The payload length is above [`MAX_LEN`], or an abort payload above [`MAX_ABORT_LEN`].
@@ -171,14 +220,21 @@ pub enum FrameError {
 }
 
 impl Header {
-    /// The header of a data frame travelling rightward with block 0 (see [`Header::carrying`]).
+    /// The header of a data frame of the gather path travelling rightward with block 0 (see
+    /// [`Header::carrying`] and [`Header::on`]).
     pub fn data(op: Op, seq: u64, total: u64, len: u64) -> Header {
-        Header { kind: Kind::Data(op), dir: Dir::Right, block: 0, seq, total, len }
+        let (dir, path) = (Dir::Right, Path::Gather);
+        Header { kind: Kind::Data(op), dir, path, block: 0, seq, total, len }
     }
 
     /// The header of a control frame.
     pub fn control(kind: Kind, seq: u64, len: u64) -> Header {
-        Header { kind, dir: Dir::Right, block: 0, seq, total: 0, len }
+        Header { kind, dir: Dir::Right, path: Path::Gather, block: 0, seq, total: 0, len }
+    }
+
+    /// This header, of a call on `path`.
+    pub fn on(self, path: Path) -> Header {
+        Header { path, ..self }
     }
 
     /// This header, travelling `dir` and carrying `block`.
@@ -191,10 +247,11 @@ impl Header {
         let mut out = [0u8; HEADER_LEN];
         out[..2].copy_from_slice(&FRAME_MAGIC);
         out[2] = self.kind.to_byte();
-        out[3] = match self.dir {
+        let dir = match self.dir {
             Dir::Right => 0,
             Dir::Left => 1,
         };
+        out[3] = dir | self.path.to_bits();
         BigEndian::write_u32(&mut out[4..8], self.block);
         BigEndian::write_u64(&mut out[8..16], self.seq);
         BigEndian::write_u64(&mut out[16..24], self.total);
@@ -208,13 +265,14 @@ impl Header {
             return Err(FrameError::BadMagic([bytes[0], bytes[1]]));
         }
         let kind = Kind::from_byte(bytes[2]).ok_or(FrameError::UnknownKind(bytes[2]))?;
-        let dir = match bytes[3] {
-            0 => Dir::Right,
-            1 => Dir::Left,
-            _ => return Err(FrameError::Reserved),
-        };
+        let way = bytes[3];
+        if way & !WAY_BITS != 0 {
+            return Err(FrameError::Reserved);
+        }
+        let dir = if way & 1 == 0 { Dir::Right } else { Dir::Left };
+        let path = Path::from_way(way);
         let block = BigEndian::read_u32(&bytes[4..8]);
-        if !matches!(kind, Kind::Data(_)) && (dir, block) != (Dir::Right, 0) {
+        if !matches!(kind, Kind::Data(_)) && (way, block) != (0, 0) {
             return Err(FrameError::Reserved);
         }
         let len = BigEndian::read_u64(&bytes[24..32]);
@@ -228,13 +286,13 @@ impl Header {
         }
         let seq = BigEndian::read_u64(&bytes[8..16]);
         let total = BigEndian::read_u64(&bytes[16..24]);
-        Ok(Header { kind, dir, block, seq, total, len })
+        Ok(Header { kind, dir, path, block, seq, total, len })
     }
 
     /// Checks a data header from `peer` against the one this rank expects at this point of the
     /// collective: same op and sequence (else out of step), same buffer length (else a length
-    /// mismatch), same direction, block and payload length (else malformed). Called before a
-    /// payload byte is read.
+    /// mismatch), same path, direction, block and payload length (else malformed). Called
+    /// before a payload byte is read.
     pub fn expect(&self, expected: &Header, peer: usize) -> Result<(), CollectiveError> {
         let (Kind::Data(got_op), Kind::Data(expected_op)) = (self.kind, expected.kind) else {
             return Err(CollectiveError::MalformedFrame {
@@ -258,6 +316,9 @@ impl Header {
                 got: self.total,
             });
         }
+        if self.path != expected.path {
+            return Err(self.on_another_path(expected.path, peer));
+        }
         if (self.dir, self.block) != (expected.dir, expected.block) {
             return Err(CollectiveError::MalformedFrame {
                 peer,
@@ -277,10 +338,50 @@ impl Header {
     }
 }
 
+impl Header {
+    /// The error for this data frame from `peer`, of a call this rank takes on `path`: the two
+    /// ranks chose different paths for one call (one forced a path the other did not).
+    pub fn on_another_path(&self, path: Path, peer: usize) -> CollectiveError {
+        CollectiveError::MalformedFrame {
+            peer,
+            reason: format!(
+                "call #{}: a frame of the {} path at a rank on the {} path \
+                 (the ranks disagree on the allreduce path)",
+                self.seq,
+                self.path.name(),
+                path.name()
+            ),
+        }
+    }
+}
+
+impl Path {
+    /// The path's name, as `SILVIC_ALLREDUCE` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Gather => "gather",
+            Path::Ring => "ring",
+            Path::Bruck => "bruck",
+            Path::Index => "index",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    const PATHS: [Path; 4] = [Path::Gather, Path::Ring, Path::Bruck, Path::Index];
+
+    #[test]
+    fn the_way_byte_holds_the_direction_and_the_path() {
+        let head = Header::data(Op::AllreduceSumF64, 1, 8, 8);
+        let bytes: Vec<u8> =
+            PATHS.iter().map(|&p| head.carrying(Dir::Left, 0).on(p).encode()[3]).collect();
+        assert_eq!(bytes, [0x01, 0x11, 0x21, 0x31]);
+        assert_eq!(head.on(Path::Ring).encode()[3], 0x10);
+    }
 
     fn all_kinds() -> Vec<Kind> {
         let mut kinds = vec![Kind::Abort];
@@ -325,13 +426,17 @@ mod tests {
     fn header_round_trips() {
         for kind in all_kinds() {
             for (seq, total, len) in [(0, 0, 0), (1, 4096, 480), (u64::MAX, u64::MAX, 400)] {
-                let h = Header { kind, dir: Dir::Right, block: 0, seq, total, len };
-                assert_eq!(Header::decode(&h.encode()), Ok(h));
+                let h = Header::control(kind, seq, len);
+                let h = Header { total, ..h };
                 if let Kind::Data(_) = kind {
                     for (dir, block) in [(Dir::Left, 0), (Dir::Right, 7), (Dir::Left, 65_537)] {
-                        let h = h.carrying(dir, block);
-                        assert_eq!(Header::decode(&h.encode()), Ok(h));
+                        for path in PATHS {
+                            let h = h.carrying(dir, block).on(path);
+                            assert_eq!(Header::decode(&h.encode()), Ok(h));
+                        }
                     }
+                } else {
+                    assert_eq!(Header::decode(&h.encode()), Ok(h));
                 }
             }
         }
@@ -348,11 +453,13 @@ mod tests {
         let mut bad = good;
         bad[2] = 0x77;
         assert_eq!(Header::decode(&bad), Err(FrameError::UnknownKind(0x77)));
-        let mut bad = good;
-        bad[3] = 2;
-        assert_eq!(Header::decode(&bad), Err(FrameError::Reserved), "no third direction");
+        for way in [2, 4, 8, 0x40, 0x80, 0x31 | 0x02] {
+            let mut bad = good;
+            bad[3] = way;
+            assert_eq!(Header::decode(&bad), Err(FrameError::Reserved), "way byte {way:#04x}");
+        }
         let notice = Waiting { on: 1, waited: Duration::ZERO }.encode(3);
-        for (at, byte) in [(3, 1), (7, 1), (4, 0x80)] {
+        for (at, byte) in [(3, 1), (3, 0x10), (3, 0x30), (7, 1), (4, 0x80)] {
             let mut bad: [u8; HEADER_LEN] = notice[..HEADER_LEN].try_into().unwrap();
             bad[at] = byte;
             assert_eq!(Header::decode(&bad), Err(FrameError::Reserved), "control byte {at}");
@@ -385,6 +492,9 @@ mod tests {
             Err(CollectiveError::LengthMismatch { peer: 1, expected: 800, got: 808 })
         );
         assert_eq!(mine.expect(&mine, 0), Ok(()));
+        let error = mine.on(Path::Index).expect(&mine, 3).unwrap_err();
+        let CollectiveError::MalformedFrame { peer: 3, reason } = &error else { panic!("{error}") };
+        assert!(reason.contains("index path at a rank on the gather path"), "{reason}");
         let mine = mine.carrying(Dir::Left, 3);
         for theirs in [mine.carrying(Dir::Right, 3), mine.carrying(Dir::Left, 2)] {
             let error = theirs.expect(&mine, 4).unwrap_err();

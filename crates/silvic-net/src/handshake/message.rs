@@ -20,13 +20,12 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
-/// speaks the same messages. Ranks of different versions reject each other. 7: from eight
-/// ranks, a rank also dials and accepts chord streams to the ranks `r ± 2^k`, each its own
-/// handshake, and a ring's acceptor takes a Hello from any rank it accepts; once the ring
-/// forms, `connect` measures a hop with allreduces of its own sequence numbers, and the ring
-/// plan's window comes from the hop every rank agreed on; in a world of four the record
-/// reduce-scatter takes two steps, both ways (docs/protocol.md has the history).
-pub const VERSION: u16 = 7;
+/// speaks the same messages. Ranks of different versions reject each other. 8: a data frame's
+/// direction byte also carries the path its call takes (bits 4 and 5), and the agreement after
+/// the probes is `1 + world` numbers, the hop and every rank's forced allreduce path (7: chord
+/// streams to the ranks `r ± 2^k` from eight ranks, and the probes; docs/protocol.md has the
+/// history).
+pub const VERSION: u16 = 8;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.

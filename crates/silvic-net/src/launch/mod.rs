@@ -53,7 +53,9 @@ use tracing::info;
 
 use crate::bind::{self, BindOptions};
 use crate::error::ConnectError;
+use crate::options::{self, ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
 use crate::tcp::{RingListener, TcpCollective};
+use crate::topology::Chords;
 use crate::wait::Backoff;
 use env::{Launch, Meeting, env_error};
 
@@ -74,7 +76,8 @@ impl TcpCollective {
     /// - `SILVIC_JOB_TOKEN`: the job's secret (required);
     /// - `SILVIC_SOCKET_IFNAME` (optional): the interface to listen on and advertise; by
     ///   default the address this host uses to reach the rendezvous host;
-    /// - `SILVIC_PORTS` (optional): the ring listener's port, `29500`, or range, `29500-29599`.
+    /// - `SILVIC_PORTS` (optional): the ring listener's port, `29500`, or range, `29500-29599`;
+    /// - `SILVIC_ALLREDUCE` (optional): the allreduce path, as for `connect` ([`ConnectOptions`]).
     ///
     /// `timeout` bounds the whole start (exchange and ring), then is the collective timeout as
     /// for [`TcpCollective::connect`]. Every error names the variable or the rank at fault; two
@@ -82,6 +85,15 @@ impl TcpCollective {
     /// rank that restarts before every rank has joined takes its place again.
     pub fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
         TcpCollective::from_vars(|name| std::env::var(name).ok(), timeout)
+    }
+
+    /// [`TcpCollective::from_env`] with `options` as [`TcpCollective::connect_with_options`]
+    /// takes them.
+    pub fn from_env_with_options(
+        timeout: Duration,
+        options: &ConnectOptions,
+    ) -> Result<TcpCollective, ConnectError> {
+        TcpCollective::from_vars_with_options(|name| std::env::var(name).ok(), timeout, options)
     }
 
     /// [`TcpCollective::from_env`] with the variables looked up in `vars` (a name in, its
@@ -93,11 +105,23 @@ impl TcpCollective {
         vars: impl Fn(&str) -> Option<String>,
         timeout: Duration,
     ) -> Result<TcpCollective, ConnectError> {
+        Self::from_vars_with_options(vars, timeout, &ConnectOptions::default())
+    }
+
+    /// [`TcpCollective::from_vars`] with `options` as
+    /// [`TcpCollective::connect_with_options`] takes them (`SILVIC_ALLREDUCE` is looked up in
+    /// `vars`).
+    pub fn from_vars_with_options(
+        vars: impl Fn(&str) -> Option<String>,
+        timeout: Duration,
+        options: &ConnectOptions,
+    ) -> Result<TcpCollective, ConnectError> {
+        let allreduce = options::resolve(options, vars(ALLREDUCE_VARIABLE).as_deref())?;
         let launch = Launch::parse(vars)?;
         for note in &launch.notes {
             tracing::warn!("from_env: {note}");
         }
-        launch_ring(&launch, timeout)
+        launch_ring(&launch, timeout, allreduce)
     }
 }
 
@@ -244,7 +268,11 @@ fn bind_ring(launch: &Launch, meeting: Option<SocketAddr>) -> Result<RingListene
     })
 }
 
-fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, ConnectError> {
+fn launch_ring(
+    launch: &Launch,
+    timeout: Duration,
+    allreduce: AllreducePath,
+) -> Result<TcpCollective, ConnectError> {
     if timeout.is_zero() {
         return Err(ConnectError::InvalidArgument("the timeout is zero".into()));
     }
@@ -253,7 +281,16 @@ fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, Conn
     if world == 1 {
         let listener = TcpCollective::bind("127.0.0.1")?;
         let addresses = [listener.address()];
-        return TcpCollective::connect(listener, 0, &addresses, &launch.token, timeout);
+        let token = &launch.token;
+        return TcpCollective::connect_with(
+            listener,
+            0,
+            &addresses,
+            token,
+            timeout,
+            Chords::Auto,
+            allreduce,
+        );
     }
     let started = Instant::now();
     let deadline = deadline_after(started, timeout);
@@ -304,7 +341,16 @@ fn launch_ring(launch: &Launch, timeout: Duration) -> Result<TcpCollective, Conn
     }
     info!(rank, world, elapsed = ?started.elapsed(), "addresses exchanged");
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let connected = TcpCollective::connect(listener, rank, &addresses, &launch.token, left);
+    let token = &launch.token;
+    let connected = TcpCollective::connect_with(
+        listener,
+        rank,
+        &addresses,
+        token,
+        left,
+        Chords::Auto,
+        allreduce,
+    );
     let mut ring = match (&launch.meeting, connected) {
         (Meeting::Folder(dir), Err(e)) => {
             folder::withdraw(dir, rank);
@@ -361,12 +407,14 @@ mod tests {
         for rank in 0..world {
             let (tx, meeting) = (tx.clone(), meeting.clone());
             std::thread::spawn(move || {
-                let outcome = launch_ring(&launch(rank, world, meeting), timeout)
-                    .map_err(|e| e.to_string())
-                    .and_then(|mut ring| {
-                        let all = ring.allgather_bytes(&[rank as u8]).map_err(|e| e.to_string())?;
-                        Ok(all.concat())
-                    });
+                let outcome =
+                    launch_ring(&launch(rank, world, meeting), timeout, AllreducePath::Auto)
+                        .map_err(|e| e.to_string())
+                        .and_then(|mut ring| {
+                            let all =
+                                ring.allgather_bytes(&[rank as u8]).map_err(|e| e.to_string())?;
+                            Ok(all.concat())
+                        });
                 let _ = tx.send((rank, outcome));
             });
         }
@@ -392,7 +440,8 @@ mod tests {
     fn the_exchange_listens_on_the_rendezvous_hosts_address_only() {
         let port = free_port();
         let rank0 = std::thread::spawn(move || {
-            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3)).map(drop)
+            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3), AllreducePath::Auto)
+                .map(drop)
         });
         let until = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -413,8 +462,9 @@ mod tests {
     fn a_port_that_is_taken_is_named_with_what_to_do() {
         let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = held.local_addr().unwrap().port();
-        let e =
-            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3)).map(drop).unwrap_err();
+        let e = launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3), AllreducePath::Auto)
+            .map(drop)
+            .unwrap_err();
         let text = e.to_string();
         assert!(
             text.starts_with(&format!(

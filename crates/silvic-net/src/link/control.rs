@@ -18,7 +18,7 @@ use silvic_core::CollectiveError;
 
 use super::reader::{Between, Control, next_control, stream_error};
 use super::{Counted, TcpRing};
-use crate::frame::Waiting;
+use crate::frame::{Path, Waiting};
 use crate::wait::nonblocking;
 
 /// The longest gap between two waiting notices.
@@ -114,11 +114,13 @@ impl TcpRing {
     /// origin that failed a later call had sent this call's frames first; failing now forgoes
     /// them, and the next call would have failed with the same error.) Returns
     /// whether to keep watching: not once a data frame (one waiting for its turn, or the next
-    /// call's) shows up.
+    /// call's) shows up. A data frame of this call on another `path` than this rank's fails the
+    /// call at once: the ranks disagree on the path, and this frame may be all this rank would
+    /// ever get of the call on this stream.
     pub(super) fn read_controls(
         &mut self,
         s: usize,
-        seq: u64,
+        (seq, path): (u64, Option<Path>),
         writing: bool,
     ) -> Result<bool, CollectiveError> {
         while !self.streams[s].ended {
@@ -126,7 +128,12 @@ impl TcpRing {
             let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
             let failure = match next_control(&mut stream.ahead, &mut src, stream.peer, self.world) {
                 Ok(Between::Blocked) => return Ok(true),
-                Ok(Between::Data) => return Ok(false),
+                Ok(Between::Data(head)) => match path {
+                    Some(path) if head.seq == seq && head.path != path => {
+                        return Err(head.on_another_path(path, stream.peer));
+                    }
+                    _ => return Ok(false),
+                },
                 Ok(Between::Control(Control::Waiting { notice, seq: of })) => {
                     if of == seq {
                         stream.heard = Some(Heard { notice, at: Instant::now() });

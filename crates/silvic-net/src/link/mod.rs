@@ -33,7 +33,9 @@
 //! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
 //!   frame never hides an abort behind it (a data frame is read whole before what follows it).
 //!   A data frame of the next call waits for that call, and what follows it with it. A notice
-//!   of another call than the current one is ignored.
+//!   of another call than the current one is ignored. A data frame of the current call that
+//!   names another path than the call's fails the call at once, naming its sender, wherever
+//!   it comes (the ranks disagree on the path: it may be all that stream brings).
 //! - A data frame's header and payload go out in one vectored write when the socket takes them.
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
@@ -63,6 +65,7 @@ use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
 use crate::frame::HEADER_LEN;
+use crate::ring::cost::Path;
 use crate::ring::seam::{Call, FramePlan, Link, Network, Route};
 use crate::wait::wait;
 
@@ -123,6 +126,8 @@ pub(crate) struct TcpRing {
     table: Table,
     /// What the ranks measured of the network when the ring formed (`probe.rs`).
     network: Network,
+    /// The path every rank agreed to force allreduces onto (`options.rs`).
+    forced: Option<Path>,
 }
 
 /// Where the ring sits in its world: this rank, the world size and every rank's address.
@@ -161,14 +166,15 @@ impl TcpRing {
             ways: Ways::default(),
             table: Table::default(),
             network: Network::UNMEASURED,
+            forced: None,
         }
     }
 
-    /// Takes the network every rank agreed on, and starts the counts of [`TcpRing::stats`]
-    /// afresh: what was moved to measure it is not the caller's. Bytes read ahead and not yet
-    /// taken belong to the caller's first call, and are counted when it runs.
-    pub(crate) fn measured(&mut self, network: Network) {
-        self.network = network;
+    /// Takes the network and the forced path every rank agreed on, and starts the counts of
+    /// [`TcpRing::stats`] afresh: what was moved to measure it is not the caller's. Bytes read
+    /// ahead and not yet taken belong to the caller's first call, and are counted when it runs.
+    pub(crate) fn measured(&mut self, network: Network, forced: Option<Path>) {
+        (self.network, self.forced) = (network, forced);
         for stream in &mut self.streams {
             (stream.sent, stream.received, stream.waited) = (0, 0, Duration::ZERO);
             stream.read_ahead_at_start = stream.ahead.buffered().len() as u64;
@@ -289,7 +295,7 @@ impl TcpRing {
     fn turn(
         &mut self,
         plan: &mut dyn FramePlan,
-        watch: &mut [bool],
+        (watch, path): (&mut [bool], Option<Path>),
         stirred: &mut u64,
     ) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
@@ -305,7 +311,7 @@ impl TcpRing {
                 *stirred &= !(1 << s);
                 let writing =
                     self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
-                *watching = self.read_controls(s, seq, writing).map_err(|e| (s, e))?;
+                *watching = self.read_controls(s, (seq, path), writing).map_err(|e| (s, e))?;
             }
         }
         // A small frame that a frame just in lets go (any way) goes out before the core is
@@ -330,8 +336,11 @@ impl TcpRing {
         let mut watch = [true; MAX_STREAMS];
         let watch = &mut watch[..n];
         let mut stirred = u64::MAX;
+        // Every frame of a call, whatever its plans, names the same path: so its first one's.
+        let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
+        let path = first.map(|w| plan.header(w, 0).path);
         loop {
-            let moved = self.turn(plan, watch, &mut stirred)?;
+            let moved = self.turn(plan, (&mut *watch, path), &mut stirred)?;
             let now = Instant::now();
             for s in (0..n).filter(|&s| moved & (1 << s) != 0) {
                 clock.moved(s, now);
@@ -411,6 +420,10 @@ fn waited_on(op: Op, seq: u64, stalled: Duration, blamed: usize, address: Socket
 impl Link for TcpRing {
     fn network(&self) -> Network {
         self.network
+    }
+
+    fn forced(&self) -> Option<Path> {
+        self.forced
     }
 
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {

@@ -56,8 +56,8 @@ fn control(
 pub(super) enum Parsed {
     /// Fewer bytes than the frame at the front needs: this many in all.
     Incomplete(usize),
-    /// A data frame starts here.
-    Data,
+    /// A data frame starts here, with this header.
+    Data(Header),
     /// A whole control frame of `len` bytes.
     Control(Control, usize),
 }
@@ -73,7 +73,7 @@ pub(super) fn parse_control(
     };
     let header = Header::decode(head).map_err(malformed(peer))?;
     if let Kind::Data(_) = header.kind {
-        return Ok(Parsed::Data);
+        return Ok(Parsed::Data(header));
     }
     // decode() bounds a control frame's length by MAX_ABORT_LEN.
     let len = HEADER_LEN + header.len as usize;
@@ -88,8 +88,8 @@ pub(super) fn parse_control(
 pub(super) enum Between {
     /// A whole control frame, consumed.
     Control(Control),
-    /// A data frame starts here; nothing of it is consumed.
-    Data,
+    /// A data frame starts here, with this header; nothing of it is consumed.
+    Data(Header),
     /// The stream would block before a whole frame header (and control payload) is in.
     Blocked,
 }
@@ -104,7 +104,7 @@ pub(super) fn next_control<R: Read>(
 ) -> Result<Between, CollectiveError> {
     loop {
         let need = match parse_control(ahead.buffered(), peer, world)? {
-            Parsed::Data => return Ok(Between::Data),
+            Parsed::Data(header) => return Ok(Between::Data(header)),
             Parsed::Control(control, len) => {
                 ahead.consume(len);
                 return Ok(Between::Control(control));
@@ -454,7 +454,7 @@ mod tests {
             match next_control(&mut ahead, &mut src, 2, 4).unwrap() {
                 Between::Control(c) => seen.push(c),
                 Between::Blocked => {}
-                Between::Data => break,
+                Between::Data(_) => break,
             }
             turns += 1;
             assert!(turns < 1000);
@@ -469,7 +469,8 @@ mod tests {
             }
         );
         // The data frame is still there for the data reader, and stays there.
-        assert_eq!(next_control(&mut ahead, &mut src, 2, 4), Ok(Between::Data));
+        let header = Header::data(Op::AllgatherBytes, 10, 1, 1);
+        assert_eq!(next_control(&mut ahead, &mut src, 2, 4), Ok(Between::Data(header)));
         let mut sink = VecSink(vec![0; 1], 0);
         let expect = Header::data(Op::AllgatherBytes, 10, 1, 1);
         let mut incoming = FrameIn::new();
@@ -503,7 +504,8 @@ mod tests {
             panic!("a notice")
         };
         assert_eq!(w.on, 1);
-        assert_eq!(parse_control(&bytes[44..], 0, 4), Ok(Parsed::Data));
+        let data = Header::data(Op::AllgatherBytes, 0, 1, 1);
+        assert_eq!(parse_control(&bytes[44..], 0, 4), Ok(Parsed::Data(data)));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::Scratch;
 use super::element::{Element, as_bytes};
 use super::gather::{Blocks, Flat, fold_gathered, room_for};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
-use crate::frame::{Dir, Header};
+use crate::frame::{Dir, Header, Path};
 
 /// Rounds of a Bruck exchange in a world of `world`: `ceil(log2 world)` (none for one rank).
 pub(crate) fn rounds(world: usize) -> usize {
@@ -82,7 +82,7 @@ impl<'b, B: Blocks + ?Sized> BruckPlan<'b, B> {
     pub(super) fn new(call: Call, total: u64, blocks: &'b mut B) -> Self {
         let routes: Vec<Route> = routes(call.world).collect();
         let filling = vec![(0, 0); routes.len()];
-        let header = Header::data(call.op, call.seq, total, 0);
+        let header = Header::data(call.op, call.seq, total, 0).on(Path::Bruck);
         BruckPlan { call, header, routes, blocks, filling }
     }
 

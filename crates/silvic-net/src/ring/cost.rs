@@ -24,18 +24,10 @@ use super::bruck::rounds;
 use super::index::{STORE_MAX_BYTES, chunks};
 use super::schedule::{self, GATHER_MAX_BYTES, SMALL_BYTES};
 
-/// An allreduce path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Path {
-    /// The two-way gather of whole buffers, then the local fold ([`super::gather`]).
-    Gather,
-    /// The reduce-scatter and gather round the ring ([`super::ring_path`]).
-    Ring,
-    /// Bruck's gather of whole buffers, then the local fold ([`super::bruck`]).
-    Bruck,
-    /// Index-fold-gather ([`super::index`]).
-    Index,
-}
+/// An allreduce path: the gather ([`super::gather`], whole buffers gathered then folded
+/// locally), the ring ([`super::ring_path`]), Bruck's gather ([`super::bruck`]) or
+/// index-fold-gather ([`super::index`]). Every frame of a call names it (`frame/`).
+pub(crate) use crate::frame::Path;
 
 impl Path {
     /// Every path, in the order ties are broken: to the paths that hold less memory, and of the

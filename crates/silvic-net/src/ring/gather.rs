@@ -16,7 +16,7 @@ use super::schedule::{self, segment};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::twoway::{self, Move};
 use super::{RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
-use crate::frame::Header;
+use crate::frame::{Header, Path};
 
 /// The blocks of an allgather, one per rank, each of a length every rank knows before the
 /// frames move (one length for all, or lengths learned first).
@@ -166,7 +166,19 @@ pub(super) fn gather<B: Blocks + ?Sized>(
     total: u64,
     blocks: &mut B,
 ) -> Result<(), CollectiveError> {
-    let header = Header::data(call.op, call.seq, total, 0);
+    gather_of(Path::Gather, link, call, total, blocks)
+}
+
+/// [`gather`] as the last step of a call on `path`, whose every frame names that path (a
+/// receiver refuses a frame of another path in the same call: `link/control.rs`).
+pub(super) fn gather_of<B: Blocks + ?Sized>(
+    path: Path,
+    link: &mut dyn Link,
+    call: Call,
+    total: u64,
+    blocks: &mut B,
+) -> Result<(), CollectiveError> {
+    let header = Header::data(call.op, call.seq, total, 0).on(path);
     link.run(&mut GatherPlan { call, header, blocks, filling: [(0, 0); 2] })
 }
 

@@ -59,7 +59,7 @@ use super::element::{Element, as_bytes, as_bytes_mut, elements};
 use super::ring_path::FOLD_SCRATCH;
 use super::schedule::{segment, slice};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
-use crate::frame::{Dir, Header};
+use crate::frame::{Dir, Header, Path};
 
 /// The most bytes the transit store may hold; larger calls are chunked (see the module doc).
 pub(crate) const STORE_MAX_BYTES: usize = 1 << 20;
@@ -255,7 +255,7 @@ impl<'a, T: Element, C: Fn(T, T) -> T> IndexPlan<'a, T, C> {
             Place::Buf(a, b) => (b - a) * size_of::<T>(),
             Place::Store(a, b) => b - a,
         } as u64;
-        let head = Header::data(op, seq, total, len);
+        let head = Header::data(op, seq, total, len).on(Path::Index);
         let rounds = self.rounds();
         if way >= rounds {
             return head.carrying(Dir::Left, seg);

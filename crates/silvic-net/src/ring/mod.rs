@@ -145,8 +145,31 @@ pub(crate) fn describe_cuts(world: usize, network: Network) -> String {
     cut.join(", ")
 }
 
+/// Whether `path` can carry an allreduce of `bytes` in a world of `world` on `network`: the
+/// gathering paths within the gather's memory bound ([`cost::fits`]), the log-depth paths on a
+/// link with chord streams, the ring always.
+pub(crate) fn carries(path: cost::Path, bytes: usize, world: usize, network: Network) -> bool {
+    let chords = !matches!(path, cost::Path::Bruck | cost::Path::Index) || network.chords;
+    chords && cost::fits(path, bytes, world)
+}
+
+/// The path an allreduce takes: `forced` where that path [`carries`] the call, else the one
+/// [`chosen_path`] picks. The same on every rank, given the same arguments.
+pub(crate) fn taken_path(
+    forced: Option<cost::Path>,
+    bytes: usize,
+    elem: usize,
+    world: usize,
+    network: Network,
+) -> cost::Path {
+    match forced {
+        Some(path) if carries(path, bytes, world, network) => path,
+        _ => chosen_path(bytes, elem, world, network),
+    }
+}
+
 /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order, on the
-/// path [`chosen_path`] picks.
+/// path [`taken_path`] picks (the link's forced path where it carries the call).
 pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     link: &mut dyn Link,
     call: Call,
@@ -154,7 +177,8 @@ pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    let path = chosen_path(size_of_val(buf), size_of::<T>(), call.world, link.network());
+    let (bytes, network) = (size_of_val(buf), link.network());
+    let path = taken_path(link.forced(), bytes, size_of::<T>(), call.world, network);
     allreduce_on(path, link, call, buf, combine, scratch)
 }
 

@@ -34,7 +34,7 @@ use super::gather::{self, Blocks};
 use super::schedule::{pass, segment};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::{RIGHTWARD, Scratch, TWO_WAYS};
-use crate::frame::{Dir, Header};
+use crate::frame::{Dir, Header, Path};
 
 mod four;
 
@@ -65,7 +65,8 @@ impl ScatterPlan<'_> {
     fn frame_header(&self, block: usize) -> Header {
         let len = self.bounds[block].len() as u64;
         let total = self.buf.len() as u64;
-        Header::data(self.call.op, self.call.seq, total, len).carrying(Dir::Right, block)
+        let head = Header::data(self.call.op, self.call.seq, total, len).on(Path::Ring);
+        head.carrying(Dir::Right, block)
     }
 }
 
@@ -226,7 +227,9 @@ pub(crate) fn allreduce_records(
         })
         .collect();
     scatter(link, call, buf, &bounds, record, fold, scratch)?;
-    gather::gather(link, call, buf.len() as u64, &mut Spans { buf, bounds: &bounds })
+    // One call, one path in every frame: the reduce-scatter's, the ring's.
+    let total = buf.len() as u64;
+    gather::gather_of(Path::Ring, link, call, total, &mut Spans { buf, bounds: &bounds })
 }
 
 #[cfg(test)]

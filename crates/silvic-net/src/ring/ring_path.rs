@@ -40,7 +40,7 @@ use super::schedule::{self, pass};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::twoway::{self, Move};
 use super::{LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
-use crate::frame::Header;
+use crate::frame::{Header, Path};
 
 /// Bytes of received data folded at a time. Small enough to stay in cache, large enough that a
 /// read moves plenty per system call.
@@ -159,7 +159,8 @@ impl<T: Element, C: Fn(T, T) -> T> RingPlan<'_, T, C> {
     fn frame_header(&self, way: usize, seg: usize, k: usize) -> Header {
         let total = std::mem::size_of_val(self.buf) as u64;
         let len = (self.slice(seg, k).len() * size_of::<T>()) as u64;
-        Header::data(self.call.op, self.call.seq, total, len).carrying(wire_dir(way), seg)
+        let head = Header::data(self.call.op, self.call.seq, total, len).on(Path::Ring);
+        head.carrying(wire_dir(way), seg)
     }
 }
 

@@ -150,6 +150,11 @@ pub(crate) trait Link {
     /// What the ranks measured of the network this link carries frames over, the same on every
     /// rank: plans that order their frames by it ask here.
     fn network(&self) -> Network;
+    /// The path the ranks agreed to force every allreduce onto where it can carry the call
+    /// (`SILVIC_ALLREDUCE`, `options.rs`), the same on every rank; `None`: the cut chooses.
+    fn forced(&self) -> Option<super::cost::Path> {
+        None
+    }
 }
 
 /// Where the payload of a received frame goes, as it arrives.

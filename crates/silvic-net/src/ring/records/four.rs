@@ -28,7 +28,7 @@ use silvic_core::{CollectiveError, RecordFold};
 use super::super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::super::{LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use super::fold_scratch;
-use crate::frame::Header;
+use crate::frame::{Header, Path};
 
 /// The world this plan serves.
 pub(crate) const WORLD: usize = 4;
@@ -69,7 +69,8 @@ impl FourPlan<'_> {
     fn frame_header(&self, way: usize, block: usize) -> Header {
         let len = self.bounds[block].len() as u64;
         let total = self.buf.len() as u64;
-        Header::data(self.call.op, self.call.seq, total, len).carrying(wire_dir(way), block)
+        let head = Header::data(self.call.op, self.call.seq, total, len).on(Path::Ring);
+        head.carrying(wire_dir(way), block)
     }
 }
 

@@ -1,0 +1,315 @@
+//! The path every allreduce of a ring takes: chosen per call from the network, or forced
+//! ([`AllreducePath`]), by [`ConnectOptions`] or the `SILVIC_ALLREDUCE` variable.
+//!
+//! Invariants: a value is read in one place ([`resolve`]), before any socket is opened; a value
+//! that names no path is an error naming the variable (or the option) and the value; every rank
+//! of a ring takes the same path, or `connect` fails on every rank naming the ranks that differ
+//! (the probe's agreement, `probe.rs`). A forced path changes no result bit: every path folds
+//! every element in the same order.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::ConnectError;
+use crate::ring::cost;
+use crate::tcp::{RingListener, TcpCollective};
+use crate::topology::Chords;
+
+/// The variable `connect` and `from_env` read the allreduce path from.
+pub const ALLREDUCE_VARIABLE: &str = "SILVIC_ALLREDUCE";
+
+/// Which path a ring's allreduces take.
+///
+/// [`AllreducePath::Auto`], the default, lets each call choose from its size, the world and
+/// the network the ranks measured at connect (docs/log-depth-paths.md). The others force one
+/// path on every call that path can carry; a call it cannot carry takes the automatic choice:
+///
+/// - [`AllreducePath::Ring`] carries every call.
+/// - [`AllreducePath::Gather`] holds every rank's whole buffer, so it carries a call only within
+///   the gather's memory bound (every buffer below 4 KiB, else `world × bytes` at most 4 MiB).
+/// - [`AllreducePath::Bruck`] holds every rank's whole buffer too, and needs chord streams (to
+///   `rank ± 2^k`): within that bound, on a ring that has them.
+/// - [`AllreducePath::Index`] needs chord streams: every call, on a ring that has them.
+///
+/// Chord streams are formed from 8 ranks on (and a world of 2 or 3 needs none: every `rank ±
+/// 2^k` is a neighbour), whatever the path; `connect` logs a warning when the forced path
+/// needs chords the ring has not formed. The path is the same on every rank of a ring: see
+/// [`ConnectOptions`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum AllreducePath {
+    /// Chosen per call from the network (the default).
+    #[default]
+    Auto,
+    /// The reduce-scatter and gather of slices round the ring.
+    Ring,
+    /// A two-way allgather of whole buffers round the ring, folded locally.
+    Gather,
+    /// Bruck's allgather of whole buffers over chord streams, folded locally.
+    Bruck,
+    /// Index-fold-gather over chord streams: each segment's raw contributions brought to one
+    /// rank, folded there, and the folded segments gathered.
+    Index,
+}
+
+impl AllreducePath {
+    /// Every path, in the order of their codes in the agreement.
+    pub const ALL: [AllreducePath; 5] = [
+        AllreducePath::Auto,
+        AllreducePath::Ring,
+        AllreducePath::Gather,
+        AllreducePath::Bruck,
+        AllreducePath::Index,
+    ];
+
+    /// The path's name, as `SILVIC_ALLREDUCE` spells it: `auto`, `ring`, `gather`, `bruck` or
+    /// `index`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllreducePath::Auto => "auto",
+            AllreducePath::Ring => "ring",
+            AllreducePath::Gather => "gather",
+            AllreducePath::Bruck => "bruck",
+            AllreducePath::Index => "index",
+        }
+    }
+
+    /// The path a call is forced onto, if any.
+    pub(crate) fn forced(self) -> Option<cost::Path> {
+        match self {
+            AllreducePath::Auto => None,
+            AllreducePath::Ring => Some(cost::Path::Ring),
+            AllreducePath::Gather => Some(cost::Path::Gather),
+            AllreducePath::Bruck => Some(cost::Path::Bruck),
+            AllreducePath::Index => Some(cost::Path::Index),
+        }
+    }
+
+    /// The path's number in the probe's agreement: one more than its place in
+    /// [`AllreducePath::ALL`], so that 0 is no rank's.
+    pub(crate) fn code(self) -> u64 {
+        1 + Self::ALL.iter().position(|&p| p == self).expect("every path is in ALL") as u64
+    }
+
+    /// The path numbered `code` ([`AllreducePath::code`]).
+    pub(crate) fn from_code(code: u64) -> Option<AllreducePath> {
+        let at = usize::try_from(code.checked_sub(1)?).ok()?;
+        Self::ALL.get(at).copied()
+    }
+
+    /// Whether a call forced onto `self` needs chord streams.
+    pub(crate) fn needs_chords(self) -> bool {
+        matches!(self, AllreducePath::Bruck | AllreducePath::Index)
+    }
+
+    fn names() -> String {
+        Self::ALL.map(AllreducePath::name).join(", ")
+    }
+}
+
+impl std::fmt::Display for AllreducePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses a path's [`AllreducePath::name`]; anything else is
+/// [`ConnectError::InvalidArgument`] naming the value and the paths there are.
+impl FromStr for AllreducePath {
+    type Err = ConnectError;
+
+    fn from_str(value: &str) -> Result<AllreducePath, ConnectError> {
+        Self::ALL.into_iter().find(|p| p.name() == value).ok_or_else(|| {
+            ConnectError::InvalidArgument(format!(
+                "{value:?} is not an allreduce path (one of {})",
+                Self::names()
+            ))
+        })
+    }
+}
+
+/// What [`TcpCollective::connect_with_options`](crate::TcpCollective::connect_with_options)
+/// and [`TcpCollective::from_env_with_options`](crate::TcpCollective::from_env_with_options)
+/// take beyond `connect`'s and `from_env`'s arguments. The default is what `connect` and
+/// `from_env` do.
+///
+/// The allreduce path comes from [`ConnectOptions::allreduce`] where it forces one, else from
+/// `SILVIC_ALLREDUCE` (`auto`, `ring`, `gather`, `bruck` or `index`), else
+/// [`AllreducePath::Auto`]. The variable is read and checked on every connect: a value that
+/// names no path is [`ConnectError::Environment`] naming the variable and the value, even
+/// where the options force a path. Every rank must end up with the same path: the ranks
+/// agree on it once the ring forms, and if any differs, `connect` fails on every rank with
+/// [`ConnectError::Disagreement`] naming the ranks that differ from the most common path.
+///
+/// ```
+/// use silvic_net::{AllreducePath, ConnectOptions, TcpCollective};
+/// use std::time::Duration;
+///
+/// let listener = TcpCollective::bind("127.0.0.1")?;
+/// let addresses = vec![listener.address()];
+/// let options = ConnectOptions::new().allreduce(AllreducePath::Ring);
+/// let timeout = Duration::from_secs(5);
+/// let ring =
+///     TcpCollective::connect_with_options(listener, 0, &addresses, "job-1", timeout, &options)?;
+/// # drop(ring);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    allreduce: AllreducePath,
+}
+
+impl ConnectOptions {
+    /// The defaults: what `connect` and `from_env` do.
+    pub fn new() -> ConnectOptions {
+        ConnectOptions::default()
+    }
+
+    /// Forces every allreduce onto `path` where it can carry the call (see [`AllreducePath`]),
+    /// whatever `SILVIC_ALLREDUCE` says; [`AllreducePath::Auto`] leaves the path to the
+    /// variable.
+    pub fn allreduce(mut self, path: AllreducePath) -> ConnectOptions {
+        self.allreduce = path;
+        self
+    }
+}
+
+impl TcpCollective {
+    /// [`TcpCollective::connect`] with `options`: the allreduce path from
+    /// [`ConnectOptions::allreduce`] where it forces one, else from `SILVIC_ALLREDUCE`.
+    ///
+    /// Every rank must take the same path: the ranks agree on it once the ring forms, and where
+    /// any differs, every rank fails with [`ConnectError::Disagreement`] naming those that
+    /// differ. A `SILVIC_ALLREDUCE` that names no path fails before any socket is opened.
+    pub fn connect_with_options(
+        listener: RingListener,
+        rank: usize,
+        addresses: &[String],
+        job_token: &str,
+        timeout: Duration,
+        options: &ConnectOptions,
+    ) -> Result<TcpCollective, ConnectError> {
+        let variable = std::env::var(ALLREDUCE_VARIABLE).ok();
+        let allreduce = resolve(options, variable.as_deref())?;
+        let chords = Chords::Auto;
+        TcpCollective::connect_with(
+            listener, rank, addresses, job_token, timeout, chords, allreduce,
+        )
+    }
+}
+
+/// The path of a ring's allreduces from `options` and the value of [`ALLREDUCE_VARIABLE`]
+/// (`None`: unset; blank is unset too), as [`ConnectOptions`] says.
+pub(crate) fn resolve(
+    options: &ConnectOptions,
+    variable: Option<&str>,
+) -> Result<AllreducePath, ConnectError> {
+    // As every launch variable: blank is unset, and spaces around a value are not part of it.
+    let from_variable = match variable.map(str::trim).filter(|v| !v.is_empty()) {
+        None => AllreducePath::Auto,
+        Some(value) => value.parse().map_err(|_| ConnectError::Environment {
+            variable: ALLREDUCE_VARIABLE.into(),
+            message: format!(
+                "{value:?} is not an allreduce path (one of {})",
+                AllreducePath::names()
+            ),
+        })?,
+    };
+    Ok(match options.allreduce {
+        AllreducePath::Auto => from_variable,
+        forced => forced,
+    })
+}
+
+/// The path every rank of a ring takes, from every rank's (`paths[r]` is rank `r`'s): the one
+/// path they all have, else [`ConnectError::Disagreement`] naming the ranks that differ from
+/// the most common path (of two as common, the one the lowest rank has). The same on every rank
+/// given the same list.
+pub(crate) fn agreed(paths: &[AllreducePath]) -> Result<AllreducePath, ConnectError> {
+    let count = |path: AllreducePath| paths.iter().filter(|&&p| p == path).count();
+    let Some(&common) = paths.iter().max_by_key(|&&p| {
+        let first = paths.iter().position(|&q| q == p).unwrap_or_default();
+        (count(p), std::cmp::Reverse(first))
+    }) else {
+        return Ok(AllreducePath::Auto);
+    };
+    let differ: Vec<usize> = (0..paths.len()).filter(|&r| paths[r] != common).collect();
+    if differ.is_empty() {
+        return Ok(common);
+    }
+    let ranks = |of: &[usize]| {
+        let list: Vec<String> = of.iter().map(usize::to_string).collect();
+        let noun = if of.len() == 1 { "rank" } else { "ranks" };
+        format!("{noun} {}", list.join(", "))
+    };
+    let odd: Vec<String> =
+        differ.iter().map(|&r| format!("{} on rank {r}", paths[r].name())).collect();
+    let same: Vec<usize> = (0..paths.len()).filter(|&r| paths[r] == common).collect();
+    Err(ConnectError::Disagreement {
+        setting: ALLREDUCE_VARIABLE.into(),
+        detail: format!("{}, against {} on {}", odd.join(", "), common.name(), ranks(&same)),
+        ranks: differ,
+    })
+}
+
+#[cfg(test)]
+#[path = "options_tests.rs"]
+mod tcp_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AllreducePath::{Auto, Bruck, Gather, Index, Ring};
+
+    #[test]
+    fn names_parse_back_and_codes_are_one_to_one() {
+        for path in AllreducePath::ALL {
+            assert_eq!(path.name().parse::<AllreducePath>(), Ok(path));
+            assert_eq!(AllreducePath::from_code(path.code()), Some(path));
+        }
+        assert_eq!(AllreducePath::from_code(0), None);
+        assert_eq!(AllreducePath::from_code(6), None);
+        assert_eq!(AllreducePath::from_code(u64::MAX), None);
+        let error = "Ring".parse::<AllreducePath>().unwrap_err();
+        assert!(error.to_string().contains("\"Ring\" is not an allreduce path"), "{error}");
+    }
+
+    #[test]
+    fn options_force_a_path_over_the_variable_and_auto_defers_to_it() {
+        let auto = ConnectOptions::new();
+        let ring = ConnectOptions::new().allreduce(Ring);
+        assert_eq!(resolve(&auto, None), Ok(Auto));
+        assert_eq!(resolve(&auto, Some("index")), Ok(Index));
+        assert_eq!(resolve(&ring, Some("gather")), Ok(Ring));
+        assert_eq!(resolve(&ring, None), Ok(Ring));
+        assert_eq!(resolve(&auto, Some(" bruck\n")), Ok(Bruck));
+        assert_eq!(resolve(&auto, Some("  ")), Ok(Auto));
+        for (options, value) in [(&auto, "rings"), (&ring, "Index"), (&auto, "ring,gather")] {
+            match resolve(options, Some(value)) {
+                Err(ConnectError::Environment { variable, message }) => {
+                    assert_eq!(variable, "SILVIC_ALLREDUCE");
+                    assert!(message.contains(&format!("{value:?}")), "{message}");
+                    assert!(message.contains("auto, ring, gather, bruck, index"), "{message}");
+                }
+                other => panic!("{value:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_agreement_names_the_ranks_that_differ_from_the_most_common_path() {
+        assert_eq!(agreed(&[Bruck; 5]), Ok(Bruck));
+        assert_eq!(agreed(&[]), Ok(Auto));
+        let error = agreed(&[Auto, Auto, Index, Auto]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "SILVIC_ALLREDUCE differs between ranks: index on rank 2, against auto on ranks 0, 1, 3"
+        );
+        assert!(matches!(&error, ConnectError::Disagreement { ranks, .. } if ranks == &[2]));
+        // Two as common: the lowest rank's path is the reference.
+        let error = agreed(&[Gather, Ring, Ring, Gather]).unwrap_err();
+        assert!(matches!(&error, ConnectError::Disagreement { ranks, .. } if ranks == &[1, 2]));
+        let error = agreed(&[Ring, Gather, Bruck]).unwrap_err();
+        assert!(matches!(&error, ConnectError::Disagreement { ranks, .. } if ranks == &[1, 2]));
+    }
+}
