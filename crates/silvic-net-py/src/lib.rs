@@ -37,46 +37,21 @@ mod arguments;
 mod buffers;
 mod errors;
 mod lightgbm;
+mod listener;
+mod stats;
 mod trainer;
 mod watch;
 
 use numpy::Element;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use silvic_net::Collective;
 
 use arguments::{connect_options, port_range, seconds};
 use buffers::{ReadOnlyWhileInUse, writeable};
+use listener::RingListener;
 use watch::RingWatch;
-
-/// A bound listening socket, to be handed to TcpCollective.connect once.
-///
-/// Gather every rank's address(), in rank order, and give the list to every rank.
-#[pyclass(module = "silvic_net", frozen)]
-#[derive(Debug)]
-struct RingListener {
-    /// `None` once `connect` has taken it.
-    inner: std::sync::Mutex<Option<silvic_net::RingListener>>,
-    address: String,
-}
-
-#[pymethods]
-impl RingListener {
-    /// The address other ranks connect to: "ip:port", or "[ip]:port" for IPv6.
-    fn address(&self) -> String {
-        self.address.clone()
-    }
-
-    fn __repr__(&self) -> String {
-        let used = self.inner.lock().map(|inner| inner.is_none()).unwrap_or(true);
-        format!(
-            "RingListener(address={:?}, used={})",
-            self.address,
-            if used { "True" } else { "False" }
-        )
-    }
-}
 
 /// One rank of a TCP ring: allreduce and allgather across every rank's process.
 ///
@@ -142,7 +117,7 @@ impl TcpCollective {
     fn bind(py: Python<'_>, host: &str) -> PyResult<RingListener> {
         let listener =
             silvic_net::TcpCollective::bind(host).map_err(|e| errors::connect(py, &e))?;
-        Ok(RingListener { address: listener.address(), inner: Some(listener).into() })
+        Ok(RingListener::new(listener))
     }
 
     /// Listens on an ephemeral port of host (such as "0.0.0.0") and advertises node_ip with
@@ -152,7 +127,7 @@ impl TcpCollective {
     fn bind_advertised(py: Python<'_>, host: &str, node_ip: &str) -> PyResult<RingListener> {
         let listener = silvic_net::TcpCollective::bind_advertised(host, node_ip)
             .map_err(|e| errors::connect(py, &e))?;
-        Ok(RingListener { address: listener.address(), inner: Some(listener).into() })
+        Ok(RingListener::new(listener))
     }
 
     /// Listens where the arguments say, for firewalls, several interfaces and NAT.
@@ -193,7 +168,7 @@ impl TcpCollective {
         };
         let listener =
             silvic_net::TcpCollective::bind_with(&options).map_err(|e| errors::connect(py, &e))?;
-        Ok(RingListener { address: listener.address(), inner: Some(listener).into() })
+        Ok(RingListener::new(listener))
     }
 
     /// Forms the ring from a launcher's environment variables (Slurm, torchrun, a Kubernetes
@@ -295,14 +270,15 @@ impl TcpCollective {
     /// "bytes_sent" and "bytes_received" (ints), and "waited_left" and "waited_right" (seconds
     /// spent waiting on each neighbour, floats).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.ring_ref()?.stats();
-        let out = PyDict::new(py);
-        out.set_item("collectives", s.collectives)?;
-        out.set_item("bytes_sent", s.bytes_sent)?;
-        out.set_item("bytes_received", s.bytes_received)?;
-        out.set_item("waited_left", s.waited_left.as_secs_f64())?;
-        out.set_item("waited_right", s.waited_right.as_secs_f64())?;
-        Ok(out)
+        stats::ring_stats(py, &self.ring_ref()?.stats())
+    }
+
+    /// The same per stream, a dict for each peer this rank holds a stream to (the two
+    /// neighbours, then the chord peers): "peer" (its rank), "offset" (where it sits round the
+    /// ring: -1, +1, or a chord's +-2^k), "bytes_sent", "bytes_received" and "waited" (seconds).
+    /// A world of one has none.
+    fn peer_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        stats::peer_stats(py, &self.ring_ref()?.peer_stats())
     }
 
     /// A handle that shows, from any thread and while a collective runs, which collective this

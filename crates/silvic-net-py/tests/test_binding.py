@@ -16,7 +16,14 @@ from typing import Callable, TypeVar
 import numpy as np
 import pytest
 
-from silvic_net import CollectiveError, ConnectError, RingListener, RingStats, TcpCollective
+from silvic_net import (
+    CollectiveError,
+    ConnectError,
+    PeerStats,
+    RingListener,
+    RingStats,
+    TcpCollective,
+)
 
 T = TypeVar("T")
 TIMEOUT = 10.0  # seconds; every ring below forms or fails well within it
@@ -140,6 +147,33 @@ def test_advertised_and_ipv6_listeners_form_rings(
     rings = ring_of(3, bind=bind)
     results = on_every_rank(3, lambda rank: rings[rank].allgather_bytes(b"%d" % rank))
     assert results == [[b"0", b"1", b"2"]] * 3
+
+
+def test_peer_stats_count_each_stream_and_add_up_to_stats() -> None:
+    # World 8: the two neighbours and the chord peers r +- 2, r + 4 (chords from 8 ranks).
+    world = 8
+    rings = ring_of(world)
+
+    def work(rank: int) -> tuple[RingStats, list[PeerStats]]:
+        a = np.ones(100_000)
+        rings[rank].allreduce_sum_f64(a)
+        assert a[0] == world
+        rings[rank].allgather_bytes(b"xy")
+        return rings[rank].stats(), rings[rank].peer_stats()
+
+    with ThreadPoolExecutor(world) as pool:
+        results = list(pool.map(work, range(world)))
+    for rank, (stats, peers) in enumerate(results):
+        assert [p["offset"] for p in peers[:2]] == [-1, 1], peers
+        assert {(rank + p["offset"]) % world for p in peers} == {p["peer"] for p in peers}
+        assert {p["peer"] for p in peers} == {(rank + d) % world for d in (-1, 1, -2, 2, 4)}
+        assert sum(p["bytes_sent"] for p in peers) == stats["bytes_sent"]
+        assert sum(p["bytes_received"] for p in peers) == stats["bytes_received"]
+        assert all(p["waited"] >= 0.0 for p in peers)
+        assert peers[0]["waited"] == stats["waited_left"]
+        assert peers[1]["waited"] == stats["waited_right"]
+    alone = ring_of(1)[0]
+    assert alone.peer_stats() == []
 
 
 def test_stats_count_collectives_bytes_and_waits() -> None:

@@ -36,6 +36,7 @@ from silvic_net._types import (
     AllreducePathName,
     CollectiveErrorKind,
     ConnectErrorKind,
+    PeerStats,
     RejectReasonName,
     RingStats,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "CollectiveErrorKind",
     "ConnectError",
     "ConnectErrorKind",
+    "PeerStats",
     "RejectReasonName",
     "RingListener",
     "RingStats",

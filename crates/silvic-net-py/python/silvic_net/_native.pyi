@@ -9,6 +9,7 @@ from silvic_net._types import (
     AllreducePathName,
     CollectiveErrorKind,
     ConnectErrorKind,
+    PeerStats,
     RejectReasonName,
     RingStats,
 )
@@ -173,6 +174,14 @@ class TcpCollective:
 
         Keys: ``collectives``, ``bytes_sent``, ``bytes_received`` (ints), ``waited_left`` and
         ``waited_right`` (seconds spent waiting on each neighbour).
+        """
+
+    def peer_stats(self) -> list[PeerStats]:
+        """The same per stream (a new list at every call): a dict for each peer this rank
+        holds a stream to, the two neighbours first, then the chord peers (from 8 ranks).
+
+        Keys: ``peer`` (its rank), ``offset`` (-1, +1 or a chord's +-2**k), ``bytes_sent``,
+        ``bytes_received`` (ints) and ``waited`` (seconds). A world of one has none.
         """
 
     def watch(self) -> RingWatch:

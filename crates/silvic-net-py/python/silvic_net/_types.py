@@ -3,8 +3,9 @@
 ``CollectiveErrorKind``, ``ConnectErrorKind`` and ``RejectReasonName`` list every value the
 Rust crate gives (``CollectiveError::kind``, ``ConnectError::kind``, ``RejectReason::name``);
 a kind, once given, is never renamed. ``AllreducePathName`` lists the paths ``connect`` and
-``from_env`` take as ``allreduce`` (``AllreducePath::name``, the values of ``SILVIC_ALLREDUCE``). :class:`RingStats` is the dict ``TcpCollective.stats()``
-returns.
+``from_env`` take as ``allreduce`` (``AllreducePath::name``, the values of
+``SILVIC_ALLREDUCE``). :class:`RingStats` is the dict ``TcpCollective.stats()`` returns, and
+:class:`PeerStats` each dict of ``TcpCollective.peer_stats()``.
 """
 
 from typing import Literal, TypedDict
@@ -13,6 +14,7 @@ __all__ = [
     "AllreducePathName",
     "CollectiveErrorKind",
     "ConnectErrorKind",
+    "PeerStats",
     "RejectReasonName",
     "RingStats",
 ]
@@ -60,3 +62,17 @@ class RingStats(TypedDict):
     """Seconds spent waiting on the left neighbour (rank - 1)."""
     waited_right: float
     """Seconds spent waiting on the right neighbour (rank + 1)."""
+
+
+class PeerStats(TypedDict):
+    """What a ring has done since ``connect`` on its stream to one peer."""
+
+    peer: int
+    """The rank at the other end."""
+    offset: int
+    """Where that rank sits round the ring: -1 the left neighbour, +1 the right one, +-2**k a
+    chord."""
+    bytes_sent: int
+    bytes_received: int
+    waited: float
+    """Seconds spent waiting on this peer."""
