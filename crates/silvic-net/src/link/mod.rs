@@ -65,8 +65,7 @@ use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
 use crate::frame::HEADER_LEN;
-use crate::ring::cost::Path;
-use crate::ring::seam::{Call, FramePlan, Link, Network, Route};
+use crate::ring::seam::{Call, FramePlan, Link, Network, Path, Route};
 use crate::wait::wait;
 
 mod abort;

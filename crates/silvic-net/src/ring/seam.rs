@@ -38,6 +38,9 @@ use silvic_core::{CollectiveError, Op};
 
 use crate::frame::Header;
 
+/// A call's path, which the link reads off a plan's frames and a forced choice names.
+pub(crate) use super::cost::Path;
+
 /// Which collective call a plan belongs to, as this rank sees it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Call {
@@ -152,7 +155,7 @@ pub(crate) trait Link {
     fn network(&self) -> Network;
     /// The path the ranks agreed to force every allreduce onto where it can carry the call
     /// (`SILVIC_ALLREDUCE`, `options.rs`), the same on every rank; `None`: the cut chooses.
-    fn forced(&self) -> Option<super::cost::Path> {
+    fn forced(&self) -> Option<Path> {
         None
     }
 }
