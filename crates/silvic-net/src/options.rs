@@ -8,12 +8,9 @@
 //! every element in the same order.
 
 use std::str::FromStr;
-use std::time::Duration;
 
 use crate::error::ConnectError;
 use crate::ring::cost;
-use crate::tcp::{RingListener, TcpCollective};
-use crate::topology::Chords;
 
 /// The variable `connect` and `from_env` read the allreduce path from.
 pub const ALLREDUCE_VARIABLE: &str = "SILVIC_ALLREDUCE";
@@ -171,30 +168,6 @@ impl ConnectOptions {
     pub fn allreduce(mut self, path: AllreducePath) -> ConnectOptions {
         self.allreduce = path;
         self
-    }
-}
-
-impl TcpCollective {
-    /// [`TcpCollective::connect`] with `options`: the allreduce path from
-    /// [`ConnectOptions::allreduce`] where it forces one, else from `SILVIC_ALLREDUCE`.
-    ///
-    /// Every rank must take the same path: the ranks agree on it once the ring forms, and where
-    /// any differs, every rank fails with [`ConnectError::Disagreement`] naming those that
-    /// differ. A `SILVIC_ALLREDUCE` that names no path fails before any socket is opened.
-    pub fn connect_with_options(
-        listener: RingListener,
-        rank: usize,
-        addresses: &[String],
-        job_token: &str,
-        timeout: Duration,
-        options: &ConnectOptions,
-    ) -> Result<TcpCollective, ConnectError> {
-        let variable = std::env::var(ALLREDUCE_VARIABLE).ok();
-        let allreduce = resolve(options, variable.as_deref())?;
-        let chords = Chords::Auto;
-        TcpCollective::connect_with(
-            listener, rank, addresses, job_token, timeout, chords, allreduce,
-        )
     }
 }
 

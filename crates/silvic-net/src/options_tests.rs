@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use silvic_core::{Collective, CollectiveError, Op, fold};
 
 use super::*;
+use crate::TcpCollective;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const TOKEN: &str = "an-options-test-token-0123456789";

@@ -15,7 +15,7 @@ use crate::bind::{self, BindOptions, listen, resolve};
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::{RingPlace, TcpRing};
 use crate::liveness;
-use crate::options::{AllreducePath, ConnectOptions};
+use crate::options::{self, AllreducePath, ConnectOptions};
 use crate::probe;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::seam::Route;
@@ -145,6 +145,28 @@ impl TcpCollective {
     ) -> Result<TcpCollective, ConnectError> {
         let options = ConnectOptions::default();
         Self::connect_with_options(listener, rank, addresses, job_token, timeout, &options)
+    }
+
+    /// [`TcpCollective::connect`] with `options`: the allreduce path from
+    /// [`ConnectOptions::allreduce`] where it forces one, else from `SILVIC_ALLREDUCE`.
+    ///
+    /// Every rank must take the same path: the ranks agree on it once the ring forms, and where
+    /// any differs, every rank fails with [`ConnectError::Disagreement`] naming those that
+    /// differ. A `SILVIC_ALLREDUCE` that names no path fails before any socket is opened.
+    pub fn connect_with_options(
+        listener: RingListener,
+        rank: usize,
+        addresses: &[String],
+        job_token: &str,
+        timeout: Duration,
+        options: &ConnectOptions,
+    ) -> Result<TcpCollective, ConnectError> {
+        let variable = std::env::var(options::ALLREDUCE_VARIABLE).ok();
+        let allreduce = options::resolve(options, variable.as_deref())?;
+        let chords = Chords::Auto;
+        TcpCollective::connect_with(
+            listener, rank, addresses, job_token, timeout, chords, allreduce,
+        )
     }
 
     /// [`TcpCollective::connect`], forming chord streams as `chords` says and taking the
