@@ -294,7 +294,7 @@ impl TcpRing {
     fn turn(
         &mut self,
         plan: &mut dyn FramePlan,
-        (watch, path): (&mut [bool], Option<Path>),
+        (watch, path): (&mut [bool], Option<(Path, u64)>),
         stirred: &mut u64,
     ) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
@@ -335,9 +335,10 @@ impl TcpRing {
         let mut watch = [true; MAX_STREAMS];
         let watch = &mut watch[..n];
         let mut stirred = u64::MAX;
-        // Every frame of a call, whatever its plans, names the same path: so its first one's.
+        // Every frame of a call, whatever its plans, names the same path and buffer length: so
+        // its first one's.
         let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
-        let path = first.map(|w| plan.header(w, 0).path);
+        let path = first.map(|w| plan.header(w, 0)).map(|h| (h.path, h.total));
         loop {
             let moved = self.turn(plan, (&mut *watch, path), &mut stirred)?;
             let now = Instant::now();
