@@ -278,18 +278,7 @@ fn small_buffers_chord_ring() {
     let expected = bits(&reference(&inputs, silvic_core::fold::sum_f64));
     let inputs = Arc::new(inputs);
     let results = chord_ring(world, Chords::Auto, LIMIT, move |rank, mut ring| {
-        let mut got = Vec::new();
-        for path in [Path::Bruck, Path::Index] {
-            let mut buf = inputs[rank].clone();
-            ring.run(Op::AllreduceSumF64, len * 8, |link, seq, scratch| {
-                let call = Call { rank, world, op: Op::AllreduceSumF64, seq };
-                let sum = silvic_core::fold::sum_f64;
-                crate::ring::allreduce_on(path, link, call, &mut buf, sum, scratch)
-            })
-            .unwrap_or_else(|e| panic!("rank {rank} {path:?}: {e}"));
-            got.push((path, bits(&buf)));
-        }
-        got
+        sums_on(&mut ring, &inputs[rank], &[Path::Bruck, Path::Index])
     });
     for (rank, got) in results.iter().enumerate() {
         for (path, bits) in got {
@@ -425,19 +414,11 @@ fn every_allreduce_path_over_tcp_with_chords_gives_the_same_bits() {
             let expected = bits(&reference(&inputs, silvic_core::fold::sum_f64));
             let inputs = Arc::new(inputs);
             let results = chord_ring(world, Chords::Always, LIMIT, move |rank, mut ring| {
-                let mut got = Vec::new();
-                for path in [Path::Ring, Path::Gather, Path::Bruck, Path::Index] {
-                    let mut buf = inputs[rank].clone();
-                    let world = ring.world;
-                    ring.run(Op::AllreduceSumF64, len * 8, |link, seq, scratch| {
-                        let call = Call { rank, world, op: Op::AllreduceSumF64, seq };
-                        let sum = silvic_core::fold::sum_f64;
-                        crate::ring::allreduce_on(path, link, call, &mut buf, sum, scratch)
-                    })
-                    .unwrap_or_else(|e| panic!("rank {rank} {path:?}: {e}"));
-                    got.push((path, bits(&buf)));
-                }
-                got
+                sums_on(
+                    &mut ring,
+                    &inputs[rank],
+                    &[Path::Ring, Path::Gather, Path::Bruck, Path::Index],
+                )
             });
             for (rank, got) in results.iter().enumerate() {
                 for (path, bits) in got {
@@ -446,4 +427,26 @@ fn every_allreduce_path_over_tcp_with_chords_gives_the_same_bits() {
             }
         }
     }
+}
+
+/// Sums `input` over the ring once on each of `paths`, forced: the bits each call gave.
+fn sums_on(
+    ring: &mut TcpCollective,
+    input: &[f64],
+    paths: &[crate::ring::cost::Path],
+) -> Vec<(crate::ring::cost::Path, Vec<u64>)> {
+    let (rank, world) = (ring.rank, ring.world);
+    paths
+        .iter()
+        .map(|&path| {
+            let mut buf = input.to_vec();
+            ring.run(Op::AllreduceSumF64, input.len() * 8, |link, seq, scratch| {
+                let call = Call { rank, world, op: Op::AllreduceSumF64, seq };
+                let sum = silvic_core::fold::sum_f64;
+                crate::ring::allreduce_on(path, link, call, &mut buf, sum, scratch)
+            })
+            .unwrap_or_else(|e| panic!("rank {rank} {path:?}: {e}"));
+            (path, crate::ring::oracle::bits(&buf))
+        })
+        .collect()
 }
