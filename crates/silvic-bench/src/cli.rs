@@ -328,8 +328,7 @@ impl Args {
             return Err(fail("--timeout must be a positive number of seconds".into()));
         }
         let simulation = self.simulate.simulation(world, &kinds, &sizes).map_err(fail)?;
-        let path: AllreducePath =
-            self.simulate.path.name().parse().map_err(|e| fail(format!("--path: {e}")))?;
+        let path = self.simulate.path;
         let mode = match (self.rank, self.rendezvous, self.threads, simulation) {
             (_, _, _, Some(simulation)) => Mode::Simulate(simulation),
             (Some(rank), Some(rendezvous), _, _) => {

@@ -78,7 +78,7 @@ pub(crate) struct SimulateArgs {
 }
 
 fn parse_path(s: &str) -> Result<Path, String> {
-    s.parse()
+    s.parse().map_err(|e: silvic_net::ConnectError| e.to_string())
 }
 
 /// A checked simulation: the network and the path.

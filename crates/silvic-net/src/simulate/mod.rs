@@ -143,50 +143,9 @@ impl Collective {
     }
 }
 
-/// Which of its paths a simulated call takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Path {
-    /// The one the real call would choose (the cost model of `crate::ring`).
-    Auto,
-    /// A two-way allgather of whole buffers (an allreduce then folds them locally).
-    Gather,
-    /// The reduce-scatter and gather of slices round the ring.
-    Ring,
-    /// Bruck's allgather of whole buffers in `ceil(log2 n)` rounds over chords to `rank ± 2^k`,
-    /// folded locally.
-    Bruck,
-    /// Index-fold-gather: a Bruck all-to-all of raw segments to their owners, who fold them,
-    /// then a Bruck allgather of the folded segments.
-    Index,
-}
-
-impl Path {
-    /// Every path, by [`Path::name`].
-    pub const ALL: [Path; 5] = [Path::Auto, Path::Gather, Path::Ring, Path::Bruck, Path::Index];
-
-    /// The path's name: `auto`, `gather`, `ring`, `bruck`, `index`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Path::Auto => "auto",
-            Path::Gather => "gather",
-            Path::Ring => "ring",
-            Path::Bruck => "bruck",
-            Path::Index => "index",
-        }
-    }
-}
-
-impl std::str::FromStr for Path {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Path, String> {
-        Path::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Path::ALL.iter().map(|p| p.name()).collect();
-            format!("no path {s:?} (the paths: {})", names.join(", "))
-        })
-    }
-}
+/// Which of its paths a simulated call takes: the paths a real allreduce may be forced onto
+/// (`SILVIC_ALLREDUCE`), [`Path::Auto`] being the real call's own choice.
+pub use crate::options::AllreducePath as Path;
 
 /// What a simulated call took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
