@@ -116,7 +116,7 @@ impl TcpRing {
     /// whether to keep watching: not once a data frame (one waiting for its turn, or the next
     /// call's) shows up. A data frame of this call on another `path` than this rank's fails the
     /// call at once: the ranks disagree on the path, and this frame may be all this rank would
-    /// ever get of the call on this stream. Where its buffer length differs too, that is the
+    /// ever get of the call on this stream; where its buffer length differs too, that is the
     /// error (ranks that passed other lengths may choose other paths).
     pub(super) fn read_controls(
         &mut self,
@@ -130,15 +130,17 @@ impl TcpRing {
             let failure = match next_control(&mut stream.ahead, &mut src, stream.peer, self.world) {
                 Ok(Between::Blocked) => return Ok(true),
                 Ok(Between::Data(head)) => match path {
-                    Some((_, total)) if head.seq == seq && head.total != total => {
-                        return Err(CollectiveError::LengthMismatch {
-                            peer: stream.peer,
-                            expected: total,
-                            got: head.total,
+                    Some((path, total)) if head.seq == seq && head.path != path => {
+                        let peer = stream.peer;
+                        return Err(if head.total == total {
+                            head.on_another_path(path, peer)
+                        } else {
+                            CollectiveError::LengthMismatch {
+                                peer,
+                                expected: total,
+                                got: head.total,
+                            }
                         });
-                    }
-                    Some((path, _)) if head.seq == seq && head.path != path => {
-                        return Err(head.on_another_path(path, stream.peer));
                     }
                     _ => return Ok(false),
                 },
