@@ -91,6 +91,7 @@ compile_error!(
 
 mod addresses;
 mod bind;
+mod congestion;
 mod error;
 // The wire's codecs are public only to fuzz/ and the tests that forge wire bytes, behind the
 // `fuzzing` feature, so wire internals are no part of the API. Without it, their `pub` items

@@ -49,11 +49,13 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_PROBES: u32 = 11;
 
-/// Sets what every ring stream needs: non-blocking, no Nagle delay, and the liveness tier
-/// (keepalive probes and TCP_USER_TIMEOUT) so a vanished host is found by TCP itself.
+/// Sets what every ring stream needs: non-blocking, no Nagle delay, a congestion control other
+/// than BBR (`crate::congestion`), and the liveness tier (keepalive probes and
+/// TCP_USER_TIMEOUT) so a vanished host is found by TCP itself.
 pub(crate) fn configure(stream: &TcpStream) -> std::io::Result<()> {
     stream.set_nonblocking(true)?;
     stream.set_nodelay(true)?;
+    crate::congestion::configure(stream);
     let socket = SockRef::from(stream);
     socket.set_tcp_keepalive(
         &TcpKeepalive::new()
@@ -175,6 +177,23 @@ mod tests {
         assert_eq!(send_side(&info(0, 181, 2, 120)), SendSide::Other, "silent past the bound");
         assert_eq!(send_side(&info(0, 61, 3, 0)), SendSide::Other);
         assert_eq!(send_side(&info(65536, 0, 0, 1)), SendSide::Other, "window open");
+    }
+
+    /// On Linux with BBR the system's default (as on the 2-core shared Linux VM of
+    /// docs/lightgbm.md), a ring stream still runs another congestion control.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_configured_stream_is_off_bbr() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let socket = SockRef::from(&stream);
+        if socket.set_tcp_congestion(b"bbr").is_err() {
+            eprintln!("bbr is not available here: nothing to switch off");
+            return;
+        }
+        configure(&stream).unwrap();
+        let now = socket.tcp_congestion().unwrap();
+        assert!(!now.starts_with(b"bbr"), "{}", String::from_utf8_lossy(&now));
     }
 
     #[test]
