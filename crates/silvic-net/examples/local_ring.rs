@@ -15,6 +15,7 @@ use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use silvic_core::RoundedDuration;
 use silvic_net::{Collective, TcpCollective};
 
 const WORLD: usize = 4;
@@ -96,7 +97,8 @@ fn rank_main(rank: usize) -> Result<(), Box<dyn std::error::Error>> {
         "local-ring-example",
         Duration::from_secs(30),
     )?;
-    println!("joined a ring of {} in {:?}", ring.world_size(), started.elapsed());
+    let joined = RoundedDuration(started.elapsed());
+    println!("joined a ring of {} in {joined}", ring.world_size());
 
     // A histogram: bin i holds rank + i; the sum over ranks is known in closed form.
     let bins = 1 << 20;
@@ -107,8 +109,8 @@ fn rank_main(rank: usize) -> Result<(), Box<dyn std::error::Error>> {
     let expected = |i: usize| (world * i + world * (world - 1) / 2) as f64;
     assert!(histogram.iter().enumerate().all(|(i, &x)| x == expected(i)));
     println!(
-        "allreduce_sum_f64 of {bins} bins (8 MiB) in {:?}: bin 10 = {}",
-        t.elapsed(),
+        "allreduce_sum_f64 of {bins} bins (8 MiB) in {}: bin 10 = {}",
+        RoundedDuration(t.elapsed()),
         histogram[10]
     );
 
