@@ -391,58 +391,6 @@ impl Args {
     }
 }
 
-impl Config {
-    /// The flags that make a started copy of this program run `rank` of this configuration,
-    /// meeting the others in `dir` (its job token goes in [`TOKEN_VAR`]).
-    pub(crate) fn rank_args(&self, rank: usize, dir: &std::path::Path) -> Vec<String> {
-        let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
-        let mut args = vec!["--world".to_string(), self.world.to_string()];
-        if !self.link_limit {
-            args.extend(["--op".into(), self.op.flag().into(), "--sizes".into(), sizes.join(",")]);
-        }
-        args.extend([
-            "--seconds-per-size".into(),
-            self.seconds_per_size.to_string(),
-            "--timeout".into(),
-            self.timeout.as_secs_f64().to_string(),
-            "--rank".into(),
-            rank.to_string(),
-            "--rendezvous".into(),
-            dir.display().to_string(),
-        ]);
-        if let Some(warmup) = self.warmup {
-            args.extend(["--warmup".into(), warmup.to_string()]);
-        }
-        if self.path != AllreducePath::Auto {
-            args.extend(["--path".into(), self.path.name().into()]);
-        }
-        if let Some(mbit) = self.link_mbit {
-            args.extend(["--link-mbit".into(), mbit.to_string()]);
-        }
-        if let Some(bytes) = self.stream_bytes {
-            args.extend(["--stream-bytes".into(), bytes.to_string()]);
-        }
-        for (flag, value) in [("--host", &self.host), ("--listen", &self.listen)] {
-            if let Some(value) = value {
-                args.extend([flag.to_string(), value.clone()]);
-            }
-        }
-        for (flag, on) in [
-            ("--csv", self.format == Format::Csv),
-            ("--json", self.format == Format::Json),
-            ("--link-limit", self.link_limit),
-            ("--no-check", !self.check),
-            ("--quiet", !self.progress),
-            ("--cpu", self.cpu),
-        ] {
-            if on {
-                args.push(flag.into());
-            }
-        }
-        args
-    }
-}
-
 /// Parses and checks `argv` (program name first), with the job token from [`TOKEN_VAR`].
 pub(crate) fn parse<I, T>(argv: I) -> Result<Config, clap::Error>
 where
