@@ -26,8 +26,8 @@
 use silvic_core::CollectiveError;
 
 use super::Scratch;
-use super::element::{Element, as_bytes};
-use super::gather::{Blocks, Flat, fold_gathered, room_for};
+use super::element::Element;
+use super::gather::{Blocks, gathered_allreduce, room_for};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
 use crate::frame::{Dir, Header, Path};
 
@@ -158,16 +158,9 @@ pub(crate) fn bruck_allreduce<T: Element, C: Fn(T, T) -> T>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    let Call { rank, world, .. } = call;
-    let mine = as_bytes(buf);
-    let block = mine.len();
-    // Every block is written before it is read, so what the buffer held before does not matter.
-    scratch.gathered.resize(world * block, 0);
-    let gathered = &mut scratch.gathered[..];
-    gathered[rank * block..(rank + 1) * block].copy_from_slice(mine);
-    bruck_gather(link, call, block as u64, &mut Flat { buf: gathered, block })?;
-    fold_gathered(buf, world, gathered, block, combine);
-    Ok(())
+    gathered_allreduce(link, call, buf, combine, scratch, |link, total, blocks| {
+        bruck_gather(link, call, total, blocks)
+    })
 }
 
 #[cfg(test)]

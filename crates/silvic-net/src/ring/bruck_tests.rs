@@ -1,4 +1,5 @@
 use super::*;
+use crate::ring::gather::{Flat, fold_gathered};
 use crate::ring::lockstep::drive;
 use crate::ring::mem::{Dice, Driver, on_ring};
 use crate::ring::oracle::assert_gates_keep_the_rule;

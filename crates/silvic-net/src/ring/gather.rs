@@ -190,6 +190,21 @@ pub(crate) fn gather_allreduce<T: Element, C: Fn(T, T) -> T>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
+    gathered_allreduce(link, call, buf, combine, scratch, |link, total, blocks| {
+        gather(link, call, total, blocks)
+    })
+}
+
+/// An allreduce by gathering: every rank's whole buffer gathered by `rounds` (the two-way
+/// gather's, or Bruck's), then each element folded in fold order on every rank.
+pub(super) fn gathered_allreduce<T: Element, C: Fn(T, T) -> T>(
+    link: &mut dyn Link,
+    call: Call,
+    buf: &mut [T],
+    combine: C,
+    scratch: &mut Scratch,
+    rounds: impl FnOnce(&mut dyn Link, u64, &mut Flat<'_>) -> Result<(), CollectiveError>,
+) -> Result<(), CollectiveError> {
     let Call { rank, world, .. } = call;
     let mine = as_bytes(buf);
     let block = mine.len();
@@ -197,7 +212,7 @@ pub(crate) fn gather_allreduce<T: Element, C: Fn(T, T) -> T>(
     scratch.gathered.resize(world * block, 0);
     let gathered = &mut scratch.gathered[..];
     gathered[rank * block..(rank + 1) * block].copy_from_slice(mine);
-    gather(link, call, block as u64, &mut Flat { buf: gathered, block })?;
+    rounds(link, block as u64, &mut Flat { buf: gathered, block })?;
     fold_gathered(buf, world, gathered, block, combine);
     Ok(())
 }
