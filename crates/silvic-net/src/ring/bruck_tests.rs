@@ -6,7 +6,7 @@ use crate::ring::oracle::assert_gates_keep_the_rule;
 use crate::ring::plan_checks;
 use crate::ring::plan_checks::{
     assert_incoming_headers_differ, assert_nothing_overwritten_in_flight,
-    assert_ways_share_streams_in_turn, bytes_of, every_op, reference_of,
+    assert_ways_share_streams_in_turn, bytes_of, every_op,
 };
 use silvic_core::Op;
 
@@ -111,7 +111,7 @@ fn check_allreduce<T: Element>(
     inputs: fn(usize, usize) -> Vec<T>,
 ) {
     let all: Vec<Vec<T>> = (0..world).map(|r| inputs(r, len)).collect();
-    let expected = bytes_of(&reference_of(&all, combine));
+    let expected = bytes_of(&crate::ring::oracle::reference(&all, combine));
     let block = len * size_of::<T>();
     let mut gathered: Vec<Vec<u8>> = (0..world)
         .map(|r| {
@@ -181,7 +181,7 @@ fn bruck_allreduce_equals_the_gather_path_and_the_oracle() {
             (bytes_of(&a), bytes_of(&b))
         });
         let all: Vec<Vec<f64>> = (0..world).map(|r| plan_checks::inputs_f64(r, len)).collect();
-        let expected = bytes_of(&reference_of(&all, silvic_core::fold::sum_f64));
+        let expected = bytes_of(&crate::ring::oracle::reference(&all, silvic_core::fold::sum_f64));
         for (bruck, gather) in results {
             assert_eq!(bruck, expected, "world {world}");
             assert_eq!(gather, expected, "world {world}");

@@ -4,7 +4,7 @@ use crate::ring::mem::{Dice, Driver, on_ring};
 use crate::ring::oracle::assert_gates_keep_the_rule;
 use crate::ring::plan_checks::{
     self, assert_incoming_headers_differ, assert_nothing_overwritten_in_flight,
-    assert_ways_share_streams_in_turn, bytes_of, every_op, reference_of,
+    assert_ways_share_streams_in_turn, bytes_of, every_op,
 };
 use silvic_core::{Op, fold};
 
@@ -104,7 +104,7 @@ fn check_allreduce<T: Element>(
 ) {
     let width = size_of::<T>();
     let mut all: Vec<Vec<T>> = (0..world).map(|r| inputs(r, len)).collect();
-    let expected = bytes_of(&reference_of(&all, combine));
+    let expected = bytes_of(&crate::ring::oracle::reference(&all, combine));
     let count = chunks(len, world, width, cap);
     let store = Store::new(world, len.div_ceil(world).div_ceil(count) * width);
     let mut transits = vec![vec![0u8; store.bytes()]; world];
@@ -219,7 +219,7 @@ fn index_allreduce_equals_the_oracle_and_the_ring_path() {
     for world in [1, 2, 3, 4, 5, 7, 8, 12] {
         for len in [0, 5, 8 * world + 3, 3000] {
             let all: Vec<Vec<f64>> = (0..world).map(|r| plan_checks::inputs_f64(r, len)).collect();
-            let expected = bytes_of(&reference_of(&all, fold::sum_f64));
+            let expected = bytes_of(&crate::ring::oracle::reference(&all, fold::sum_f64));
             let driver = Driver::new(world).seed(len as u64 + 3).capacity(2).piece(100);
             let results = on_ring(driver, |r, link| {
                 let mut scratch = Scratch::default();
@@ -256,7 +256,7 @@ fn every_path_gives_the_same_bits_through_allreduce_on() {
         inputs: fn(usize, usize) -> Vec<T>,
     ) {
         let all: Vec<Vec<T>> = (0..world).map(|r| inputs(r, len)).collect();
-        let expected = bytes_of(&reference_of(&all, combine));
+        let expected = bytes_of(&crate::ring::oracle::reference(&all, combine));
         let results = on_ring(Driver::new(world).seed(len as u64), |r, link| {
             let mut scratch = Scratch::default();
             let paths = crate::ring::cost::Path::ALL;
@@ -309,7 +309,7 @@ fn both_log_depth_calls_give_the_oracle_bits_on_threads() {
     for world in (1..=20).chain([32]) {
         let len = world + 3;
         let all: Vec<Vec<f64>> = (0..world).map(|r| plan_checks::inputs_f64(r, len)).collect();
-        let expected = bytes_of(&reference_of(&all, fold::sum_f64));
+        let expected = bytes_of(&crate::ring::oracle::reference(&all, fold::sum_f64));
         let results = on_ring(Driver::new(world).seed(world as u64).capacity(2), |r, link| {
             let mut scratch = Scratch::default();
             let call = |seq| Call { rank: r, world, op: Op::AllreduceSumF64, seq };

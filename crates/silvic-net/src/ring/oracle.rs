@@ -29,8 +29,9 @@ pub(crate) fn input(rank: usize, len: usize) -> Vec<f64> {
     (0..len).map(|i| ((i * 7 + rank * 13) % 17) as f64 * 0.1 + 1e16 * (rank % 2) as f64).collect()
 }
 
-/// The oracle: element `i` folded in fold order of its segment, straight from the schedule.
-pub(crate) fn reference(inputs: &[Vec<f64>], combine: fn(f64, f64) -> f64) -> Vec<f64> {
+/// The oracle: element `i` folded in fold order of its segment, straight from the schedule
+/// (any element type).
+pub(crate) fn reference<T: Copy>(inputs: &[Vec<T>], combine: fn(T, T) -> T) -> Vec<T> {
     let (world, len) = (inputs.len(), inputs[0].len());
     (0..len)
         .map(|i| {
