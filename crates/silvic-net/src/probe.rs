@@ -1,6 +1,7 @@
 //! What a ring measures of its network when it forms: the cost of a hop, which sets the ring
-//! plan's window ([`schedule::window`]) and the cut between paths; and the allreduce path every
-//! rank was told to force (`options.rs`).
+//! plan's window ([`schedule::window`]) and the cut between paths; where hops are long, the
+//! rate a rank's bytes leave it, which the cut weighs against the hops (`ring::chosen_path`);
+//! and the allreduce path every rank was told to force (`options.rs`).
 //!
 //! Every rank times a few one-element allreduces (the gather path: `floor(n/2)` hops each, every
 //! rank in step with its neighbours), takes its fastest, and the ranks agree with one more
@@ -9,15 +10,24 @@
 //! same number, whatever its own clock saw, and every rank knows every rank's path: if they
 //! differ, every rank's `connect` fails with the same error, naming the ranks that differ.
 //!
+//! Where the agreed hop is at least [`Network::LOG_DEPTH_FROM_HOP_NS`] (every rank knows it, so
+//! every rank decides alike; loopback's hops are shorter and skip this), every rank then times a
+//! few ring-path allreduces of a buffer whose bytes outweigh its hops ([`rate_probe_bytes`]),
+//! in the window the agreed hop gives, takes its fastest, and the ranks agree on the slowest
+//! rank's time with one more allreduce (a max). Every rank derives the same rate from that one
+//! time ([`rate_from`]): the bytes one rank sends and folds over what is left of the time once
+//! the ring's hops at the agreed hop are taken off.
+//!
 //! Invariants:
-//! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up, a
-//!   range no collective of the caller reaches: the caller's calls still count from 0, and a
-//!   probe frame can never be taken for one of theirs.
+//! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up to
+//!   `u64::MAX`, a range no collective of the caller reaches: the caller's calls still count
+//!   from 0, and a probe frame can never be taken for one of theirs.
 //! - A failure while probing is a failure of `connect`, naming the rank, and the ring is not
 //!   handed out; except an abort from another rank (it failed, in a probe or already in its
 //!   first call, since ranks leave the probes one after another), which `connect` hands out as
 //!   a failed ring whose every call returns it.
-//! - The result is a function of the agreed numbers alone ([`hop_from`] is pure).
+//! - The result is a function of the agreed numbers alone ([`hop_from`] and [`rate_from`] are
+//!   pure).
 
 use std::time::{Duration, Instant};
 
@@ -28,19 +38,39 @@ use tracing::{info, warn};
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
 use crate::options::{self, AllreducePath};
-use crate::ring::bruck;
-use crate::ring::seam::{Network, Route};
-use crate::ring::{self, Call, Link, Scratch, allreduce, schedule, twoway};
+use crate::ring::seam::{FramePlan, Network, Route};
+use crate::ring::{self, Call, Link, Scratch, allreduce, bruck, cost, schedule, twoway};
 
-/// Timed probes per ring. The first also waits for the slowest rank to arrive, so the fastest
+/// Timed probes of the hop. The first also waits for the slowest rank to arrive, so the fastest
 /// of the rest is the figure.
-pub(crate) const PROBES: u64 = 6;
+pub(crate) const HOP_PROBES: u64 = 6;
 
-/// The sequence number of the first probe; the agreement is the one after the last probe.
-pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - PROBES;
+/// Timed probes of the rate, where hops are long; the first is left out likewise.
+pub(crate) const RATE_PROBES: u64 = 3;
 
-/// The op every probe and the agreement run as.
+/// Every call `connect` may run once the ring forms: the hop's probes and their agreement,
+/// then the rate's probes and theirs.
+pub(crate) const PROBE_CALLS: u64 = HOP_PROBES + 1 + RATE_PROBES + 1;
+
+/// The sequence number of the first probe; the rest follow it, the last at `u64::MAX`.
+pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - (PROBE_CALLS - 1);
+
+/// The sequence number of the hop's agreement, after its probes.
+const HOP_AGREEMENT_SEQ: u64 = FIRST_PROBE_SEQ + HOP_PROBES;
+
+/// The sequence number of the first rate probe; the rate's agreement follows the last.
+const FIRST_RATE_SEQ: u64 = HOP_AGREEMENT_SEQ + 1;
+
+/// The op every probe and agreement runs as.
 const PROBE_OP: Op = Op::Allreduce { reduction: Reduction::Max, dtype: Dtype::U64 };
+
+/// The fewest and the most bytes of a rate probe ([`rate_probe_bytes`]).
+pub(crate) const RATE_PROBE_BYTES: std::ops::RangeInclusive<usize> = (1 << 20)..=(4 << 20);
+
+/// The highest rate [`rate_from`] gives, in bytes per microsecond (about 1 TB/s): what a probe
+/// whose time its hops alone account for comes to. It keeps the cost model's integers far from
+/// overflowing.
+pub(crate) const MAX_BYTES_PER_US: u64 = 1 << 20;
 
 /// What every rank agreed on when the ring formed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +81,8 @@ pub(crate) struct Agreed {
     pub(crate) paths: Vec<AllreducePath>,
 }
 
-/// Measures the ring's hop over `link` and agrees on it, and on every rank's `path`, with every
-/// rank (see the module doc).
+/// Measures the ring's hop over `link`, and its rate where the hop is long, and agrees on them,
+/// and on every rank's `path`, with every rank (see the module doc).
 pub(crate) fn measure(
     link: &mut dyn Link,
     rank: usize,
@@ -60,21 +90,33 @@ pub(crate) fn measure(
     path: AllreducePath,
     scratch: &mut Scratch,
 ) -> Result<Agreed, CollectiveError> {
+    measure_from(link, rank, world, path, scratch, Network::LOG_DEPTH_FROM_HOP_NS)
+}
+
+/// [`measure`], timing the rate where the agreed hop is at least `rate_from_hop_ns` (the tests
+/// time it wherever they like).
+fn measure_from(
+    link: &mut dyn Link,
+    rank: usize,
+    world: usize,
+    path: AllreducePath,
+    scratch: &mut Scratch,
+    rate_from_hop_ns: u64,
+) -> Result<Agreed, CollectiveError> {
+    let call = |seq| Call { rank, world, op: PROBE_OP, seq };
     let mut fastest = Duration::MAX;
-    for i in 0..PROBES {
-        let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + i };
+    for i in 0..HOP_PROBES {
         let mut one = [0u64];
         let started = Instant::now();
-        allreduce(link, call, &mut one, fold::max_int, scratch)?;
+        allreduce(link, call(FIRST_PROBE_SEQ + i), &mut one, fold::max_int, scratch)?;
         if i > 0 {
             fastest = fastest.min(started.elapsed());
         }
     }
-    let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + PROBES };
     let mut agreed = vec![0; 1 + world];
     agreed[0] = hop_from(fastest, world);
     agreed[1 + rank] = path.code();
-    allreduce(link, call, &mut agreed, fold::max_int, scratch)?;
+    allreduce(link, call(HOP_AGREEMENT_SEQ), &mut agreed, fold::max_int, scratch)?;
     let path_of = |(r, &code): (usize, &u64)| {
         AllreducePath::from_code(code).ok_or_else(|| CollectiveError::MalformedFrame {
             peer: r,
@@ -82,7 +124,45 @@ pub(crate) fn measure(
         })
     };
     let paths = agreed[1..].iter().enumerate().map(path_of).collect::<Result<_, _>>()?;
-    Ok(Agreed { network: Network { hop_ns: agreed[0], chords: false }, paths })
+    let hop_ns = agreed[0];
+    let mut network = Network { hop_ns, chords: false, bytes_per_us: Network::UNMEASURED_RATE };
+    if world > 1 && hop_ns >= rate_from_hop_ns {
+        let bytes = rate_probe_bytes(world, hop_ns);
+        // The probes' ring plans take the window the caller's calls will take at this hop.
+        let mut hop_known = HopKnown { link, network };
+        let mut buf = vec![rank as u64; bytes / 8];
+        let mut fastest = Duration::MAX;
+        for i in 0..RATE_PROBES {
+            let started = Instant::now();
+            let probe = call(FIRST_RATE_SEQ + i);
+            let ring = cost::Path::Ring;
+            ring::allreduce_on(ring, &mut hop_known, probe, &mut buf, fold::max_int, scratch)?;
+            if i > 0 {
+                fastest = fastest.min(started.elapsed());
+            }
+        }
+        let mut slowest = [u64::try_from(fastest.as_nanos()).unwrap_or(u64::MAX)];
+        let agreement = call(FIRST_RATE_SEQ + RATE_PROBES);
+        allreduce(hop_known.link, agreement, &mut slowest, fold::max_int, scratch)?;
+        network.bytes_per_us = rate_from(Duration::from_nanos(slowest[0]), bytes, world, hop_ns);
+    }
+    Ok(Agreed { network, paths })
+}
+
+/// A link whose plans read an agreed hop before the ring hands it out: what the rate probes
+/// run on.
+struct HopKnown<'l> {
+    link: &'l mut dyn Link,
+    network: Network,
+}
+
+impl Link for HopKnown<'_> {
+    fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
+        self.link.run(plan)
+    }
+    fn network(&self) -> Network {
+        self.network
+    }
 }
 
 /// Measures the network of a ring `connect` has just formed, agrees on the allreduce path
@@ -112,9 +192,12 @@ pub(crate) fn settle(
             let network = Network { chords, ..network };
             ring.measured(network, path.forced());
             let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
+            // 0: not measured, the hops being short (the cut is loopback's).
+            let bytes_per_us = network.bytes_per_us;
             let cuts = ring::describe_cuts(world, network);
             let log_depth = network.log_depth();
-            info!(hop_us, window, log_depth, cuts, allreduce = path.name(), "network measured");
+            let allreduce = path.name();
+            info!(hop_us, bytes_per_us, window, log_depth, cuts, allreduce, "network measured");
             if path.needs_chords() && !chords {
                 warn!(
                     "the allreduce path is forced to {path}, which needs chord streams, and \
@@ -168,6 +251,40 @@ pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
     u64::try_from(call.as_nanos() / hops).unwrap_or(u64::MAX)
 }
 
+/// The bytes of a rate probe in a world of `world` at a hop of `hop_ns`: as many as loopback's
+/// rate ([`schedule::RATE_BYTES_PER_US`]) would send in the time the ring's hops take, so that
+/// on any slower link its bytes outweigh its hops, within [`RATE_PROBE_BYTES`] (time and
+/// memory at `connect`); whole `u64`s.
+pub(crate) fn rate_probe_bytes(world: usize, hop_ns: u64) -> usize {
+    let ring = cost::traffic(cost::Path::Ring, 0, 8, world);
+    let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
+    let n = world.max(2) as u128;
+    // One rank sends 2 (n - 1) / n of the buffer.
+    let bytes = hops_ns * u128::from(schedule::RATE_BYTES_PER_US) * n / (1000 * 2 * (n - 1));
+    let (low, high) = (*RATE_PROBE_BYTES.start(), *RATE_PROBE_BYTES.end());
+    usize::try_from(bytes).unwrap_or(high).clamp(low, high) / 8 * 8
+}
+
+/// The rate a rank moves its bytes, in bytes per microsecond, from `call`, the time of a
+/// ring-path allreduce of `bytes` in a world of `world` at a hop of `hop_ns`: the bytes the
+/// cost model says one rank sends and folds ([`cost::traffic`]) over the time left once its
+/// hops are taken off, so that the model's time of that call, both at this rate
+/// (`ring::model_of`), is `call`. From 1 to [`MAX_BYTES_PER_US`]; the most where the hops
+/// take the whole time, or nothing moves.
+pub(crate) fn rate_from(call: Duration, bytes: usize, world: usize, hop_ns: u64) -> u64 {
+    let ring = cost::traffic(cost::Path::Ring, bytes, 8, world);
+    let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
+    let left_ns = call.as_nanos().saturating_sub(hops_ns);
+    // n × the bytes one rank sends and folds.
+    let moved_n = ring.sent_n + ring.folded_n;
+    if left_ns == 0 || moved_n == 0 {
+        return MAX_BYTES_PER_US;
+    }
+    // Per microsecond: × 1000 nanoseconds.
+    let rate = moved_n * 1000 / (world as u128 * left_ns);
+    u64::try_from(rate).unwrap_or(MAX_BYTES_PER_US).clamp(1, MAX_BYTES_PER_US)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,29 +323,81 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_is_the_bytes_sent_over_the_time_the_hops_leave() {
+        // World 4: the ring's 5 hops, and each rank sends 2 × 3/4 of the buffer and folds 3/4.
+        let (mib, hop_ns) = (1 << 20, 200_000);
+        let moved = 3 * 3 * mib / 4;
+        let hops = Duration::from_millis(1);
+        let call = hops + Duration::from_micros(moved as u64 / 300);
+        assert_eq!(rate_from(call, mib, 4, hop_ns), 300);
+        // Half the time left: twice the rate.
+        let faster = hops + Duration::from_micros(moved as u64 / 600);
+        assert_eq!(rate_from(faster, mib, 4, hop_ns), 600);
+    }
+
+    #[test]
+    fn a_rate_stays_in_its_range_at_the_edges() {
+        let (mib, hop_ns) = (1 << 20, 200_000);
+        // The hops take the whole time, or more: nothing says the bytes cost anything.
+        for call in [Duration::ZERO, Duration::from_millis(1), Duration::from_micros(999)] {
+            assert_eq!(rate_from(call, mib, 4, hop_ns), MAX_BYTES_PER_US, "{call:?}");
+        }
+        // Just past the hops: a huge rate, capped.
+        let just_past = Duration::from_millis(1) + Duration::from_nanos(1);
+        assert_eq!(rate_from(just_past, mib, 4, hop_ns), MAX_BYTES_PER_US);
+        // A call that never ended, or no hop at all: the rate falls, never to 0.
+        assert_eq!(rate_from(Duration::MAX, mib, 4, hop_ns), 1);
+        assert_eq!(rate_from(Duration::MAX, mib, 4, u64::MAX), 1);
+        assert_eq!(rate_from(Duration::from_millis(1), mib, 4, 0), 2359, "2.25 MiB in 1 ms");
+        // A world of one sends nothing.
+        assert_eq!(rate_from(Duration::from_millis(1), mib, 1, hop_ns), MAX_BYTES_PER_US);
+        assert_eq!(rate_from(Duration::from_millis(1), 0, 4, 0), MAX_BYTES_PER_US);
+    }
+
+    #[test]
+    fn a_rate_probe_outweighs_its_hops_within_its_bounds() {
+        let (low, high) = (*RATE_PROBE_BYTES.start(), *RATE_PROBE_BYTES.end());
+        assert_eq!(rate_probe_bytes(4, 100_000), low, "5 hops of 100 us: 0.5 MB");
+        // World 16 at 200 us: 23 hops, 6.9 MB at loopback's rate over 2 × 15/16 of a buffer.
+        assert_eq!(rate_probe_bytes(16, 200_000), 3_680_000);
+        assert_eq!(rate_probe_bytes(1024, 100_000), high);
+        assert_eq!(rate_probe_bytes(1024, u64::MAX), high);
+        assert_eq!(rate_probe_bytes(2, 0), low);
+        assert_eq!(rate_probe_bytes(1, 0), low);
+        for (world, hop_ns) in [(3, 123_457), (16, 200_001), (7, 999_999)] {
+            assert_eq!(rate_probe_bytes(world, hop_ns) % 8, 0, "whole u64s");
+        }
+    }
+
+    #[test]
     fn every_rank_agrees_on_one_network_and_so_on_one_window() {
         for world in [2, 3, 5, 8] {
-            let networks = on_ring(Driver::new(world), |rank, link| {
-                let mut scratch = Scratch::default();
-                let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
-                measure(link, rank, world, path, &mut scratch).unwrap()
-            });
-            let first = &networks[0];
-            let mut paths = vec![AllreducePath::Ring; world];
-            paths[1] = AllreducePath::Index;
-            assert_eq!(first.paths, paths, "world {world}: every rank's path, by rank");
-            for (rank, agreed) in networks.iter().enumerate() {
-                assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another network");
-                assert_eq!(schedule::window(agreed.network), schedule::window(first.network));
+            for rate_from_hop_ns in [0, u64::MAX] {
+                let networks = on_ring(Driver::new(world), |rank, link| {
+                    let mut scratch = Scratch::default();
+                    let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
+                    measure_from(link, rank, world, path, &mut scratch, rate_from_hop_ns).unwrap()
+                });
+                let first = &networks[0];
+                let mut paths = vec![AllreducePath::Ring; world];
+                paths[1] = AllreducePath::Index;
+                assert_eq!(first.paths, paths, "world {world}: every rank's path, by rank");
+                let rated = first.network.bytes_per_us != Network::UNMEASURED_RATE;
+                assert_eq!(rated, rate_from_hop_ns == 0, "world {world}: {:?}", first.network);
+                for (rank, agreed) in networks.iter().enumerate() {
+                    assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another one");
+                    assert_eq!(schedule::window(agreed.network), schedule::window(first.network));
+                }
             }
         }
     }
 
     #[test]
     fn the_probes_never_reach_a_callers_sequence_numbers() {
-        // A caller would need 2^64 - 7 calls to reach the first probe.
-        let last = FIRST_PROBE_SEQ.checked_add(PROBES).expect("the agreement's seq fits");
+        // A caller would need 2^64 - 11 calls to reach the first probe.
+        let last = FIRST_PROBE_SEQ.checked_add(PROBE_CALLS - 1).expect("the last seq fits");
         assert_eq!(last, u64::MAX);
+        assert_eq!(FIRST_RATE_SEQ + RATE_PROBES, u64::MAX, "the rate's agreement is the last");
         assert!(FIRST_PROBE_SEQ > u64::from(u32::MAX));
     }
 }

@@ -9,8 +9,9 @@
 //! and hands it to a driver of virtual time instead of the TCP link. So a plan that changes, or
 //! a new one, is simulated as it is, not as a second copy of its schedule says it is. Plans that
 //! read what the ring measured of its network when it formed (the ring plan's window reads the
-//! hop) read what a ring formed on the model would measure: the probe's small allreduce
-//! (`crate::probe`), simulated first, over its hops.
+//! hop, the cut the hop and the rate) read what a ring formed on the model would measure: the
+//! probes (`crate::probe`), simulated first: the small allreduce over its hops, and where that
+//! hop is long, the rate from the ring-path allreduce's time.
 //!
 //! # What is modelled ([`Network`])
 //!
@@ -316,15 +317,25 @@ struct VirtualLink {
 
 impl VirtualLink {
     /// A link of a world of `world` over `model` that knows what a real ring would measure
-    /// when it forms there: the probe's small allreduce (`crate::probe`), simulated, over its
-    /// hops. So the plans built on this link (the ring plan's window) are the ones a real ring
-    /// on that network would build.
+    /// when it forms there: the hop probe's small allreduce (`crate::probe`), simulated, over
+    /// its hops; where that hop is long, the rate probe's ring-path allreduce, simulated at
+    /// that hop (so in the window a real probe takes), and the rate a real ring derives from
+    /// its time. So the plans built on this link (the ring plan's window) and the cut are the
+    /// ones a real ring on that network would take. One run of each: virtual time has no
+    /// stragglers to leave out.
     fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
         let unmeasured = VirtualLink::new(model, seam::Network::UNMEASURED);
         let probe = simulate_on(unmeasured, Collective::Allreduce, world, 8, Path::Auto)?;
         let hop_ns = probe::hop_from(probe.time, world);
+        let mut measured = seam::Network { hop_ns, ..seam::Network::UNMEASURED };
+        if world > 1 && measured.long_hops() {
+            let bytes = probe::rate_probe_bytes(world, hop_ns);
+            let hop_known = VirtualLink::new(model, measured);
+            let probe = simulate_on(hop_known, Collective::Allreduce, world, bytes, Path::Ring)?;
+            measured.bytes_per_us = probe::rate_from(probe.time, bytes, world, hop_ns);
+        }
         let chords = topology::chords_formed(world);
-        Ok(VirtualLink::new(model, seam::Network { hop_ns, chords }))
+        Ok(VirtualLink::new(model, seam::Network { chords, ..measured }))
     }
 
     /// A link over `model` whose plans read `measured`, no time spent yet.
