@@ -11,12 +11,14 @@
 //! differ, every rank's `connect` fails with the same error, naming the ranks that differ.
 //!
 //! Where the agreed hop is at least [`Network::LOG_DEPTH_FROM_HOP_NS`] (every rank knows it, so
-//! every rank decides alike; loopback's hops are shorter and skip this), every rank then times a
-//! few ring-path allreduces of a buffer whose bytes outweigh its hops ([`rate_probe_bytes`]),
-//! in the window the agreed hop gives, takes its fastest, and the ranks agree on the slowest
-//! rank's time with one more allreduce (a max). Every rank derives the same rate from that one
-//! time ([`rate_from`]): the bytes one rank sends and folds over what is left of the time once
-//! the ring's hops at the agreed hop are taken off.
+//! every rank decides alike; loopback's hops are shorter and skip this), every rank then times
+//! ring-path allreduces of up to [`RATE_PROBE_BYTES`] ([`rate_probe_bytes`]: each segment one
+//! slice, so the ring plan's time is the cost model's), takes its fastest, and the ranks agree on the slowest rank's time with one more allreduce (a max).
+//! Where that time's bytes took less than its hops (a fast link, long hops), a second round
+//! does the same with a buffer large enough for its bytes to take about as long as its hops
+//! ([`longer_probe_bytes`]). Every rank derives the same rate from the last agreed time
+//! ([`rate_from`]): the bytes one rank sends and folds over what is left of the time once the
+//! ring's hops at the agreed hop are taken off.
 //!
 //! Invariants:
 //! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up to
@@ -26,8 +28,9 @@
 //!   handed out; except an abort from another rank (it failed, in a probe or already in its
 //!   first call, since ranks leave the probes one after another), which `connect` hands out as
 //!   a failed ring whose every call returns it.
-//! - The result is a function of the agreed numbers alone ([`hop_from`] and [`rate_from`] are
-//!   pure).
+//! - The result is a function of the agreed numbers alone ([`hop_from`],
+//!   [`longer_probe_bytes`] and [`rate_from`] are pure), and so is every choice of what to
+//!   probe next: every rank runs the same calls.
 
 use std::time::{Duration, Instant};
 
@@ -38,19 +41,24 @@ use tracing::{info, warn};
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
 use crate::options::{self, AllreducePath};
-use crate::ring::seam::{FramePlan, Network, Route};
+use crate::ring::seam::{Network, Route};
 use crate::ring::{self, Call, Link, Scratch, allreduce, bruck, cost, schedule, twoway};
 
 /// Timed probes of the hop. The first also waits for the slowest rank to arrive, so the fastest
 /// of the rest is the figure.
 pub(crate) const HOP_PROBES: u64 = 6;
 
-/// Timed probes of the rate, where hops are long; the first is left out likewise.
+/// The first round of rate probes, where hops are long, each of [`rate_probe_bytes`]; the
+/// first is left out likewise.
 pub(crate) const RATE_PROBES: u64 = 3;
 
+/// The second round of rate probes, of [`longer_probe_bytes`] each, where the first round's
+/// bytes took less time than its hops; all timed (the ranks are in step by then).
+pub(crate) const LONGER_RATE_PROBES: u64 = 2;
+
 /// Every call `connect` may run once the ring forms: the hop's probes and their agreement,
-/// then the rate's probes and theirs.
-pub(crate) const PROBE_CALLS: u64 = HOP_PROBES + 1 + RATE_PROBES + 1;
+/// then each round of rate probes and its agreement.
+pub(crate) const PROBE_CALLS: u64 = HOP_PROBES + 1 + RATE_PROBES + 1 + LONGER_RATE_PROBES + 1;
 
 /// The sequence number of the first probe; the rest follow it, the last at `u64::MAX`.
 pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - (PROBE_CALLS - 1);
@@ -58,14 +66,22 @@ pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - (PROBE_CALLS - 1);
 /// The sequence number of the hop's agreement, after its probes.
 const HOP_AGREEMENT_SEQ: u64 = FIRST_PROBE_SEQ + HOP_PROBES;
 
-/// The sequence number of the first rate probe; the rate's agreement follows the last.
+/// The sequence number of the first rate probe; the round's agreement follows its last.
 const FIRST_RATE_SEQ: u64 = HOP_AGREEMENT_SEQ + 1;
+
+/// The sequence number of the first probe of the second round of rate probes.
+const LONGER_RATE_SEQ: u64 = FIRST_RATE_SEQ + RATE_PROBES + 1;
 
 /// The op every probe and agreement runs as.
 const PROBE_OP: Op = Op::Allreduce { reduction: Reduction::Max, dtype: Dtype::U64 };
 
-/// The fewest and the most bytes of a rate probe ([`rate_probe_bytes`]).
-pub(crate) const RATE_PROBE_BYTES: std::ops::RangeInclusive<usize> = (1 << 20)..=(4 << 20);
+/// The most bytes of each probe of the first round of rate probes ([`rate_probe_bytes`]): on
+/// a link below 1.5 GB/s, more time on bytes than on the hops of a ring of 16 at 100 us.
+pub(crate) const RATE_PROBE_BYTES: usize = 1 << 20;
+
+/// The most bytes of a probe of the second round ([`longer_probe_bytes`]): the time and the
+/// memory `connect` spends on it.
+pub(crate) const LONGER_PROBE_MAX_BYTES: usize = 16 << 20;
 
 /// The highest rate [`rate_from`] gives, in bytes per microsecond (about 1 TB/s): what a probe
 /// whose time its hops alone account for comes to. It keeps the cost model's integers far from
@@ -127,42 +143,45 @@ fn measure_from(
     let hop_ns = agreed[0];
     let mut network = Network { hop_ns, chords: false, bytes_per_us: Network::UNMEASURED_RATE };
     if world > 1 && hop_ns >= rate_from_hop_ns {
-        let bytes = rate_probe_bytes(world, hop_ns);
-        // The probes' ring plans take the window the caller's calls will take at this hop.
-        let mut hop_known = HopKnown { link, network };
-        let mut buf = vec![rank as u64; bytes / 8];
-        let mut fastest = Duration::MAX;
-        for i in 0..RATE_PROBES {
-            let started = Instant::now();
-            let probe = call(FIRST_RATE_SEQ + i);
-            let ring = cost::Path::Ring;
-            ring::allreduce_on(ring, &mut hop_known, probe, &mut buf, fold::max_int, scratch)?;
-            if i > 0 {
-                fastest = fastest.min(started.elapsed());
-            }
+        let mut round = |first_seq, probes, left_out, bytes| {
+            let calls = (first_seq..first_seq + probes).map(call);
+            timed_ring(link, calls, left_out, bytes, call(first_seq + probes), scratch)
+        };
+        let mut bytes = rate_probe_bytes(world);
+        let mut time = round(FIRST_RATE_SEQ, RATE_PROBES, 1, bytes)?;
+        // Every rank has the same time, so every rank runs the second round or none does.
+        if let Some(longer) = longer_probe_bytes(time, world, hop_ns) {
+            bytes = longer;
+            time = round(LONGER_RATE_SEQ, LONGER_RATE_PROBES, 0, bytes)?;
         }
-        let mut slowest = [u64::try_from(fastest.as_nanos()).unwrap_or(u64::MAX)];
-        let agreement = call(FIRST_RATE_SEQ + RATE_PROBES);
-        allreduce(hop_known.link, agreement, &mut slowest, fold::max_int, scratch)?;
-        network.bytes_per_us = rate_from(Duration::from_nanos(slowest[0]), bytes, world, hop_ns);
+        network.bytes_per_us = rate_from(time, bytes, world, hop_ns);
     }
     Ok(Agreed { network, paths })
 }
 
-/// A link whose plans read an agreed hop before the ring hands it out: what the rate probes
-/// run on.
-struct HopKnown<'l> {
-    link: &'l mut dyn Link,
-    network: Network,
-}
-
-impl Link for HopKnown<'_> {
-    fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
-        self.link.run(plan)
+/// Times a ring-path allreduce of `bytes` as each of `probes`, the first `left_out` not
+/// counted, and agrees on the slowest rank's fastest time in the call `agreement`.
+fn timed_ring(
+    link: &mut dyn Link,
+    probes: impl Iterator<Item = Call>,
+    left_out: usize,
+    bytes: usize,
+    agreement: Call,
+    scratch: &mut Scratch,
+) -> Result<Duration, CollectiveError> {
+    let ring = cost::Path::Ring;
+    let mut buf = vec![agreement.rank as u64; bytes / 8];
+    let mut fastest = Duration::MAX;
+    for (i, probe) in probes.enumerate() {
+        let started = Instant::now();
+        ring::allreduce_on(ring, link, probe, &mut buf, fold::max_int, scratch)?;
+        if i >= left_out {
+            fastest = fastest.min(started.elapsed());
+        }
     }
-    fn network(&self) -> Network {
-        self.network
-    }
+    let mut slowest = [u64::try_from(fastest.as_nanos()).unwrap_or(u64::MAX)];
+    allreduce(link, agreement, &mut slowest, fold::max_int, scratch)?;
+    Ok(Duration::from_nanos(slowest[0]))
 }
 
 /// Measures the network of a ring `connect` has just formed, agrees on the allreduce path
@@ -251,18 +270,41 @@ pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
     u64::try_from(call.as_nanos() / hops).unwrap_or(u64::MAX)
 }
 
-/// The bytes of a rate probe in a world of `world` at a hop of `hop_ns`: as many as loopback's
-/// rate ([`schedule::RATE_BYTES_PER_US`]) would send in the time the ring's hops take, so that
-/// on any slower link its bytes outweigh its hops, within [`RATE_PROBE_BYTES`] (time and
-/// memory at `connect`); whole `u64`s.
-pub(crate) fn rate_probe_bytes(world: usize, hop_ns: u64) -> usize {
-    let ring = cost::traffic(cost::Path::Ring, 0, 8, world);
+/// The most bytes a rate probe takes in a world of `world`: as many as keep every segment one
+/// slice ([`schedule::SLICE_BYTES`]), where the ring plan's time is the cost model's (its
+/// gather goes both ways, `n - 1 + floor(n/2)` hops, and its window has no part in it).
+fn one_slice_bytes(world: usize) -> usize {
+    world.max(1).saturating_mul(schedule::SLICE_BYTES)
+}
+
+/// The bytes of each probe of the first round of rate probes in a world of `world`:
+/// [`RATE_PROBE_BYTES`], or fewer where segments would be more than a slice
+/// ([`one_slice_bytes`]: worlds 2 and 3).
+pub(crate) fn rate_probe_bytes(world: usize) -> usize {
+    RATE_PROBE_BYTES.min(one_slice_bytes(world))
+}
+
+/// The bytes of each probe of the second round of rate probes in a world of `world` at a hop of
+/// `hop_ns`, from `first`, the agreed time of the first round (probes of
+/// [`rate_probe_bytes`]); `None` where that round's bytes took at least as long as its hops,
+/// so that the rate from it stands, or where no more bytes could be probed. Else as many
+/// bytes as would take as long as the hops at the rate the first round gives, up to
+/// [`LONGER_PROBE_MAX_BYTES`] and [`one_slice_bytes`] (the most where the hops took the whole
+/// time); whole `u64`s.
+pub(crate) fn longer_probe_bytes(first: Duration, world: usize, hop_ns: u64) -> Option<usize> {
+    let low = rate_probe_bytes(world);
+    let high = LONGER_PROBE_MAX_BYTES.min(one_slice_bytes(world));
+    let ring = cost::traffic(cost::Path::Ring, low, 8, world);
     let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
-    let n = world.max(2) as u128;
-    // One rank sends 2 (n - 1) / n of the buffer.
-    let bytes = hops_ns * u128::from(schedule::RATE_BYTES_PER_US) * n / (1000 * 2 * (n - 1));
-    let (low, high) = (*RATE_PROBE_BYTES.start(), *RATE_PROBE_BYTES.end());
-    usize::try_from(bytes).unwrap_or(high).clamp(low, high) / 8 * 8
+    let bytes_ns = first.as_nanos().saturating_sub(hops_ns);
+    if bytes_ns >= hops_ns || high <= low {
+        return None;
+    }
+    let want = match bytes_ns {
+        0 => high,
+        _ => usize::try_from(low as u128 * hops_ns / bytes_ns).unwrap_or(high),
+    };
+    Some(want.clamp(low, high) / 8 * 8)
 }
 
 /// The rate a rank moves its bytes, in bytes per microsecond, from `call`, the time of a
@@ -355,17 +397,49 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_probe_outweighs_its_hops_within_its_bounds() {
-        let (low, high) = (*RATE_PROBE_BYTES.start(), *RATE_PROBE_BYTES.end());
-        assert_eq!(rate_probe_bytes(4, 100_000), low, "5 hops of 100 us: 0.5 MB");
-        // World 16 at 200 us: 23 hops, 6.9 MB at loopback's rate over 2 × 15/16 of a buffer.
-        assert_eq!(rate_probe_bytes(16, 200_000), 3_680_000);
-        assert_eq!(rate_probe_bytes(1024, 100_000), high);
-        assert_eq!(rate_probe_bytes(1024, u64::MAX), high);
-        assert_eq!(rate_probe_bytes(2, 0), low);
-        assert_eq!(rate_probe_bytes(1, 0), low);
-        for (world, hop_ns) in [(3, 123_457), (16, 200_001), (7, 999_999)] {
-            assert_eq!(rate_probe_bytes(world, hop_ns) % 8, 0, "whole u64s");
+    fn a_first_rate_probe_keeps_its_segments_one_slice() {
+        assert_eq!(rate_probe_bytes(2), 512 << 10);
+        assert_eq!(rate_probe_bytes(3), 768 << 10);
+        for world in [4, 5, 16, 1024, usize::MAX] {
+            assert_eq!(rate_probe_bytes(world), RATE_PROBE_BYTES, "world {world}");
+        }
+        for world in 2..=64 {
+            let len = rate_probe_bytes(world) / 8;
+            assert_eq!(schedule::slices(len, world, 8), 1, "world {world}");
+            if let Some(longer) = longer_probe_bytes(Duration::ZERO, world, 1) {
+                assert_eq!(schedule::slices(longer / 8, world, 8), 1, "world {world}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_second_round_of_rate_probes_runs_where_the_first_ones_hops_outweighed_its_bytes() {
+        // World 16 at 200 us: 23 hops, 4.6 ms.
+        let (hops, hop_ns) = (Duration::from_micros(4600), 200_000);
+        let longer = |first| longer_probe_bytes(first, 16, hop_ns);
+        assert_eq!(longer(hops * 2), None, "bytes as long as the hops");
+        assert_eq!(longer(hops * 9), None);
+        // A quarter of the hops' time on bytes: four times the bytes.
+        assert_eq!(longer(hops + hops / 4), Some(4 * RATE_PROBE_BYTES));
+        // Next to nothing on bytes, or less than the hops: the most a world of 16 keeps in one
+        // slice a segment (4 MiB).
+        for first in [hops + Duration::from_nanos(1), hops, Duration::ZERO] {
+            assert_eq!(longer(first), Some(16 * schedule::SLICE_BYTES), "{first:?}");
+        }
+        // Just under the hops' time on bytes: just over the first's bytes, whole u64s.
+        let just = longer(hops * 2 - Duration::from_nanos(1)).unwrap();
+        assert!(just >= RATE_PROBE_BYTES && just % 8 == 0 && just < RATE_PROBE_BYTES + 64);
+        // From 64 ranks, the most is 16 MiB.
+        assert_eq!(longer_probe_bytes(hops, 64, hop_ns), Some(LONGER_PROBE_MAX_BYTES));
+        assert_eq!(longer_probe_bytes(hops, 1024, hop_ns), Some(LONGER_PROBE_MAX_BYTES));
+        // No hop: nothing to outweigh. A hop of centuries: the most. Worlds of 2 to 4 probe
+        // all they can in the first round.
+        assert_eq!(longer(hops), Some(16 * schedule::SLICE_BYTES));
+        assert_eq!(longer_probe_bytes(hops, 16, 0), None);
+        assert_eq!(longer(Duration::MAX), None);
+        assert_eq!(longer_probe_bytes(hops, 16, u64::MAX), Some(16 * schedule::SLICE_BYTES));
+        for world in [2, 3, 4] {
+            assert_eq!(longer_probe_bytes(Duration::ZERO, world, hop_ns), None, "world {world}");
         }
     }
 
@@ -394,10 +468,11 @@ mod tests {
 
     #[test]
     fn the_probes_never_reach_a_callers_sequence_numbers() {
-        // A caller would need 2^64 - 11 calls to reach the first probe.
+        // A caller would need 2^64 - 14 calls to reach the first probe.
         let last = FIRST_PROBE_SEQ.checked_add(PROBE_CALLS - 1).expect("the last seq fits");
         assert_eq!(last, u64::MAX);
-        assert_eq!(FIRST_RATE_SEQ + RATE_PROBES, u64::MAX, "the rate's agreement is the last");
+        let longer_agreement = LONGER_RATE_SEQ + LONGER_RATE_PROBES;
+        assert_eq!(longer_agreement, u64::MAX, "the second rate agreement is the last");
         assert!(FIRST_PROBE_SEQ > u64::from(u32::MAX));
     }
 }

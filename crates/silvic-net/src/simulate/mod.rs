@@ -318,9 +318,9 @@ struct VirtualLink {
 impl VirtualLink {
     /// A link of a world of `world` over `model` that knows what a real ring would measure
     /// when it forms there: the hop probe's small allreduce (`crate::probe`), simulated, over
-    /// its hops; where that hop is long, the rate probe's ring-path allreduce, simulated at
-    /// that hop (so in the window a real probe takes), and the rate a real ring derives from
-    /// its time. So the plans built on this link (the ring plan's window) and the cut are the
+    /// its hops; where that hop is long, the rate probes' ring-path allreduces, simulated,
+    /// the second round where the first's time says so, and the rate a real ring derives from
+    /// the last time. So the plans built on this link (the ring plan's window) and the cut are the
     /// ones a real ring on that network would take. One run of each: virtual time has no
     /// stragglers to leave out.
     fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
@@ -329,10 +329,17 @@ impl VirtualLink {
         let hop_ns = probe::hop_from(probe.time, world);
         let mut measured = seam::Network { hop_ns, ..seam::Network::UNMEASURED };
         if world > 1 && measured.long_hops() {
-            let bytes = probe::rate_probe_bytes(world, hop_ns);
-            let hop_known = VirtualLink::new(model, measured);
-            let probe = simulate_on(hop_known, Collective::Allreduce, world, bytes, Path::Ring)?;
-            measured.bytes_per_us = probe::rate_from(probe.time, bytes, world, hop_ns);
+            let ring = |bytes| {
+                let link = VirtualLink::new(model, measured);
+                simulate_on(link, Collective::Allreduce, world, bytes, Path::Ring)
+            };
+            let mut bytes = probe::rate_probe_bytes(world);
+            let mut time = ring(bytes)?.time;
+            if let Some(longer) = probe::longer_probe_bytes(time, world, hop_ns) {
+                bytes = longer;
+                time = ring(bytes)?.time;
+            }
+            measured.bytes_per_us = probe::rate_from(time, bytes, world, hop_ns);
         }
         let chords = topology::chords_formed(world);
         Ok(VirtualLink::new(model, seam::Network { chords, ..measured }))
