@@ -21,8 +21,8 @@ use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
 /// speaks the same messages. Ranks of different versions reject each other. 9: where the
-/// agreed hop is long, `connect` also times the ring's rate (three ring-path probes and their
-/// agreement), the probes numbered from `2^64 - 11` (8: a data frame's direction byte also
+/// agreed hop is long, `connect` also times the ring's rate (ring-path probes and their
+/// agreements), the probes numbered from `2^64 - 14` (8: a data frame's direction byte also
 /// carries the path its call takes, and the agreement after the probes carries every rank's
 /// forced allreduce path; docs/protocol.md has the history).
 pub const VERSION: u16 = 9;
