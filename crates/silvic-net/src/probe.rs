@@ -11,12 +11,13 @@
 //! differ, every rank's `connect` fails with the same error, naming the ranks that differ.
 //!
 //! Where the agreed hop is at least [`Network::LOG_DEPTH_FROM_HOP_NS`] (every rank knows it, so
-//! every rank decides alike; loopback's hops are shorter and skip this), every rank then times
-//! ring-path allreduces of up to [`RATE_PROBE_BYTES`] ([`rate_probe_bytes`]: each segment one
-//! slice, so the ring plan's time is the cost model's), takes its fastest, and the ranks agree on the slowest rank's time with one more allreduce (a max).
-//! Where that time's bytes took less than its hops (a fast link, long hops), a second round
-//! does the same with a buffer large enough for its bytes to take about as long as its hops
-//! ([`longer_probe_bytes`]). Every rank derives the same rate from the last agreed time
+//! every rank decides alike; loopback's hops are shorter, on a machine not starved of cores, and
+//! skip this), every rank then times ring-path allreduces of up to [`RATE_PROBE_BYTES`]
+//! ([`rate_probe_bytes`]: each segment one slice, so the ring plan's time is the cost model's),
+//! takes its fastest, and the ranks agree on the slowest rank's time with one more allreduce
+//! (a max). Where that time's bytes took less than its hops (a fast link, long hops), a second
+//! round does the same with a buffer large enough for its bytes to take about as long as its
+//! hops ([`longer_probe_bytes`]). Every rank derives the same rate from the last agreed time
 //! ([`rate_from`]): the bytes one rank sends and folds over what is left of the time once the
 //! ring's hops at the agreed hop are taken off.
 //!
