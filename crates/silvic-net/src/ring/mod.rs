@@ -164,18 +164,22 @@ pub(crate) fn model_of(network: Network) -> cost::Network {
     }
 }
 
-/// The cut on `network` for a world of `world`, for the log: at sizes from 8 B to 64 MiB (f64
-/// elements), the path [`chosen_path`] takes and the time the cost model gives it on
-/// [`model_of`] the network.
+/// The cut on `network` for a world of `world`, for the log: the model's rate ([`model_of`]:
+/// the measured one, or loopback's), then at sizes from 8 B to 64 MiB (f64 elements), the path
+/// [`chosen_path`] takes and the time the cost model gives it on that model.
 pub(crate) fn describe_cuts(world: usize, network: Network) -> String {
     let model = model_of(network);
+    let rate = match network.bytes_per_us {
+        Network::UNMEASURED_RATE => format!("loopback's {} B/us, folds free", model.bytes_per_us),
+        measured => format!("measured {measured} B/us, folds too"),
+    };
     let sizes = [8, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20];
     let cut = sizes.map(|bytes| {
         let path = chosen_path(bytes, 8, world, network);
         let us = cost::time_ns(path, bytes, 8, world, model) as f64 / 1000.0;
         format!("{bytes} B {path:?} {us:.0} us")
     });
-    cut.join(", ")
+    format!("at {rate}: {}", cut.join(", "))
 }
 
 /// Whether `path` can carry an allreduce of `bytes` in a world of `world` on `network`: the
@@ -299,6 +303,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_logged_cut_names_the_rate_it_was_made_at() {
+        let loopback = describe_cuts(4, Network { hop_ns: 30_000, ..Network::UNMEASURED });
+        assert!(
+            loopback.starts_with("at loopback's 1500 B/us, folds free: 8 B Gather"),
+            "{loopback}"
+        );
+        let bed = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300 };
+        let measured = describe_cuts(4, bed);
+        assert!(measured.starts_with("at measured 300 B/us, folds too: 8 B Gather"), "{measured}");
+        assert!(measured.contains("32768 B Gather") && measured.contains("262144 B Ring"));
     }
 
     #[test]
