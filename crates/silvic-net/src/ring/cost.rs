@@ -19,8 +19,7 @@
 //! cost and the loopback constants, the gather-or-ring choice is [`schedule::uses_gather`]'s
 //! (the tests check it), so the model extends today's cut rather than replacing it. Where hops
 //! are long, `super::chosen_path` takes it at the hop and the rate the ring measured, among
-//! the gather and the ring, and of those and Bruck's gather where the link has chord streams
-//! (index-fold-gather only where forced: its frame per slot is a cost the model does not count).
+//! the gather and the ring, and among every path where the link has chord streams.
 
 use super::bruck::rounds;
 use super::index::{STORE_MAX_BYTES, chunks};
@@ -34,7 +33,6 @@ pub(crate) use crate::frame::Path;
 impl Path {
     /// Every path, in the order ties are broken: to the paths that hold less memory, and of the
     /// two gathers to today's.
-    #[cfg(test)]
     pub(crate) const ALL: [Path; 4] = [Path::Ring, Path::Index, Path::Gather, Path::Bruck];
     /// The paths the TCP ring can carry today (no chord streams), ties to the ring as
     /// [`schedule::uses_gather`] breaks them.
