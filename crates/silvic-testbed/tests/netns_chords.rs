@@ -9,10 +9,10 @@
 //! log-depth paths are taken, so the collectives keep to the ring's paths and the chords carry
 //! only aborts, waiting notices and liveness. Through the test bed's relay (every connection,
 //! chords included, delayed 1 ms each way) the measured hop is over a millisecond, so
-//! allreduces of 32 KiB take Bruck's gather and allgathers Bruck's rounds, which send data over
-//! every chord: so the calls use the chords by the library's own choice, as a user's would (the
-//! test bed does without netem, which the CI VM's kernel lacks), and each relayed case first
-//! checks, from the ranks' own
+//! allreduces of 32 KiB take index-fold-gather or Bruck's gather and allgathers Bruck's,
+//! whose rounds send data over every chord: that is how these tests make calls use the chords
+//! from outside the library (the test bed does without netem, which the CI VM's kernel lacks,
+//! and the library has no switch to force a path from outside), and each relayed case first checks, from the ranks' own
 //! per-stream byte counts (`PEERS` lines), that its chords carried data.
 //!
 //! Needs root, `ip`, `nft` and `tc` (see `netns_faults.rs`); nextest's default profile skips
@@ -38,7 +38,7 @@ const VICTIM_PEERS: [usize; 5] = [1, 3, 0, 4, 6];
 /// Calls each rank runs before a fault (it prints its per-stream bytes after them).
 const WARMUP: u64 = 3;
 /// Bytes per call of the relayed cases: an allreduce this small takes a log-depth path on a
-/// network of millisecond hops (Bruck's gather, over every chord).
+/// network of millisecond hops (index-fold-gather or Bruck's gather, both over every chord).
 const CALL_BYTES: usize = 32 << 10;
 /// Every connection through the relay, 1 ms each way, no jitter.
 const RELAYED: Layout = Layout { relay: Some((1, 0)) };

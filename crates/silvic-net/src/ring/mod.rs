@@ -111,6 +111,11 @@ pub(crate) struct Scratch {
     gathered: Vec<u8>,
 }
 
+/// Allreduces of this many bytes or more never take index-fold-gather: through 500 us hops
+/// (the relay bed) it was faster than the ring at 32 and 256 KiB but slower at 1 MiB, where
+/// its frame per slot costs more than the hops it saves (docs/log-depth-paths.md).
+pub(crate) const INDEX_BELOW_BYTES: usize = 1 << 20;
+
 /// The path an allreduce of `bytes` (elements of `elem` bytes) takes in a world of `world` on
 /// `network`, the same on every rank (every rank has the same `network`).
 ///
@@ -120,21 +125,27 @@ pub(crate) struct Scratch {
 /// - Long hops ([`Network::long_hops`]): the cheapest path in the cost model
 ///   ([`cost::cheapest`]) at the hop and the rate the ranks measured ([`model_of`]), the
 ///   folds charged too (the gather's local fold of `n - 1` buffers among them); of the
-///   gather and the ring without chords, of those and Bruck's gather with them
-///   ([`Network::log_depth`]).
-///
-/// Index-fold-gather is never chosen, only forced (`SILVIC_ALLREDUCE=index`): it sends a frame
-/// per slot, which the model does not count, and through the relay bed it lost to the best
-/// other path in every cell measured, at 100 and at 500 us hops, where the model had it win
-/// (docs/log-depth-paths.md, "Index-fold-gather leaves the cut").
+///   gather and the ring without chords, of every path with them
+///   ([`Network::log_depth`]). Index-fold-gather is a candidate only below
+///   [`INDEX_BELOW_BYTES`] and while its store takes the buffer in one chunk: it sends a frame
+///   per slot, a cost the model does not count, and the ring keeps large buffers.
 pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Network) -> cost::Path {
     use cost::Path::{Bruck, Gather, Ring};
     let rated = network.bytes_per_us != Network::UNMEASURED_RATE;
     if !network.long_hops() || !(rated || network.chords) {
         return if schedule::uses_gather(bytes, world) { Gather } else { Ring };
     }
-    let candidates: &[cost::Path] =
-        if network.chords { &[Ring, Gather, Bruck] } else { &[Ring, Gather] };
+    let candidates: &[cost::Path] = if !network.chords {
+        &[Ring, Gather]
+    } else {
+        let one_chunk =
+            index::chunks(bytes / elem.max(1), world, elem, index::STORE_MAX_BYTES) == 1;
+        if one_chunk && bytes < INDEX_BELOW_BYTES {
+            &cost::Path::ALL
+        } else {
+            &[Ring, Gather, Bruck]
+        }
+    };
     cost::cheapest(candidates, bytes, elem, world, model_of(network)).unwrap_or(Ring)
 }
 
@@ -264,7 +275,7 @@ mod tests {
     use silvic_core::Op;
 
     #[test]
-    fn with_chords_and_long_hops_the_cut_takes_brucks_gather_too_and_else_todays() {
+    fn with_chords_and_long_hops_the_cut_takes_every_path_and_else_todays() {
         use cost::Path::{Bruck, Gather, Index, Ring};
         let sizes: Vec<usize> = (3..=26).map(|b| 1 << b).collect();
         for world in [8, 16, 64] {
@@ -277,9 +288,9 @@ mod tests {
                     // Short hops: today's cut, chords or not.
                     assert!(taken.iter().all(|p| matches!(p, Gather | Ring)), "{taken:?}");
                 } else {
-                    // The fewest hops for the smallest buffers; the index only when forced.
+                    // The fewest hops for the smallest buffers, the index between.
                     assert_eq!(taken[0], Bruck, "world {world} hop {hop_us} us: {taken:?}");
-                    assert!(!taken.contains(&Index), "world {world} hop {hop_us} us: {taken:?}");
+                    assert!(taken.contains(&Index), "world {world} hop {hop_us} us: {taken:?}");
                 }
                 for (&bytes, path) in sizes.iter().zip(&taken) {
                     assert!(
@@ -355,20 +366,20 @@ mod tests {
         }
     }
 
-    /// With chords (world 16, 200 us hops, 32 KiB), Bruck's 4 hops against the ring's 23 save
-    /// 3.8 ms, and it sends and folds 30 buffers against the ring's 45/16: Bruck's gather while
-    /// those 890,880 more bytes take less than 3.8 ms (above about 234 B/us), the ring below.
+    /// With chords (world 16, 200 us hops, 256 KiB), the index's 8 hops against the ring's 23
+    /// save 3 ms, and it sends 47/16 of the buffer against the ring's 30/16: the index while
+    /// those 17/16 × 256 KiB take less than 3 ms (above about 93 B/us), the ring below.
     #[test]
-    fn with_chords_the_rate_moves_the_cut_between_brucks_gather_and_the_ring() {
-        use cost::Path::{Bruck, Ring};
+    fn with_chords_the_rate_moves_the_cut_between_the_index_and_the_ring() {
+        use cost::Path::{Index, Ring};
         let at = |bytes_per_us| {
-            chosen_path(32 << 10, 8, 16, Network { hop_ns: 200_000, chords: true, bytes_per_us })
+            chosen_path(256 << 10, 8, 16, Network { hop_ns: 200_000, chords: true, bytes_per_us })
         };
-        assert_eq!(at(1500), Bruck);
-        assert_eq!(at(240), Bruck);
-        assert_eq!(at(230), Ring);
+        assert_eq!(at(1500), Index);
+        assert_eq!(at(100), Index);
+        assert_eq!(at(90), Ring);
         assert_eq!(at(50), Ring);
-        assert_eq!(at(Network::UNMEASURED_RATE), Bruck, "loopback's rate, folds free");
+        assert_eq!(at(Network::UNMEASURED_RATE), Index, "loopback's rate, as before");
     }
 
     /// Runs `world` ranks over `inputs` with `combine`, each rank both paths in turn, then the
