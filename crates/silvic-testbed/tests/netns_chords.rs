@@ -10,9 +10,9 @@
 //! only aborts, waiting notices and liveness. Through the test bed's relay (every connection,
 //! chords included, delayed 1 ms each way) the measured hop is over a millisecond, so
 //! allreduces of 32 KiB take index-fold-gather or Bruck's gather and allgathers Bruck's,
-//! whose rounds send data over every chord: that is how these tests make calls use the chords
-//! from outside the library (the test bed does without netem, which the CI VM's kernel lacks,
-//! and the library has no switch to force a path from outside), and each relayed case first checks, from the ranks' own
+//! whose rounds send data over every chord: so the calls use the chords by the library's own
+//! choice, as a user's would (the test bed does without netem, which the CI VM's kernel lacks),
+//! and each relayed case first checks, from the ranks' own
 //! per-stream byte counts (`PEERS` lines), that its chords carried data.
 //!
 //! Needs root, `ip`, `nft` and `tc` (see `netns_faults.rs`); nextest's default profile skips
