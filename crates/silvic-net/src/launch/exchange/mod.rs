@@ -440,7 +440,10 @@ mod tests {
             let raised = setrlimit(Resource::Nofile, limit);
             assert!(raised.is_ok(), "this test needs {needed} descriptors: {raised:?}");
         }
-        let timeout = Duration::from_secs(60);
+        // Well past what the 5000 handshakes take themselves (a debug build on 2 loaded cores:
+        // 40 to 56 s), so that a rank 0 that waited out its timeout on the stalled rank (more
+        // than 180 s in all) is far from one that did not (under half of it).
+        let timeout = Duration::from_secs(180);
         let (at, server) = server(WORLD as usize, timeout);
         let started = Instant::now();
         // Rank 1 stalls: a tiny receive buffer, and it never reads.
