@@ -190,6 +190,26 @@ impl TcpRing {
         writes || self.table.reader(s, &self.ways).is_some_and(|w| !self.ways.in_done(w))
     }
 
+    /// The streams (as bits) the call waits on: those where the plan lets the next frame in and
+    /// it has not come, or lets a frame out and the socket has not taken it all. A stream the
+    /// call still needs but whose next frame in and out the plan holds back is not waited on:
+    /// its turn waits on another stream, and its peer may have sent all it can and be waiting
+    /// itself, its notices queued behind a data frame this rank does not read yet, so its
+    /// silence says nothing of it. Where no stream is waited on so (the seam's rule keeps some
+    /// frame free to move, so this is a safeguard), every stream the call needs.
+    fn waited_on(&self, plan: &dyn FramePlan) -> u64 {
+        let streams = 0..self.streams.len();
+        let reads =
+            |s| self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w));
+        let writes =
+            |s| self.table.writer(s, &self.ways).is_some_and(|w| self.ways.wants_write(plan, w));
+        let free: u64 = streams.clone().filter(|&s| reads(s) || writes(s)).map(|s| 1 << s).sum();
+        if free != 0 {
+            return free;
+        }
+        streams.filter(|&s| self.needs(s)).map(|s| 1 << s).sum()
+    }
+
     /// Whether no data frame to stream `s` is partly written.
     fn out_boundary(&self, s: usize) -> bool {
         self.table.writer(s, &self.ways).is_none_or(|w| self.ways.at_boundary(w))
@@ -348,16 +368,16 @@ impl TcpRing {
             if self.ways.all_done() {
                 return Ok(());
             }
-            let needed: u64 = (0..n).filter(|&s| self.needs(s)).map(|s| 1 << s).sum();
+            let waited = self.waited_on(plan);
             if now.saturating_duration_since(clock.last_progress()) < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
                 std::thread::yield_now();
-                self.count_wait(now.elapsed(), needed);
+                self.count_wait(now.elapsed(), waited);
                 continue;
             }
             let seen = |s: usize| Seen { peer: self.streams[s].peer, heard: self.streams[s].heard };
-            let due = clock.tick(now, needed, self.rank, seen)?;
+            let due = clock.tick(now, waited, self.rank, seen)?;
             if let Some(notice) = due.notice {
                 let boundaries: u64 =
                     (0..n).filter(|&s| self.out_boundary(s)).map(|s| 1 << s).sum();
@@ -394,14 +414,14 @@ impl TcpRing {
             stirred |=
                 (0..n).filter(|&s| !fds[s].revents().is_empty()).map(|s| 1 << s).sum::<u64>();
             let woke = Instant::now();
-            self.count_wait(woke.saturating_duration_since(now), needed);
+            self.count_wait(woke.saturating_duration_since(now), waited);
             for (s, stream) in self.streams.iter_mut().enumerate() {
                 stream.liveness.check(&stream.socket, woke, clock.active(s), self.timeout);
             }
         }
     }
 
-    /// Adds a wait to the time spent waiting on each stream the call still needed.
+    /// Adds a wait to the time spent waiting on each stream the call waited on.
     fn count_wait(&mut self, waited: Duration, needed: u64) {
         for (s, stream) in self.streams.iter_mut().enumerate() {
             if needed & (1 << s) != 0 {
@@ -453,7 +473,7 @@ mod tests {
     use silvic_core::Op;
 
     use super::*;
-    use crate::frame::{Abort, Dir, Header, MAX_ABORT_LEN};
+    use crate::frame::{Abort, Dir, Header, MAX_ABORT_LEN, Waiting};
     use crate::ring::seam::{Moved, Sink};
     use std::io::{Read, Write};
 
@@ -492,14 +512,18 @@ mod tests {
 
     /// One hop of a two-way gather for rank 1 of 3: `payload` as block 1 both ways, block 0
     /// expected from the left and block 2 from the right.
+    /// Where `gated`, the frame from the right comes in only after the one from the left (a
+    /// gate on an earlier way, as the index's homecomers wait for earlier rounds').
     struct OneHop<'a> {
         header: Header,
         payload: &'a [u8],
         sinks: [VecSink; 2],
+        gated: bool,
     }
 
     fn one_hop(header: Header, payload: &[u8]) -> OneHop<'_> {
-        OneHop { header, payload, sinks: [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)] }
+        let sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
+        OneHop { header, payload, sinks, gated: false }
     }
 
     /// Way 0 rightward, way 1 leftward.
@@ -525,8 +549,8 @@ mod tests {
         fn ready(&self, _: usize, _: Moved<'_>) -> bool {
             true
         }
-        fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
-            true
+        fn may_receive(&self, way: usize, moved: Moved<'_>) -> bool {
+            !self.gated || way == 0 || moved.received[0] == 1
         }
         fn payload(&self, _: usize, _: usize) -> &[u8] {
             self.payload
@@ -632,6 +656,34 @@ mod tests {
         let (_rank0, _rank2) = (late.join().unwrap(), relay.join().unwrap());
         let next = Header::data(Op::AllgatherBytes, 1, 3, 3);
         assert_eq!(ring.run(&mut one_hop(next, b"one")).unwrap_err(), aborted);
+    }
+
+    #[test]
+    fn a_peer_whose_frame_waits_its_turn_is_not_timed_out_while_the_call_waits_elsewhere() {
+        // Rank 2's frame is in from the start, but the plan takes it only after rank 0's, and
+        // rank 2 sends nothing more (as a rank that has sent all it can and waits itself, its
+        // notices behind that frame). Rank 0 sends only waiting notices for 2.5 timeouts, then
+        // its frame: the call waited on rank 0 alone, which stayed alive, so it completes.
+        let timeout = Duration::from_secs(1);
+        let (mut ring, mut rank0, mut rank2) = rank_one(timeout);
+        let header = Header::data(Op::AllgatherBytes, 0, 3, 3);
+        rank2.write_all(&[&header.carrying(Dir::Left, 2).encode()[..], b"two"].concat()).unwrap();
+        let left = std::thread::spawn(move || {
+            for _ in 0..25 {
+                let notice = Waiting { on: 2, waited: Duration::from_millis(100) }.encode(0);
+                rank0.write_all(&notice).unwrap();
+                std::thread::sleep(timeout / 10);
+            }
+            let frame = [&header.carrying(Dir::Right, 0).encode()[..], b"zer"].concat();
+            rank0.write_all(&frame).unwrap();
+            rank0
+        });
+        let mut plan = OneHop { gated: true, ..one_hop(header, b"one") };
+        let result = ring.run(&mut plan);
+        let _rank0 = left.join().unwrap();
+        result.unwrap();
+        let [from_left, from_right] = &plan.sinks;
+        assert_eq!((&from_left.0[..], &from_right.0[..]), (&b"zer"[..], &b"two"[..]));
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! again. It is handed `now` and never reads a clock, so the tests run it in virtual time.
 //!
 //! Invariants:
-//! - A call times out on a stream it still needs only once that stream has moved no byte and
-//!   brought no waiting notice for the whole timeout: never earlier.
+//! - A call times out on a stream it waits on only once that stream has moved no byte and
+//!   brought no waiting notice for the whole timeout, counted from when the call began waiting
+//!   on it (the first tick that named it, until a tick that does not): never earlier. A peer
+//!   silent while the call had no need of it is not blamed for that silence.
 //! - A notice goes out once the call has seen no progress for [`notice_every`] of the timeout,
 //!   then at most every such interval, and names the rank to blame: the stream's peer, or the
 //!   rank a notice heard from that peer since its data last moved names, never this rank.
@@ -49,6 +51,8 @@ pub(super) struct Watch {
     every: Duration,
     /// When data last moved on each stream (the call's start before any did).
     active: Vec<Instant>,
+    /// Since when the call has waited on each stream, for those it waits on now.
+    waiting_since: Vec<Option<Instant>>,
     next_notice: Option<Instant>,
     warn_at: Duration,
 }
@@ -60,6 +64,7 @@ impl Watch {
             timeout,
             every: notice_every(timeout),
             active: vec![now; streams],
+            waiting_since: vec![None; streams],
             next_notice: None,
             warn_at: WARN_AFTER,
         }
@@ -80,22 +85,33 @@ impl Watch {
         self.active.iter().copied().max().expect("a ring has a stream")
     }
 
-    /// When stream `s` last showed its peer alive: data moved, or a notice came.
-    fn alive(&self, s: usize, seen: Seen) -> Instant {
-        seen.heard.map_or(self.active[s], |h| h.at.max(self.active[s]))
+    /// Since when stream `s` has shown nothing while the call waited on it: the later of its
+    /// last data and the start of the wait.
+    fn quiet_since(&self, s: usize) -> Instant {
+        self.waiting_since[s].map_or(self.active[s], |t| t.max(self.active[s]))
     }
 
-    /// What is due at `now` for a call that still needs the streams whose bits are set in
-    /// `needed` (at least one), as `seen` shows each, on rank `rank`. A needed stream silent
-    /// for the timeout fails the call: `Err` with that stream and the timeout naming its peer.
+    /// When stream `s` last showed its peer alive to a call waiting on it: data moved, a notice
+    /// came, or the wait began.
+    fn alive(&self, s: usize, seen: Seen) -> Instant {
+        let quiet = self.quiet_since(s);
+        seen.heard.map_or(quiet, |h| h.at.max(quiet))
+    }
+
+    /// What is due at `now` for a call that waits on the streams whose bits are set in `waited`
+    /// (at least one), as `seen` shows each, on rank `rank`. A stream waited on and silent for
+    /// the timeout fails the call: `Err` with that stream and the timeout naming its peer.
     pub(super) fn tick(
         &mut self,
         now: Instant,
-        needed: u64,
+        waited: u64,
         rank: usize,
         seen: impl Fn(usize) -> Seen,
     ) -> Result<Due, (usize, CollectiveError)> {
-        let waits = (0..self.active.len()).filter(|&s| needed & (1 << s) != 0);
+        for (s, since) in self.waiting_since.iter_mut().enumerate() {
+            *since = (waited & (1 << s) != 0).then(|| since.unwrap_or(now));
+        }
+        let waits = (0..self.active.len()).filter(|&s| waited & (1 << s) != 0);
         for s in waits.clone() {
             let seen = seen(s);
             if self.alive(s, seen).checked_add(self.timeout).is_some_and(|d| now >= d) {
@@ -104,7 +120,7 @@ impl Watch {
             }
         }
         // The stream waited on longest, and whom to blame for it.
-        let longest = waits.clone().min_by_key(|&s| self.active[s]).expect("the call waits");
+        let longest = waits.clone().min_by_key(|&s| self.quiet_since(s)).expect("the call waits");
         let since = self.active[longest];
         let blamed = match seen(longest) {
             Seen { heard: Some(h), .. } if h.at >= since && h.notice.on != rank => h.notice.on,
@@ -154,23 +170,55 @@ mod tests {
         let t0 = Instant::now();
         let timeout = 3 * SECOND;
         let mut watch = Watch::new(t0, 2, timeout);
+        assert!(watch.tick(t0, 0b01, 1, quiet(0)).is_ok(), "the call waits on stream 0 from t0");
         let almost = t0 + timeout - Duration::from_nanos(1);
         assert!(watch.tick(almost, 0b01, 1, quiet(0)).is_ok());
         let fired = watch.tick(t0 + timeout, 0b01, 1, quiet(0)).unwrap_err();
         assert_eq!(fired, (0, CollectiveError::Timeout { peer: 0, waited: timeout }));
         // Data moving restarts it, per stream: stream 1 moved, stream 0 did not.
         let mut watch = Watch::new(t0, 2, timeout);
+        assert!(watch.tick(t0, 0b11, 1, quiet(2)).is_ok());
         watch.moved(1, t0 + 2 * SECOND);
-        assert!(watch.tick(t0 + 4 * SECOND, 0b10, 1, quiet(2)).is_ok());
-        assert_eq!(watch.tick(t0 + 4 * SECOND, 0b11, 1, quiet(2)).unwrap_err().0, 0);
-        // A stream the call no longer needs never times out (stream 0, silent since t0).
+        assert!(watch.tick(t0 + 2 * SECOND, 0b11, 1, quiet(2)).is_ok());
+        assert_eq!(watch.tick(t0 + 3 * SECOND, 0b11, 1, quiet(2)).unwrap_err().0, 0);
+        // A stream the call no longer waits on never times out (stream 0, silent since t0).
+        let mut watch = Watch::new(t0, 2, timeout);
+        assert!(watch.tick(t0, 0b11, 1, quiet(2)).is_ok());
         assert!(watch.tick(t0 + 60 * SECOND, 0b10, 1, heard(2, 0, t0 + 59 * SECOND)).is_ok());
+    }
+
+    #[test]
+    fn a_peer_is_not_blamed_for_its_silence_while_the_call_did_not_wait_on_it() {
+        // Stream 1's peer sent nothing since t0, but the call waited on stream 0 (alive by its
+        // notices) until 5 s, and on stream 1 only from then: it times out on stream 1 a whole
+        // timeout later, never at once for the silence before.
+        let t0 = Instant::now();
+        let timeout = 3 * SECOND;
+        let mut watch = Watch::new(t0, 2, timeout);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        for ms in (0..5000).step_by(100) {
+            assert!(watch.tick(at(ms), 0b01, 1, heard(0, 7, at(ms))).is_ok(), "at {ms} ms");
+        }
+        watch.moved(0, at(5000));
+        assert!(watch.tick(at(5000), 0b10, 1, quiet(3)).is_ok());
+        let due = watch.tick(at(7999), 0b10, 1, quiet(3)).unwrap();
+        assert_eq!(due.deadline, Some(at(8000)), "the timeout counts from the wait's start");
+        let fired = watch.tick(at(8000), 0b10, 1, quiet(3)).unwrap_err();
+        assert_eq!(fired, (1, CollectiveError::Timeout { peer: 3, waited: timeout }));
+        // A wait that lapses and begins again counts afresh: back on stream 0 at 8 s, then on
+        // stream 1 again from 9 s.
+        let mut watch = Watch::new(t0, 2, timeout);
+        assert!(watch.tick(t0, 0b10, 1, quiet(3)).is_ok());
+        assert!(watch.tick(at(2000), 0b01, 1, heard(0, 7, at(2000))).is_ok());
+        assert!(watch.tick(at(4000), 0b11, 1, heard(0, 7, at(3900))).is_ok());
+        assert_eq!(watch.tick(at(6900), 0b10, 1, quiet(3)).unwrap().deadline, Some(at(7000)));
     }
 
     #[test]
     fn a_notice_from_the_peer_keeps_it_alive_for_another_timeout() {
         let t0 = Instant::now();
         let mut watch = Watch::new(t0, 1, 3 * SECOND);
+        assert!(watch.tick(t0, 1, 1, quiet(0)).is_ok());
         let alive = heard(0, 3, t0 + 2 * SECOND);
         assert!(watch.tick(t0 + 4 * SECOND, 1, 1, &alive).is_ok());
         let (_, error) = watch.tick(t0 + 5 * SECOND, 1, 1, &alive).unwrap_err();
@@ -226,6 +274,7 @@ mod tests {
         assert_eq!(due.deadline, Some(t0 + Duration::from_millis(250)));
         // Just after a notice, with the timeout 100 ms away, the timeout comes first.
         let mut watch = Watch::new(t0, 1, SECOND);
+        assert!(watch.tick(t0, 1, 1, quiet(0)).is_ok());
         let at = t0 + Duration::from_millis(900);
         assert!(watch.tick(at, 1, 1, quiet(0)).unwrap().notice.is_some());
         let due = watch.tick(at, 1, 1, quiet(0)).unwrap();
