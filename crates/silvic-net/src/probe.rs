@@ -1,6 +1,7 @@
 //! What a ring measures of its network when it forms: the cost of a hop, which sets the ring
-//! plan's window ([`schedule::window`]) and the cut between paths; and the allreduce path every
-//! rank was told to force (`options.rs`).
+//! plan's window ([`schedule::window`]) and the cut between paths; where hops are long, the
+//! rate a rank's bytes leave it, which the cut weighs against the hops (`ring::chosen_path`);
+//! and the allreduce path every rank was told to force (`options.rs`).
 //!
 //! Every rank times a few one-element allreduces (the gather path: `floor(n/2)` hops each, every
 //! rank in step with its neighbours), takes its fastest, and the ranks agree with one more
@@ -9,15 +10,28 @@
 //! same number, whatever its own clock saw, and every rank knows every rank's path: if they
 //! differ, every rank's `connect` fails with the same error, naming the ranks that differ.
 //!
+//! Where the agreed hop is at least [`Network::LOG_DEPTH_FROM_HOP_NS`] (every rank knows it, so
+//! every rank decides alike; loopback's hops are shorter, on a machine not starved of cores, and
+//! skip this), every rank then times ring-path allreduces of up to [`RATE_PROBE_BYTES`]
+//! ([`rate_probe_bytes`]: each segment one slice, so the ring plan's time is the cost model's),
+//! takes its fastest, and the ranks agree on the slowest rank's time with one more allreduce
+//! (a max). Where that time's bytes took less than its hops (a fast link, long hops), a second
+//! round does the same with a buffer large enough for its bytes to take about as long as its
+//! hops ([`longer_probe_bytes`]). Every rank derives the same rate from the last agreed time
+//! ([`rate_from`]): the bytes one rank sends and folds over what is left of the time once the
+//! ring's hops at the agreed hop are taken off.
+//!
 //! Invariants:
-//! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up, a
-//!   range no collective of the caller reaches: the caller's calls still count from 0, and a
-//!   probe frame can never be taken for one of theirs.
+//! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up to
+//!   `u64::MAX`, a range no collective of the caller reaches: the caller's calls still count
+//!   from 0, and a probe frame can never be taken for one of theirs.
 //! - A failure while probing is a failure of `connect`, naming the rank, and the ring is not
 //!   handed out; except an abort from another rank (it failed, in a probe or already in its
 //!   first call, since ranks leave the probes one after another), which `connect` hands out as
 //!   a failed ring whose every call returns it.
-//! - The result is a function of the agreed numbers alone ([`hop_from`] is pure).
+//! - The result is a function of the agreed numbers alone ([`hop_from`],
+//!   [`longer_probe_bytes`] and [`rate_from`] are pure), and so is every choice of what to
+//!   probe next: every rank runs the same calls.
 
 use std::time::{Duration, Instant};
 
@@ -28,19 +42,52 @@ use tracing::{info, warn};
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
 use crate::options::{self, AllreducePath};
-use crate::ring::bruck;
 use crate::ring::seam::{Network, Route};
-use crate::ring::{self, Call, Link, Scratch, allreduce, schedule, twoway};
+use crate::ring::{self, Call, Link, Scratch, allreduce, bruck, cost, schedule, twoway};
 
-/// Timed probes per ring. The first also waits for the slowest rank to arrive, so the fastest
+/// Timed probes of the hop. The first also waits for the slowest rank to arrive, so the fastest
 /// of the rest is the figure.
-pub(crate) const PROBES: u64 = 6;
+pub(crate) const HOP_PROBES: u64 = 6;
 
-/// The sequence number of the first probe; the agreement is the one after the last probe.
-pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - PROBES;
+/// The first round of rate probes, where hops are long, each of [`rate_probe_bytes`]; the
+/// first is left out likewise.
+pub(crate) const RATE_PROBES: u64 = 3;
 
-/// The op every probe and the agreement run as.
+/// The second round of rate probes, of [`longer_probe_bytes`] each, where the first round's
+/// bytes took less time than its hops; all timed (the ranks are in step by then).
+pub(crate) const LONGER_RATE_PROBES: u64 = 2;
+
+/// Every call `connect` may run once the ring forms: the hop's probes and their agreement,
+/// then each round of rate probes and its agreement.
+pub(crate) const PROBE_CALLS: u64 = HOP_PROBES + 1 + RATE_PROBES + 1 + LONGER_RATE_PROBES + 1;
+
+/// The sequence number of the first probe; the rest follow it, the last at `u64::MAX`.
+pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - (PROBE_CALLS - 1);
+
+/// The sequence number of the hop's agreement, after its probes.
+const HOP_AGREEMENT_SEQ: u64 = FIRST_PROBE_SEQ + HOP_PROBES;
+
+/// The sequence number of the first rate probe; the round's agreement follows its last.
+const FIRST_RATE_SEQ: u64 = HOP_AGREEMENT_SEQ + 1;
+
+/// The sequence number of the first probe of the second round of rate probes.
+const LONGER_RATE_SEQ: u64 = FIRST_RATE_SEQ + RATE_PROBES + 1;
+
+/// The op every probe and agreement runs as.
 const PROBE_OP: Op = Op::Allreduce { reduction: Reduction::Max, dtype: Dtype::U64 };
+
+/// The most bytes of each probe of the first round of rate probes ([`rate_probe_bytes`]): on
+/// a link below 1.5 GB/s, more time on bytes than on the hops of a ring of 16 at 100 us.
+pub(crate) const RATE_PROBE_BYTES: usize = 1 << 20;
+
+/// The most bytes of a probe of the second round ([`longer_probe_bytes`]): the time and the
+/// memory `connect` spends on it.
+pub(crate) const LONGER_PROBE_MAX_BYTES: usize = 16 << 20;
+
+/// The highest rate [`rate_from`] gives, in bytes per microsecond (about 1 TB/s): what a probe
+/// whose time its hops alone account for comes to. It keeps the cost model's integers far from
+/// overflowing.
+pub(crate) const MAX_BYTES_PER_US: u64 = 1 << 20;
 
 /// What every rank agreed on when the ring formed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +98,8 @@ pub(crate) struct Agreed {
     pub(crate) paths: Vec<AllreducePath>,
 }
 
-/// Measures the ring's hop over `link` and agrees on it, and on every rank's `path`, with every
-/// rank (see the module doc).
+/// Measures the ring's hop over `link`, and its rate where the hop is long, and agrees on them,
+/// and on every rank's `path`, with every rank (see the module doc).
 pub(crate) fn measure(
     link: &mut dyn Link,
     rank: usize,
@@ -60,21 +107,33 @@ pub(crate) fn measure(
     path: AllreducePath,
     scratch: &mut Scratch,
 ) -> Result<Agreed, CollectiveError> {
+    measure_from(link, rank, world, path, scratch, Network::LOG_DEPTH_FROM_HOP_NS)
+}
+
+/// [`measure`], timing the rate where the agreed hop is at least `rate_from_hop_ns` (the tests
+/// time it wherever they like).
+fn measure_from(
+    link: &mut dyn Link,
+    rank: usize,
+    world: usize,
+    path: AllreducePath,
+    scratch: &mut Scratch,
+    rate_from_hop_ns: u64,
+) -> Result<Agreed, CollectiveError> {
+    let call = |seq| Call { rank, world, op: PROBE_OP, seq };
     let mut fastest = Duration::MAX;
-    for i in 0..PROBES {
-        let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + i };
+    for i in 0..HOP_PROBES {
         let mut one = [0u64];
         let started = Instant::now();
-        allreduce(link, call, &mut one, fold::max_int, scratch)?;
+        allreduce(link, call(FIRST_PROBE_SEQ + i), &mut one, fold::max_int, scratch)?;
         if i > 0 {
             fastest = fastest.min(started.elapsed());
         }
     }
-    let call = Call { rank, world, op: PROBE_OP, seq: FIRST_PROBE_SEQ + PROBES };
     let mut agreed = vec![0; 1 + world];
     agreed[0] = hop_from(fastest, world);
     agreed[1 + rank] = path.code();
-    allreduce(link, call, &mut agreed, fold::max_int, scratch)?;
+    allreduce(link, call(HOP_AGREEMENT_SEQ), &mut agreed, fold::max_int, scratch)?;
     let path_of = |(r, &code): (usize, &u64)| {
         AllreducePath::from_code(code).ok_or_else(|| CollectiveError::MalformedFrame {
             peer: r,
@@ -82,7 +141,48 @@ pub(crate) fn measure(
         })
     };
     let paths = agreed[1..].iter().enumerate().map(path_of).collect::<Result<_, _>>()?;
-    Ok(Agreed { network: Network { hop_ns: agreed[0], chords: false }, paths })
+    let hop_ns = agreed[0];
+    let mut network = Network { hop_ns, chords: false, bytes_per_us: Network::UNMEASURED_RATE };
+    if world > 1 && hop_ns >= rate_from_hop_ns {
+        let mut round = |first_seq, probes, left_out, bytes| {
+            let calls = (first_seq..first_seq + probes).map(call);
+            timed_ring(link, calls, left_out, bytes, call(first_seq + probes), scratch)
+        };
+        let mut bytes = rate_probe_bytes(world);
+        let mut time = round(FIRST_RATE_SEQ, RATE_PROBES, 1, bytes)?;
+        // Every rank has the same time, so every rank runs the second round or none does.
+        if let Some(longer) = longer_probe_bytes(time, world, hop_ns) {
+            bytes = longer;
+            time = round(LONGER_RATE_SEQ, LONGER_RATE_PROBES, 0, bytes)?;
+        }
+        network.bytes_per_us = rate_from(time, bytes, world, hop_ns);
+    }
+    Ok(Agreed { network, paths })
+}
+
+/// Times a ring-path allreduce of `bytes` as each of `probes`, the first `left_out` not
+/// counted, and agrees on the slowest rank's fastest time in the call `agreement`.
+fn timed_ring(
+    link: &mut dyn Link,
+    probes: impl Iterator<Item = Call>,
+    left_out: usize,
+    bytes: usize,
+    agreement: Call,
+    scratch: &mut Scratch,
+) -> Result<Duration, CollectiveError> {
+    let ring = cost::Path::Ring;
+    let mut buf = vec![agreement.rank as u64; bytes / 8];
+    let mut fastest = Duration::MAX;
+    for (i, probe) in probes.enumerate() {
+        let started = Instant::now();
+        ring::allreduce_on(ring, link, probe, &mut buf, fold::max_int, scratch)?;
+        if i >= left_out {
+            fastest = fastest.min(started.elapsed());
+        }
+    }
+    let mut slowest = [u64::try_from(fastest.as_nanos()).unwrap_or(u64::MAX)];
+    allreduce(link, agreement, &mut slowest, fold::max_int, scratch)?;
+    Ok(Duration::from_nanos(slowest[0]))
 }
 
 /// Measures the network of a ring `connect` has just formed, agrees on the allreduce path
@@ -112,9 +212,12 @@ pub(crate) fn settle(
             let network = Network { chords, ..network };
             ring.measured(network, path.forced());
             let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
+            // 0: not measured, the hops being short (the cut is loopback's).
+            let bytes_per_us = network.bytes_per_us;
             let cuts = ring::describe_cuts(world, network);
             let log_depth = network.log_depth();
-            info!(hop_us, window, log_depth, cuts, allreduce = path.name(), "network measured");
+            let allreduce = path.name();
+            info!(hop_us, bytes_per_us, window, log_depth, cuts, allreduce, "network measured");
             if path.needs_chords() && !chords {
                 warn!(
                     "the allreduce path is forced to {path}, which needs chord streams, and \
@@ -168,6 +271,63 @@ pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
     u64::try_from(call.as_nanos() / hops).unwrap_or(u64::MAX)
 }
 
+/// The most bytes a rate probe takes in a world of `world`: as many as keep every segment one
+/// slice ([`schedule::SLICE_BYTES`]), where the ring plan's time is the cost model's (its
+/// gather goes both ways, `n - 1 + floor(n/2)` hops, and its window has no part in it).
+fn one_slice_bytes(world: usize) -> usize {
+    world.max(1).saturating_mul(schedule::SLICE_BYTES)
+}
+
+/// The bytes of each probe of the first round of rate probes in a world of `world`:
+/// [`RATE_PROBE_BYTES`], or fewer where segments would be more than a slice
+/// ([`one_slice_bytes`]: worlds 2 and 3).
+pub(crate) fn rate_probe_bytes(world: usize) -> usize {
+    RATE_PROBE_BYTES.min(one_slice_bytes(world))
+}
+
+/// The bytes of each probe of the second round of rate probes in a world of `world` at a hop of
+/// `hop_ns`, from `first`, the agreed time of the first round (probes of
+/// [`rate_probe_bytes`]); `None` where that round's bytes took at least as long as its hops,
+/// so that the rate from it stands, or where no more bytes could be probed. Else as many
+/// bytes as would take as long as the hops at the rate the first round gives, up to
+/// [`LONGER_PROBE_MAX_BYTES`] and [`one_slice_bytes`] (the most where the hops took the whole
+/// time); whole `u64`s.
+pub(crate) fn longer_probe_bytes(first: Duration, world: usize, hop_ns: u64) -> Option<usize> {
+    let low = rate_probe_bytes(world);
+    let high = LONGER_PROBE_MAX_BYTES.min(one_slice_bytes(world));
+    let ring = cost::traffic(cost::Path::Ring, low, 8, world);
+    let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
+    let bytes_ns = first.as_nanos().saturating_sub(hops_ns);
+    if bytes_ns >= hops_ns || high <= low {
+        return None;
+    }
+    let want = match bytes_ns {
+        0 => high,
+        _ => usize::try_from(low as u128 * hops_ns / bytes_ns).unwrap_or(high),
+    };
+    Some(want.clamp(low, high) / 8 * 8)
+}
+
+/// The rate a rank moves its bytes, in bytes per microsecond, from `call`, the time of a
+/// ring-path allreduce of `bytes` in a world of `world` at a hop of `hop_ns`: the bytes the
+/// cost model says one rank sends and folds ([`cost::traffic`]) over the time left once its
+/// hops are taken off, so that the model's time of that call, both at this rate
+/// (`ring::model_of`), is `call`. From 1 to [`MAX_BYTES_PER_US`]; the most where the hops
+/// take the whole time, or nothing moves.
+pub(crate) fn rate_from(call: Duration, bytes: usize, world: usize, hop_ns: u64) -> u64 {
+    let ring = cost::traffic(cost::Path::Ring, bytes, 8, world);
+    let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
+    let left_ns = call.as_nanos().saturating_sub(hops_ns);
+    // n × the bytes one rank sends and folds.
+    let moved_n = ring.sent_n + ring.folded_n;
+    if left_ns == 0 || moved_n == 0 {
+        return MAX_BYTES_PER_US;
+    }
+    // Per microsecond: × 1000 nanoseconds.
+    let rate = moved_n * 1000 / (world as u128 * left_ns);
+    u64::try_from(rate).unwrap_or(MAX_BYTES_PER_US).clamp(1, MAX_BYTES_PER_US)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,29 +366,114 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_is_the_bytes_sent_over_the_time_the_hops_leave() {
+        // World 4: the ring's 5 hops, and each rank sends 2 × 3/4 of the buffer and folds 3/4.
+        let (mib, hop_ns) = (1 << 20, 200_000);
+        let moved = 3 * 3 * mib / 4;
+        let hops = Duration::from_millis(1);
+        let call = hops + Duration::from_micros(moved as u64 / 300);
+        assert_eq!(rate_from(call, mib, 4, hop_ns), 300);
+        // Half the time left: twice the rate.
+        let faster = hops + Duration::from_micros(moved as u64 / 600);
+        assert_eq!(rate_from(faster, mib, 4, hop_ns), 600);
+    }
+
+    #[test]
+    fn a_rate_stays_in_its_range_at_the_edges() {
+        let (mib, hop_ns) = (1 << 20, 200_000);
+        // The hops take the whole time, or more: nothing says the bytes cost anything.
+        for call in [Duration::ZERO, Duration::from_millis(1), Duration::from_micros(999)] {
+            assert_eq!(rate_from(call, mib, 4, hop_ns), MAX_BYTES_PER_US, "{call:?}");
+        }
+        // Just past the hops: a huge rate, capped.
+        let just_past = Duration::from_millis(1) + Duration::from_nanos(1);
+        assert_eq!(rate_from(just_past, mib, 4, hop_ns), MAX_BYTES_PER_US);
+        // A call that never ended, or no hop at all: the rate falls, never to 0.
+        assert_eq!(rate_from(Duration::MAX, mib, 4, hop_ns), 1);
+        assert_eq!(rate_from(Duration::MAX, mib, 4, u64::MAX), 1);
+        assert_eq!(rate_from(Duration::from_millis(1), mib, 4, 0), 2359, "2.25 MiB in 1 ms");
+        // A world of one sends nothing.
+        assert_eq!(rate_from(Duration::from_millis(1), mib, 1, hop_ns), MAX_BYTES_PER_US);
+        assert_eq!(rate_from(Duration::from_millis(1), 0, 4, 0), MAX_BYTES_PER_US);
+    }
+
+    #[test]
+    fn a_first_rate_probe_keeps_its_segments_one_slice() {
+        assert_eq!(rate_probe_bytes(2), 512 << 10);
+        assert_eq!(rate_probe_bytes(3), 768 << 10);
+        for world in [4, 5, 16, 1024, usize::MAX] {
+            assert_eq!(rate_probe_bytes(world), RATE_PROBE_BYTES, "world {world}");
+        }
+        for world in 2..=64 {
+            let len = rate_probe_bytes(world) / 8;
+            assert_eq!(schedule::slices(len, world, 8), 1, "world {world}");
+            if let Some(longer) = longer_probe_bytes(Duration::ZERO, world, 1) {
+                assert_eq!(schedule::slices(longer / 8, world, 8), 1, "world {world}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_second_round_of_rate_probes_runs_where_the_first_ones_hops_outweighed_its_bytes() {
+        // World 16 at 200 us: 23 hops, 4.6 ms.
+        let (hops, hop_ns) = (Duration::from_micros(4600), 200_000);
+        let longer = |first| longer_probe_bytes(first, 16, hop_ns);
+        assert_eq!(longer(hops * 2), None, "bytes as long as the hops");
+        assert_eq!(longer(hops * 9), None);
+        // A quarter of the hops' time on bytes: four times the bytes.
+        assert_eq!(longer(hops + hops / 4), Some(4 * RATE_PROBE_BYTES));
+        // Next to nothing on bytes, or less than the hops: the most a world of 16 keeps in one
+        // slice a segment (4 MiB).
+        for first in [hops + Duration::from_nanos(1), hops, Duration::ZERO] {
+            assert_eq!(longer(first), Some(16 * schedule::SLICE_BYTES), "{first:?}");
+        }
+        // Just under the hops' time on bytes: just over the first's bytes, whole u64s.
+        let just = longer(hops * 2 - Duration::from_nanos(1)).unwrap();
+        assert!(just >= RATE_PROBE_BYTES && just % 8 == 0 && just < RATE_PROBE_BYTES + 64);
+        // From 64 ranks, the most is 16 MiB.
+        assert_eq!(longer_probe_bytes(hops, 64, hop_ns), Some(LONGER_PROBE_MAX_BYTES));
+        assert_eq!(longer_probe_bytes(hops, 1024, hop_ns), Some(LONGER_PROBE_MAX_BYTES));
+        // No hop: nothing to outweigh. A hop of centuries: the most. Worlds of 2 to 4 probe
+        // all they can in the first round.
+        assert_eq!(longer(hops), Some(16 * schedule::SLICE_BYTES));
+        assert_eq!(longer_probe_bytes(hops, 16, 0), None);
+        assert_eq!(longer(Duration::MAX), None);
+        assert_eq!(longer_probe_bytes(hops, 16, u64::MAX), Some(16 * schedule::SLICE_BYTES));
+        for world in [2, 3, 4] {
+            assert_eq!(longer_probe_bytes(Duration::ZERO, world, hop_ns), None, "world {world}");
+        }
+    }
+
+    #[test]
     fn every_rank_agrees_on_one_network_and_so_on_one_window() {
         for world in [2, 3, 5, 8] {
-            let networks = on_ring(Driver::new(world), |rank, link| {
-                let mut scratch = Scratch::default();
-                let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
-                measure(link, rank, world, path, &mut scratch).unwrap()
-            });
-            let first = &networks[0];
-            let mut paths = vec![AllreducePath::Ring; world];
-            paths[1] = AllreducePath::Index;
-            assert_eq!(first.paths, paths, "world {world}: every rank's path, by rank");
-            for (rank, agreed) in networks.iter().enumerate() {
-                assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another network");
-                assert_eq!(schedule::window(agreed.network), schedule::window(first.network));
+            for rate_from_hop_ns in [0, u64::MAX] {
+                let networks = on_ring(Driver::new(world), |rank, link| {
+                    let mut scratch = Scratch::default();
+                    let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
+                    measure_from(link, rank, world, path, &mut scratch, rate_from_hop_ns).unwrap()
+                });
+                let first = &networks[0];
+                let mut paths = vec![AllreducePath::Ring; world];
+                paths[1] = AllreducePath::Index;
+                assert_eq!(first.paths, paths, "world {world}: every rank's path, by rank");
+                let rated = first.network.bytes_per_us != Network::UNMEASURED_RATE;
+                assert_eq!(rated, rate_from_hop_ns == 0, "world {world}: {:?}", first.network);
+                for (rank, agreed) in networks.iter().enumerate() {
+                    assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another one");
+                    assert_eq!(schedule::window(agreed.network), schedule::window(first.network));
+                }
             }
         }
     }
 
     #[test]
     fn the_probes_never_reach_a_callers_sequence_numbers() {
-        // A caller would need 2^64 - 7 calls to reach the first probe.
-        let last = FIRST_PROBE_SEQ.checked_add(PROBES).expect("the agreement's seq fits");
+        // A caller would need 2^64 - 14 calls to reach the first probe.
+        let last = FIRST_PROBE_SEQ.checked_add(PROBE_CALLS - 1).expect("the last seq fits");
         assert_eq!(last, u64::MAX);
+        let longer_agreement = LONGER_RATE_SEQ + LONGER_RATE_PROBES;
+        assert_eq!(longer_agreement, u64::MAX, "the second rate agreement is the last");
         assert!(FIRST_PROBE_SEQ > u64::from(u32::MAX));
     }
 }

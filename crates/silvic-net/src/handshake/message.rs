@@ -20,12 +20,12 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
-/// speaks the same messages. Ranks of different versions reject each other. 8: a data frame's
-/// direction byte also carries the path its call takes (bits 4 and 5), and the agreement after
-/// the probes is `1 + world` numbers, the hop and every rank's forced allreduce path (7: chord
-/// streams to the ranks `r ± 2^k` from eight ranks, and the probes; docs/protocol.md has the
-/// history).
-pub const VERSION: u16 = 8;
+/// speaks the same messages. Ranks of different versions reject each other. 9: where the
+/// agreed hop is long, `connect` also times the ring's rate (ring-path probes and their
+/// agreements), the probes numbered from `2^64 - 14` (8: a data frame's direction byte also
+/// carries the path its call takes, and the agreement after the probes carries every rank's
+/// forced allreduce path; docs/protocol.md has the history).
+pub const VERSION: u16 = 9;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.

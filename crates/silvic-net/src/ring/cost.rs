@@ -17,8 +17,9 @@
 //! Invariants: the time is computed exactly, in integers scaled by `n ×` the rates, so two ranks
 //! given the same numbers pick the same path; ties go to the earlier candidate. With no fold
 //! cost and the loopback constants, the gather-or-ring choice is [`schedule::uses_gather`]'s
-//! (the tests check it), so the model extends today's cut rather than replacing it. It chooses
-//! among every path only where the link has chord streams (`super::chosen_path`).
+//! (the tests check it), so the model extends today's cut rather than replacing it. Where hops
+//! are long, `super::chosen_path` takes it at the hop and the rate the ring measured, among
+//! the gather and the ring, and among every path where the link has chord streams.
 
 use super::bruck::rounds;
 use super::index::{STORE_MAX_BYTES, chunks};
@@ -111,14 +112,17 @@ pub(crate) fn fits(path: Path, bytes: usize, world: usize) -> bool {
 }
 
 /// The time of `traffic` in a world of `world` on `net`, scaled by `world × bytes_per_us ×
-/// folds_per_us` (the last taken as 1 when folds are free), so that it is exact.
+/// folds_per_us` (the last taken as 1 when folds are free), so that it is exact. Saturates
+/// rather than overflow (a hop of centuries agreed from a peer's figure): every path then
+/// costs the same, and the first candidate is taken.
 pub(crate) fn scaled_time(traffic: Traffic, world: usize, net: Network) -> u128 {
     let (n, rate) = (world.max(1) as u128, u128::from(net.bytes_per_us.max(1)));
     let folds = net.folds_per_us.map_or(1, |f| u128::from(f.max(1)));
-    let hops = u128::from(traffic.hops) * u128::from(net.hop_ns) * n * rate * folds;
-    let sent = traffic.sent_n * 1000 * folds;
-    let folded = net.folds_per_us.map_or(0, |_| traffic.folded_n * 1000 * rate);
-    hops + sent + folded
+    let scale = [n, rate, folds].into_iter().fold(1u128, u128::saturating_mul);
+    let hops = (u128::from(traffic.hops) * u128::from(net.hop_ns)).saturating_mul(scale);
+    let sent = traffic.sent_n.saturating_mul(1000 * folds);
+    let folded = net.folds_per_us.map_or(0, |_| traffic.folded_n.saturating_mul(1000 * rate));
+    hops.saturating_add(sent).saturating_add(folded)
 }
 
 /// The time of a call in nanoseconds (rounded down), for logs and tables.
@@ -126,7 +130,7 @@ pub(crate) fn time_ns(path: Path, bytes: usize, elem: usize, world: usize, net: 
     let (n, rate) = (world.max(1) as u128, u128::from(net.bytes_per_us.max(1)));
     let folds = net.folds_per_us.map_or(1, |f| u128::from(f.max(1)));
     let scaled = scaled_time(traffic(path, bytes, elem, world), world, net);
-    u64::try_from(scaled / (n * rate * folds)).unwrap_or(u64::MAX)
+    u64::try_from(scaled / (n * rate).saturating_mul(folds)).unwrap_or(u64::MAX)
 }
 
 /// The cheapest of `candidates` that fits, for an allreduce of `bytes` (elements of `elem`

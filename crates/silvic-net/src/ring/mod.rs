@@ -16,7 +16,7 @@
 //! - [`schedule`] and [`twoway`]: the pure arithmetic both plans are built on;
 //! - [`bruck`] and [`index`]: the log-depth plans (Bruck's allgather, and index-fold-gather),
 //!   whose rounds go to `rank ± 2^k`: chosen where the link has chord streams;
-//!   [`allreduce_on`] runs any path, and [`cost`] is the model that will choose among them;
+//!   [`allreduce_on`] runs any path, and [`cost`] is the model [`chosen_path`] chooses with;
 //! - `mem` (tests only): one deterministic in-memory driver that runs real calls on every rank
 //!   (the simulator's virtual-time driver, `simulate/`, runs the same plans without bytes);
 //!   `lockstep` (tests only) moves every rank's plan in one thread over streams named by rank
@@ -36,10 +36,13 @@
 //!   `j, j + 1, …, j - 1` (mod world), left to right with silvic-core's combiners. That depends
 //!   on `(i, len, world)` alone, and both paths use it, so results are bitwise identical on every
 //!   rank, on every run, and on either path, wherever the cut falls.
-//! - **Two paths, one cut.** [`schedule::uses_gather`] picks the path from the buffer size and
-//!   the world size alone (so every rank picks the same): the gather below 4 KiB, and above it
-//!   while a model of hops against bytes says it is cheaper and the gathered buffers fit in
-//!   [`schedule::GATHER_MAX_BYTES`].
+//! - **One cut, the same on every rank.** [`chosen_path`] picks the path from the buffer size,
+//!   the world size and the network every rank agreed on when the ring formed, so every rank
+//!   picks the same. Where hops are short (loopback), [`schedule::uses_gather`]'s cut of
+//!   loopback constants: the gather below 4 KiB, and above it while a model of hops against
+//!   bytes says it is cheaper and the gathered buffers fit in [`schedule::GATHER_MAX_BYTES`].
+//!   Where hops are long ([`Network::long_hops`]), the cost model ([`cost`]) at the measured
+//!   hop and rate, among the gather and the ring, and the log-depth paths where chords exist.
 //! - **Traffic and memory.** The ring path is a reduce-scatter round the ring, then the reduced
 //!   segments gathered both ways round it at once ([`twoway`]): `n - 1 + floor(n/2)` hops,
 //!   `2(n-1)/n` of the buffer leaving each rank, and the only extra memory a fixed-size fold
@@ -114,35 +117,69 @@ pub(crate) struct Scratch {
 pub(crate) const INDEX_BELOW_BYTES: usize = 1 << 20;
 
 /// The path an allreduce of `bytes` (elements of `elem` bytes) takes in a world of `world` on
-/// `network`, the same on every rank (every rank has the same `network`). Unless the
-/// log-depth paths may be taken ([`Network::log_depth`]: chord streams, and hops long enough),
-/// the gather or the ring as [`schedule::uses_gather`] cuts; else the cheapest of every path
-/// in the cost model ([`cost::cheapest`]) at the hop the ranks measured. Index-fold-gather is a
-/// candidate only below [`INDEX_BELOW_BYTES`] and while its store takes the buffer in one chunk:
-/// it sends a frame per slot, a cost the model does not count, and the ring keeps large buffers.
+/// `network`, the same on every rank (every rank has the same `network`).
+///
+/// - Hops below [`Network::LOG_DEPTH_FROM_HOP_NS`], or long hops of a network whose rate was
+///   not measured and that has no chords: the gather or the ring as [`schedule::uses_gather`]
+///   cuts (loopback's constants).
+/// - Long hops ([`Network::long_hops`]): the cheapest path in the cost model
+///   ([`cost::cheapest`]) at the hop and the rate the ranks measured ([`model_of`]), the
+///   folds charged too (the gather's local fold of `n - 1` buffers among them); of the
+///   gather and the ring without chords, of every path with them
+///   ([`Network::log_depth`]). Index-fold-gather is a candidate only below
+///   [`INDEX_BELOW_BYTES`] and while its store takes the buffer in one chunk: it sends a frame
+///   per slot, a cost the model does not count, and the ring keeps large buffers.
 pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Network) -> cost::Path {
     use cost::Path::{Bruck, Gather, Ring};
-    if !network.log_depth() {
+    let rated = network.bytes_per_us != Network::UNMEASURED_RATE;
+    if !network.long_hops() || !(rated || network.chords) {
         return if schedule::uses_gather(bytes, world) { Gather } else { Ring };
     }
-    let model = cost::Network { hop_ns: network.hop_ns, ..cost::Network::LOOPBACK };
-    let one_chunk = index::chunks(bytes / elem.max(1), world, elem, index::STORE_MAX_BYTES) == 1;
-    let index = one_chunk && bytes < INDEX_BELOW_BYTES;
-    let candidates: &[cost::Path] = if index { &cost::Path::ALL } else { &[Ring, Gather, Bruck] };
-    cost::cheapest(candidates, bytes, elem, world, model).unwrap_or(Ring)
+    let candidates: &[cost::Path] = if !network.chords {
+        &[Ring, Gather]
+    } else {
+        let one_chunk =
+            index::chunks(bytes / elem.max(1), world, elem, index::STORE_MAX_BYTES) == 1;
+        if one_chunk && bytes < INDEX_BELOW_BYTES {
+            &cost::Path::ALL
+        } else {
+            &[Ring, Gather, Bruck]
+        }
+    };
+    cost::cheapest(candidates, bytes, elem, world, model_of(network)).unwrap_or(Ring)
 }
 
-/// The cut on `network` for a world of `world`, for the log: at sizes from 8 B to 64 MiB (f64
-/// elements), the path [`chosen_path`] takes and the time the cost model gives it.
+/// The cost model's network for what a ring measured: its hop, and where its rate was
+/// measured, that rate for the bytes a rank sends and for those it folds alike (the probe's
+/// rate is what both cost it together, `probe::rate_from`); else loopback's rate
+/// ([`schedule::RATE_BYTES_PER_US`]) and folds free, as before the rate was measured.
+pub(crate) fn model_of(network: Network) -> cost::Network {
+    match network.bytes_per_us {
+        Network::UNMEASURED_RATE => {
+            cost::Network { hop_ns: network.hop_ns, ..cost::Network::LOOPBACK }
+        }
+        rate => {
+            cost::Network { hop_ns: network.hop_ns, bytes_per_us: rate, folds_per_us: Some(rate) }
+        }
+    }
+}
+
+/// The cut on `network` for a world of `world`, for the log: the model's rate ([`model_of`]:
+/// the measured one, or loopback's), then at sizes from 8 B to 64 MiB (f64 elements), the path
+/// [`chosen_path`] takes and the time the cost model gives it on that model.
 pub(crate) fn describe_cuts(world: usize, network: Network) -> String {
-    let model = cost::Network { hop_ns: network.hop_ns, ..cost::Network::LOOPBACK };
+    let model = model_of(network);
+    let rate = match network.bytes_per_us {
+        Network::UNMEASURED_RATE => format!("loopback's {} B/us, folds free", model.bytes_per_us),
+        measured => format!("measured {measured} B/us, folds too"),
+    };
     let sizes = [8, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20];
     let cut = sizes.map(|bytes| {
         let path = chosen_path(bytes, 8, world, network);
         let us = cost::time_ns(path, bytes, 8, world, model) as f64 / 1000.0;
         format!("{bytes} B {path:?} {us:.0} us")
     });
-    cut.join(", ")
+    format!("at {rate}: {}", cut.join(", "))
 }
 
 /// Whether `path` can carry an allreduce of `bytes` in a world of `world` on `network`: the
@@ -184,8 +221,7 @@ pub(crate) fn allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
 
 /// [`allreduce`] on the path `path`, whatever the cut says (the simulator forces paths): every
 /// path gives the same bits. The log-depth paths ([`bruck`], [`index`]) route frames to
-/// `rank ± 2^k`, which only a link with chord streams carries; [`cost::cheapest`] is the cut
-/// that will choose among all four.
+/// `rank ± 2^k`, which only a link with chord streams carries.
 pub(crate) fn allreduce_on<T: Element, C: Fn(T, T) -> T + Copy>(
     path: cost::Path,
     link: &mut dyn Link,
@@ -245,7 +281,7 @@ mod tests {
         for world in [8, 16, 64] {
             for hop_us in [10, 50, 100, 500] {
                 let hop_ns = hop_us * 1000;
-                let with = Network { hop_ns, chords: true };
+                let with = Network { hop_ns, chords: true, ..Network::UNMEASURED };
                 let taken: Vec<_> = sizes.iter().map(|&s| chosen_path(s, 8, world, with)).collect();
                 assert_eq!(*taken.last().unwrap(), Ring, "world {world} hop {hop_us} us");
                 if hop_ns < Network::LOG_DEPTH_FROM_HOP_NS {
@@ -261,12 +297,89 @@ mod tests {
                         cost::fits(*path, bytes, world),
                         "{path:?} at {bytes} B, world {world}"
                     );
-                    let without = chosen_path(bytes, 8, world, Network { hop_ns, chords: false });
+                    let without = chosen_path(bytes, 8, world, Network { chords: false, ..with });
                     let today = if schedule::uses_gather(bytes, world) { Gather } else { Ring };
                     assert_eq!(without, today);
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_logged_cut_names_the_rate_it_was_made_at() {
+        let loopback = describe_cuts(4, Network { hop_ns: 30_000, ..Network::UNMEASURED });
+        assert!(
+            loopback.starts_with("at loopback's 1500 B/us, folds free: 8 B Gather"),
+            "{loopback}"
+        );
+        let bed = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300 };
+        let measured = describe_cuts(4, bed);
+        assert!(measured.starts_with("at measured 300 B/us, folds too: 8 B Gather"), "{measured}");
+        assert!(measured.contains("32768 B Gather") && measured.contains("262144 B Ring"));
+    }
+
+    #[test]
+    fn below_long_hops_the_cut_is_todays_whatever_the_rate() {
+        use cost::Path::{Gather, Ring};
+        let rates = [Network::UNMEASURED_RATE, 1, 300, 1500, 1 << 20, u64::MAX];
+        for world in (1..=17).chain([32, 64, 1024]) {
+            for hop_ns in [0, 10_000, 50_000, Network::LOG_DEPTH_FROM_HOP_NS - 1] {
+                for (chords, bytes_per_us) in
+                    [false, true].into_iter().flat_map(|c| rates.map(|r| (c, r)))
+                {
+                    let network = Network { hop_ns, chords, bytes_per_us };
+                    for bytes in (0..=26).map(|b| 1 << b).chain([4095, 4097]) {
+                        let today = if schedule::uses_gather(bytes, world) { Gather } else { Ring };
+                        let cut = chosen_path(bytes, 8, world, network);
+                        assert_eq!(cut, today, "world {world} {bytes} B {network:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The relay bed's world of 4 (no chords): hops of 200 us and 300 B/us make the gather
+    /// cheaper at 32 KiB (three hops fewer, 600 us, for 120 KiB more sent and folded, 410 us)
+    /// and the ring at 256 KiB, where the hop alone, at loopback's rate with folds free, would
+    /// have kept the gather.
+    #[test]
+    fn at_long_hops_the_measured_rate_cuts_between_the_gather_and_the_ring() {
+        use cost::Path::{Gather, Ring};
+        let bed = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300 };
+        assert_eq!(chosen_path(32 << 10, 8, 4, bed), Gather);
+        assert_eq!(chosen_path(256 << 10, 8, 4, bed), Ring);
+        let hop_alone = cost::Network { hop_ns: bed.hop_ns, ..cost::Network::LOOPBACK };
+        assert_eq!(cost::cheapest(&[Ring, Gather], 256 << 10, 8, 4, hop_alone), Some(Gather));
+        // Unmeasured, a network without chords keeps today's cut: the ring at 32 KiB.
+        let unrated = Network { bytes_per_us: Network::UNMEASURED_RATE, ..bed };
+        assert_eq!(chosen_path(32 << 10, 8, 4, unrated), Ring);
+        assert!(!schedule::uses_gather(32 << 10, 4));
+        // Every world without chords, and the chordless ends of the model: tiny buffers take
+        // the gather's fewer hops, large ones the ring, and the gather stays in its memory.
+        for world in 2..=7 {
+            let net = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300 };
+            assert_eq!(chosen_path(8, 8, world, net), Gather, "world {world}");
+            assert_eq!(chosen_path(64 << 20, 8, world, net), Ring, "world {world}");
+            let free = Network { bytes_per_us: 1 << 20, ..net };
+            let past = schedule::GATHER_MAX_BYTES / world + 8;
+            assert_eq!(chosen_path(past, 8, world, free), Ring, "world {world}");
+        }
+    }
+
+    /// With chords (world 16, 200 us hops, 256 KiB), the index's 8 hops against the ring's 23
+    /// save 3 ms, and it sends 47/16 of the buffer against the ring's 30/16: the index while
+    /// those 17/16 × 256 KiB take less than 3 ms (above about 93 B/us), the ring below.
+    #[test]
+    fn with_chords_the_rate_moves_the_cut_between_the_index_and_the_ring() {
+        use cost::Path::{Index, Ring};
+        let at = |bytes_per_us| {
+            chosen_path(256 << 10, 8, 16, Network { hop_ns: 200_000, chords: true, bytes_per_us })
+        };
+        assert_eq!(at(1500), Index);
+        assert_eq!(at(100), Index);
+        assert_eq!(at(90), Ring);
+        assert_eq!(at(50), Ring);
+        assert_eq!(at(Network::UNMEASURED_RATE), Index, "loopback's rate, as before");
     }
 
     /// Runs `world` ranks over `inputs` with `combine`, each rank both paths in turn, then the

@@ -305,7 +305,7 @@ mod tests {
 
     #[test]
     fn the_window_is_one_slice_until_a_hop_outlasts_a_slice_and_is_bounded() {
-        let window = |hop_us: u64| window(Network { hop_ns: hop_us * 1000, chords: false });
+        let window = |hop_us: u64| window(Network { hop_ns: hop_us * 1000, ..Network::UNMEASURED });
         assert_eq!(window(0), 1);
         assert_eq!(window(10), 1, "a loopback hop");
         // A slice leaves a rank in SLICE_BYTES / RATE microseconds.
@@ -314,7 +314,10 @@ mod tests {
         assert_eq!(window(slice_us), 2);
         assert_eq!(window(500), 1 + 500 / slice_us as usize);
         assert_eq!(window(u64::MAX / 1000), MAX_WINDOW);
-        assert_eq!(super::window(Network { hop_ns: u64::MAX, chords: true }), MAX_WINDOW);
+        assert_eq!(
+            super::window(Network { hop_ns: u64::MAX, chords: true, bytes_per_us: 1 }),
+            MAX_WINDOW
+        );
         for hop_us in 0..5000 {
             assert!(window(hop_us) <= window(hop_us + 1), "not monotone at {hop_us} us");
         }

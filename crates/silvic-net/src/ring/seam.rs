@@ -118,7 +118,7 @@ pub(crate) trait FramePlan {
 }
 
 /// What a ring knows of its network: measured once when it forms (`probe.rs`), agreed
-/// by every rank (the worst rank's figure), so every rank derives the same plans from it.
+/// by every rank (the worst rank's figures), so every rank derives the same plans from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Network {
     /// What one hop costs, in nanoseconds: a small frame's way to a neighbour and its wake-up.
@@ -126,22 +126,39 @@ pub(crate) struct Network {
     /// Whether the link carries the log-depth paths' routes, to `rank ± 2^k` for every
     /// `2^k < world` (chord streams, `topology.rs`): what lets the cut choose them.
     pub(crate) chords: bool,
+    /// The rate one rank's bytes leave it, in bytes per microsecond, as the ring path moved
+    /// them: measured only where hops are long ([`Network::long_hops`]), where the cut weighs
+    /// bytes against hops with it. [`Network::UNMEASURED_RATE`] where it was not measured;
+    /// the cut then takes today's loopback figure ([`super::schedule::RATE_BYTES_PER_US`]).
+    pub(crate) bytes_per_us: u64,
 }
 
 impl Network {
     /// A network nothing was measured of: in-memory tests, and links without a clock.
-    pub(crate) const UNMEASURED: Network = Network { hop_ns: 0, chords: false };
+    pub(crate) const UNMEASURED: Network =
+        Network { hop_ns: 0, chords: false, bytes_per_us: Self::UNMEASURED_RATE };
 
-    /// The hop from which the log-depth paths are taken where chords exist. Below it a hop is
-    /// mostly a rank's wake-up, which every path pays per frame, and fewer hops saved nothing:
-    /// on loopback (8 ranks on 2 cores, a hop of 30 to 50 us) Bruck's gather and the index
-    /// measured slower than the gather and the ring (docs/log-depth-paths.md).
+    /// The rate of a network whose rate was not measured (hops below
+    /// [`Network::LOG_DEPTH_FROM_HOP_NS`], or nothing measured at all).
+    pub(crate) const UNMEASURED_RATE: u64 = 0;
+
+    /// The hop from which the log-depth paths are taken where chords exist, and from which the
+    /// ring measures its rate and the cut weighs it. Below it a hop is mostly a rank's wake-up,
+    /// which every path pays per frame, and fewer hops saved nothing: on loopback (8 ranks on 2
+    /// cores, a hop of 30 to 50 us) Bruck's gather and the index measured slower than the
+    /// gather and the ring (docs/log-depth-paths.md).
     pub(crate) const LOG_DEPTH_FROM_HOP_NS: u64 = 100_000;
 
+    /// Whether a hop costs at least [`Network::LOG_DEPTH_FROM_HOP_NS`]: where the ring
+    /// measures its rate when it forms, and the cut is the cost model's.
+    pub(crate) fn long_hops(self) -> bool {
+        self.hop_ns >= Self::LOG_DEPTH_FROM_HOP_NS
+    }
+
     /// Whether calls may take the log-depth paths (Bruck's gather, index-fold-gather): the link
-    /// has chord streams and a hop costs at least [`Network::LOG_DEPTH_FROM_HOP_NS`].
+    /// has chord streams and hops are long ([`Network::long_hops`]).
     pub(crate) fn log_depth(self) -> bool {
-        self.chords && self.hop_ns >= Self::LOG_DEPTH_FROM_HOP_NS
+        self.chords && self.long_hops()
     }
 }
 

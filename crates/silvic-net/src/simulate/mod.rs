@@ -9,8 +9,9 @@
 //! and hands it to a driver of virtual time instead of the TCP link. So a plan that changes, or
 //! a new one, is simulated as it is, not as a second copy of its schedule says it is. Plans that
 //! read what the ring measured of its network when it formed (the ring plan's window reads the
-//! hop) read what a ring formed on the model would measure: the probe's small allreduce
-//! (`crate::probe`), simulated first, over its hops.
+//! hop, the cut the hop and the rate) read what a ring formed on the model would measure: the
+//! probes (`crate::probe`), simulated first: the small allreduce over its hops, and where that
+//! hop is long, the rate from the ring-path allreduce's time.
 //!
 //! # What is modelled ([`Network`])
 //!
@@ -42,11 +43,13 @@
 //! element), which is the one thing the shared plan gets wrong by design.
 //!
 //! Invariants: [`simulate`] is a pure function of its arguments (one clock of whole
-//! picoseconds, events in a fixed order, no threads, no randomness), so it gives the same
+//! picoseconds, events in a fixed order, no threads, no randomness; a cache of the last
+//! formed ring's measures, which are a pure function too), so it gives the same
 //! answer on every run; it holds at most [`MAX_BUFFER_BYTES`] of buffers.
 
 mod driver;
 
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use silvic_core::{Op, fold};
@@ -304,6 +307,13 @@ fn simulate_on(
     Ok(Simulated { time: link.time(), path, frames: link.spent.frames })
 }
 
+/// What the last ring [`VirtualLink::formed`] formed measured, with its model and world: a
+/// sweep simulates every size on one network and world, and what a ring measures when it forms
+/// depends on those alone, so each sweep simulates the probes once (a world of 1024 at 100 us
+/// hops spends most of a call's time on them otherwise). A cache of a pure function: the
+/// answers stay the same.
+static LAST_FORMED: Mutex<Option<(Model, usize, seam::Network)>> = Mutex::new(None);
+
 /// The simulator's [`Link`]: each plan it is handed runs on every rank of the plan's world in
 /// virtual time, after the plans before it.
 struct VirtualLink {
@@ -316,15 +326,37 @@ struct VirtualLink {
 
 impl VirtualLink {
     /// A link of a world of `world` over `model` that knows what a real ring would measure
-    /// when it forms there: the probe's small allreduce (`crate::probe`), simulated, over its
-    /// hops. So the plans built on this link (the ring plan's window) are the ones a real ring
-    /// on that network would build.
+    /// when it forms there: the hop probe's small allreduce (`crate::probe`), simulated, over
+    /// its hops; where that hop is long, the rate probes' ring-path allreduces, simulated,
+    /// the second round where the first's time says so, and the rate a real ring derives from
+    /// the last time. So the plans built on this link (the ring plan's window) and the cut are the
+    /// ones a real ring on that network would take. One run of each: virtual time has no
+    /// stragglers to leave out.
     fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
+        let last = || LAST_FORMED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, _, measured)) = last().filter(|&(m, w, _)| (m, w) == (model, world)) {
+            return Ok(VirtualLink::new(model, measured));
+        }
         let unmeasured = VirtualLink::new(model, seam::Network::UNMEASURED);
         let probe = simulate_on(unmeasured, Collective::Allreduce, world, 8, Path::Auto)?;
         let hop_ns = probe::hop_from(probe.time, world);
-        let chords = topology::chords_formed(world);
-        Ok(VirtualLink::new(model, seam::Network { hop_ns, chords }))
+        let mut measured = seam::Network { hop_ns, ..seam::Network::UNMEASURED };
+        if world > 1 && measured.long_hops() {
+            let ring = |bytes| {
+                let link = VirtualLink::new(model, measured);
+                simulate_on(link, Collective::Allreduce, world, bytes, Path::Ring)
+            };
+            let mut bytes = probe::rate_probe_bytes(world);
+            let mut time = ring(bytes)?.time;
+            if let Some(longer) = probe::longer_probe_bytes(time, world, hop_ns) {
+                bytes = longer;
+                time = ring(bytes)?.time;
+            }
+            measured.bytes_per_us = probe::rate_from(time, bytes, world, hop_ns);
+        }
+        let measured = seam::Network { chords: topology::chords_formed(world), ..measured };
+        *last() = Some((model, world, measured));
+        Ok(VirtualLink::new(model, measured))
     }
 
     /// A link over `model` whose plans read `measured`, no time spent yet.

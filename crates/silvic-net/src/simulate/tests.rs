@@ -58,13 +58,41 @@ fn the_same_call_gives_the_same_time_on_every_run() {
 fn the_simulated_ring_measures_the_hop_a_probe_would() {
     let model = network(7, EXACT, 3, 1.0).model().unwrap();
     let link = VirtualLink::formed(model, 2).unwrap();
-    assert_eq!(link.measured, seam::Network { hop_ns: 3000 + 8 + 7000 + 8, chords: false });
+    assert_eq!(
+        link.measured,
+        seam::Network { hop_ns: 3000 + 8 + 7000 + 8, ..seam::Network::UNMEASURED }
+    );
     // A world of 5 takes 2 hops each way. The first leftward frame waits on the link out for
     // the first rightward one; from then on the leftward way is the later: its frame in
     // (3008 + 3008 + 7000) sends its next at once (3008 + 7000), then the 4 blocks fold.
     let link = VirtualLink::formed(model, 5).unwrap();
     let call = 3 * 3008 + 2 * 7000 + 4 * 8;
-    assert_eq!(link.measured, seam::Network { hop_ns: call / 2, chords: false });
+    assert_eq!(link.measured, seam::Network { hop_ns: call / 2, ..seam::Network::UNMEASURED });
+}
+
+/// Where the hop is long, the simulated ring also times the rate probe and derives the rate a
+/// real ring would: on a link of 1 Gbit/s (125 B/us), folds all but free and copies free, the
+/// bytes one rank sends move at the link's rate, and the rate counts those it folds too (half
+/// as many on the ring), so it comes to about 1.5 × 125. Half the link, half the rate; a short
+/// hop measures none. At 100 Gbit/s behind 1 ms hops, where the first round's bytes take a
+/// sliver of its hops, the second round's larger buffer finds the rate (about 1.5 × 12500)
+/// within the noise of the measured hop.
+#[test]
+fn the_simulated_ring_measures_the_rate_a_probe_would() {
+    let rate = |hop_us, gbit, world| {
+        let model = network(hop_us, gbit, 0, 1000.0).model().unwrap();
+        VirtualLink::formed(model, world).unwrap().measured.bytes_per_us
+    };
+    for world in [2, 4, 7, 16] {
+        assert_eq!(rate(50, 1.0, world), seam::Network::UNMEASURED_RATE, "world {world}");
+        let (gbit, half) = (rate(200, 1.0, world), rate(200, 0.5, world));
+        assert!((170..=210).contains(&gbit), "world {world}: {gbit} B/us");
+        assert!(half.abs_diff(gbit / 2) <= gbit / 10, "world {world}: {half} B/us");
+        // 100 Gbit/s behind 1 ms hops: the first round's bytes take a sliver of its hops, and
+        // the second round's more bytes find the rate all the same.
+        let fast = rate(1000, 100.0, world);
+        assert!((15_000..=25_000).contains(&fast), "world {world}: {fast} B/us");
+    }
 }
 
 /// For one plan (the hop the ring measured, so its window, held fixed: one slice, three),
@@ -81,7 +109,10 @@ fn more_latency_or_overhead_is_never_faster_and_bytes_bound_the_time() {
                 {
                     let time = |hop, overhead| {
                         let model = network(hop, 10.0, overhead, 5.0).model().unwrap();
-                        let link = VirtualLink::new(model, seam::Network { hop_ns, chords: false });
+                        let link = VirtualLink::new(
+                            model,
+                            seam::Network { hop_ns, ..seam::Network::UNMEASURED },
+                        );
                         simulate_on(link, collective, world, bytes, path).unwrap().time
                     };
                     let case = format!(
@@ -123,24 +154,37 @@ fn a_world_of_1024_runs_every_frame() {
     assert_eq!(gathered.frames, 1024 * (512 + 511));
 }
 
+/// Where the simulated probe's hop is short (5 us), auto takes today's cut; where it is long
+/// (100 us), the ring also measures its rate, and auto takes the cost model's path at that hop
+/// and rate: among the gather and the ring without chords, every path with them.
 #[test]
 fn a_forced_path_is_taken_and_auto_takes_the_cost_models() {
-    let net = network(100, 10.0, 5, 5.0);
-    for world in [3, 4, 8, 16] {
-        for bytes in [4096, schedule::gather_limit(world), schedule::gather_limit(world) + 8] {
-            let bytes = bytes / 8 * 8;
-            let run = |path| simulate(&net, Collective::Allreduce, world, bytes, path).unwrap();
-            let (auto, gather, ring) = (run(Path::Auto), run(Path::Gather), run(Path::Ring));
-            assert_eq!((gather.path, ring.path), (Path::Gather, Path::Ring));
-            if crate::topology::chords_formed(world) {
-                // With chords the cost model chooses among every path: auto is that path.
-                assert_eq!(auto, run(auto.path), "world {world} bytes {bytes}");
-            } else {
-                let expected = if schedule::uses_gather(bytes, world) { gather } else { ring };
-                assert_eq!(auto, expected, "world {world} bytes {bytes}");
+    for hop_us in [5, 100] {
+        let net = network(hop_us, 10.0, 5, 5.0);
+        for world in [3, 4, 8, 16] {
+            let measured = VirtualLink::formed(net.model().unwrap(), world).unwrap().measured;
+            assert_eq!(measured.long_hops(), hop_us == 100, "world {world}: {measured:?}");
+            let rated = measured.bytes_per_us != seam::Network::UNMEASURED_RATE;
+            assert_eq!(rated, measured.long_hops(), "world {world}: {measured:?}");
+            for bytes in [4096, schedule::gather_limit(world), schedule::gather_limit(world) + 8] {
+                let bytes = bytes / 8 * 8;
+                let run = |path| simulate(&net, Collective::Allreduce, world, bytes, path).unwrap();
+                let (auto, gather, ring) = (run(Path::Auto), run(Path::Gather), run(Path::Ring));
+                assert_eq!((gather.path, ring.path), (Path::Gather, Path::Ring));
+                let case = format!("hop {hop_us} us world {world} bytes {bytes}");
+                if measured.long_hops() {
+                    let cut = taken(Collective::Allreduce, world, bytes, Path::Auto, measured);
+                    assert_eq!(auto, run(cut), "{case}");
+                    if !measured.chords {
+                        assert!(matches!(cut, Path::Gather | Path::Ring), "{case}: {cut:?}");
+                    }
+                } else {
+                    let expected = if schedule::uses_gather(bytes, world) { gather } else { ring };
+                    assert_eq!(auto, expected, "{case}");
+                }
+                let n = world as u64;
+                assert_eq!(gather.frames, n * (n - 1), "world {world}: one frame per block");
             }
-            let n = world as u64;
-            assert_eq!(gather.frames, n * (n - 1), "world {world}: one frame per block");
         }
     }
 }
@@ -374,8 +418,10 @@ fn one_plan_answers_for_every_rank() {
             0,
         ));
         // Windows of one slice (nothing measured) and of three (a 400 us hop).
-        for network in [seam::Network::UNMEASURED, seam::Network { hop_ns: 400_000, chords: true }]
-        {
+        for network in [
+            seam::Network::UNMEASURED,
+            seam::Network { hop_ns: 400_000, chords: true, bytes_per_us: 0 },
+        ] {
             for (name, run, slack) in &shapes {
                 let mut zero = ProbeLink { network, probe: Probe::Record { plans: Vec::new() } };
                 run(&mut zero, 0);
