@@ -422,9 +422,9 @@ impl TcpRing {
     }
 
     /// Adds a wait to the time spent waiting on each stream the call waited on.
-    fn count_wait(&mut self, waited: Duration, needed: u64) {
+    fn count_wait(&mut self, waited: Duration, on: u64) {
         for (s, stream) in self.streams.iter_mut().enumerate() {
-            if needed & (1 << s) != 0 {
+            if on & (1 << s) != 0 {
                 stream.waited += waited;
             }
         }
