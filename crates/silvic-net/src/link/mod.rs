@@ -27,9 +27,10 @@
 //!   call needs nothing more of it is kept and returned by the next call, since a neighbour that
 //!   has taken everything may end its job before this rank has read its last frame; but an
 //!   abort of any call whose origin is a peer this call still needs fails the call at once. A stream
-//!   no way of the plan uses (a chord the plan does not need) is read at the call's start and
-//!   whenever poll(2) finds it ready, not on every turn of a spinning call: an abort on it is
-//!   taken at the latest when the call next waits.
+//!   no way of the plan uses (a chord the plan does not need) is read only when poll(2) finds
+//!   it ready: at the call's start (one poll that does not wait, for all such streams at once)
+//!   and whenever the call waits, never on every turn of a spinning call: an abort on it is
+//!   taken at the call's start, or at the latest when the call next waits.
 //! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
 //!   frame never hides an abort behind it (a data frame is read whole before what follows it).
 //!   A data frame of the next call waits for that call, and what follows it with it. A notice
@@ -309,7 +310,8 @@ impl TcpRing {
     /// it stops once a data frame shows up there, which waits for its turn.
     ///
     /// A stream no way of the plan uses (a chord the plan does not need) is read only while its
-    /// bit is set in `stirred` (at the call's start, and once poll(2) has seen it ready), then
+    /// bit is set in `stirred` (once poll(2) has seen it ready, [`TcpRing::stirred_idle`] at the
+    /// call's start and the call's own waits after), then
     /// its bit is cleared: a spinning call does not spend a read on an idle stream every turn.
     fn turn(
         &mut self,
@@ -344,6 +346,27 @@ impl TcpRing {
         Ok(moved)
     }
 
+    /// The streams no way of the plan uses (chords the plan does not need) that have something
+    /// to read at the call's start, as bits: bytes read ahead, or what one poll(2) that does not
+    /// wait finds ready (data, an end, an error). One poll for them all, not a read of each: a
+    /// call of a few bytes would spend more on reading idle chords than on its own frames.
+    fn stirred_idle(&self) -> Result<u64, StreamFailure> {
+        let n = self.streams.len();
+        let idle = |s: usize| self.table.idle(s) && !self.streams[s].ended;
+        if !(0..n).any(idle) {
+            return Ok(0);
+        }
+        let mut fds: [PollFd<'_>; MAX_STREAMS] = std::array::from_fn(|s| {
+            let events = if s < n && idle(s) { PollFlags::IN } else { PollFlags::empty() };
+            PollFd::new(&self.streams[s.min(n - 1)].socket, events)
+        });
+        let polled = wait(&mut fds[..n], Some(Instant::now()));
+        polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
+        let stirred =
+            |s: usize| !self.streams[s].ahead.buffered().is_empty() || !fds[s].revents().is_empty();
+        Ok((0..n).filter(|&s| idle(s) && stirred(s)).map(|s| 1 << s).sum())
+    }
+
     /// Runs the call: turns until every frame is through, spinning for a while after progress,
     /// then sleeping in poll(2) until a stream is ready or the [`Watch`] has something due.
     /// The clock is read once per turn (and once after each wait, to count it); what it means
@@ -354,7 +377,7 @@ impl TcpRing {
         let mut clock = Watch::new(Instant::now(), n, self.timeout);
         let mut watch = [true; MAX_STREAMS];
         let watch = &mut watch[..n];
-        let mut stirred = u64::MAX;
+        let mut stirred = self.stirred_idle()?;
         // Every frame of a call, whatever its plans, names the same path and buffer length: so
         // its first one's.
         let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
