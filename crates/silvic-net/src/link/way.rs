@@ -18,6 +18,14 @@ use crate::wait::nonblocking;
 
 use super::reader::{FrameIn, ReadAhead};
 
+/// The most frames one vectored write carries (two parts each, far below `IOV_MAX`).
+const BATCH: usize = 16;
+
+/// A write takes no more frames once it carries this many bytes: batching saves a system call
+/// per frame, which counts for small frames only, and a large write holds the core longer
+/// before the reader can start on what it brings.
+const BATCH_BYTES: usize = 16 * 1024;
+
 /// Where one way of a plan stands between its frames: the frame going out and the one coming in.
 #[derive(Debug)]
 struct Way {
@@ -109,40 +117,74 @@ impl Ways {
     }
 
     /// Writes what `stream` takes of way `w`, counting the bytes in `sent_bytes`: the frame
-    /// partly written, then, if `more`, every frame the plan lets go, each header and payload in
-    /// one vectored write. Returns whether a byte moved.
-    pub(super) fn write_to(
+    /// partly written, then, if `more`, every frame the plan lets go, up to [`BATCH`] frames
+    /// (headers and payloads) in one vectored write. Returns whether a byte moved.
+    ///
+    /// A frame joins a write if the plan would let it go once the frames before it in the write
+    /// are out: they are, in order, before a byte of it is, and a frame is counted out only
+    /// once its last byte is written, so the plan's gates see the same progress as when each
+    /// frame had a write of its own. One write for the frames of a round (index-fold-gather
+    /// sends one per slot) costs one system call, and one wake-up of the reader, not one each.
+    pub(super) fn write_to<W: Write>(
         &mut self,
         plan: &dyn FramePlan,
         w: usize,
-        mut stream: &TcpStream,
+        mut stream: W,
         sent_bytes: &mut u64,
         more: bool,
     ) -> io::Result<bool> {
         let mut moved = false;
         loop {
-            if self.ways[w].written == 0 {
-                if !more || !self.wants_write(plan, w) {
+            let first = self.sent[w];
+            let resume = self.ways[w].written;
+            let mut heads = [[0u8; HEADER_LEN]; BATCH];
+            let mut count = usize::from(resume > 0);
+            heads[0] = self.ways[w].head;
+            let mut bytes = 0;
+            while more && count < BATCH && bytes < BATCH_BYTES {
+                self.sent[w] = first + count;
+                let ready = !self.out_done(w) && plan.ready(w, self.progress());
+                self.sent[w] = first;
+                if !ready {
+                    break;
+                }
+                heads[count] = plan.header(w, first + count).encode();
+                bytes += HEADER_LEN + plan.payload(w, first + count).len();
+                count += 1;
+            }
+            if count == 0 {
+                return Ok(moved);
+            }
+            let payloads: [&[u8]; BATCH] =
+                std::array::from_fn(|i| if i < count { plan.payload(w, first + i) } else { &[] });
+            let mut parts = [IoSlice::new(&[]); 2 * BATCH];
+            let mut used = 0;
+            for (i, (head, payload)) in heads.iter().zip(payloads).take(count).enumerate() {
+                let skip = if i == 0 { resume } else { 0 };
+                if skip < HEADER_LEN {
+                    parts[used] = IoSlice::new(&head[skip..]);
+                    used += 1;
+                }
+                parts[used] = IoSlice::new(&payload[skip.saturating_sub(HEADER_LEN)..]);
+                used += 1;
+            }
+            let Some(mut n) = nonblocking(|| stream.write_vectored(&parts[..used]))? else {
+                return Ok(moved);
+            };
+            *sent_bytes += n as u64;
+            moved |= n > 0;
+            // Count out every frame whose last byte went; the first one not all written is
+            // the frame partly written, and the socket takes nothing more now.
+            for (i, (head, payload)) in heads.iter().zip(payloads).take(count).enumerate() {
+                let have = if i == 0 { resume } else { 0 };
+                let left = HEADER_LEN + payload.len() - have;
+                if n < left {
+                    let way = &mut self.ways[w];
+                    (way.written, way.head) = (have + n, *head);
                     return Ok(moved);
                 }
-                self.ways[w].head = plan.header(w, self.sent[w]).encode();
-            }
-            let payload = plan.payload(w, self.sent[w]);
-            let way = &mut self.ways[w];
-            let written = nonblocking(|| {
-                if way.written < HEADER_LEN {
-                    let parts = [IoSlice::new(&way.head[way.written..]), IoSlice::new(payload)];
-                    stream.write_vectored(&parts)
-                } else {
-                    stream.write(&payload[way.written - HEADER_LEN..])
-                }
-            })?;
-            let Some(n) = written else { return Ok(moved) };
-            way.written += n;
-            *sent_bytes += n as u64;
-            moved = true;
-            if way.written == HEADER_LEN + payload.len() {
-                way.written = 0;
+                n -= left;
+                self.ways[w].written = 0;
                 self.sent[w] += 1;
             }
         }
@@ -188,5 +230,149 @@ impl Read for Counted<'_> {
         let n = self.stream.read(buf)?;
         *self.bytes += n as u64;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use silvic_core::Op;
+
+    use super::*;
+    use crate::frame::{Dir, Header};
+    use crate::ring::seam::{Call, Route};
+
+    /// One way of `payloads.len()` frames, frame `i` carrying `payloads[i]`; frame `i` may go
+    /// once `i < allowed` (a gate on the way's own frames out, as a window of slices is).
+    struct Frames {
+        payloads: Vec<Vec<u8>>,
+        allowed: usize,
+    }
+
+    impl Frames {
+        fn new(lengths: &[usize]) -> Frames {
+            let payloads = lengths.iter().enumerate().map(|(i, &n)| vec![i as u8 + 1; n]).collect();
+            Frames { payloads, allowed: usize::MAX }
+        }
+
+        /// Every frame's header and payload, in order: what the stream must carry.
+        fn wire(&self) -> Vec<u8> {
+            let frames = 0..self.payloads.len();
+            frames
+                .flat_map(|i| [&self.header(0, i).encode()[..], &self.payloads[i]].concat())
+                .collect()
+        }
+    }
+
+    impl FramePlan for Frames {
+        fn call(&self) -> Call {
+            Call { rank: 0, world: 2, op: Op::AllgatherBytes, seq: 0 }
+        }
+        fn ways(&self) -> &[Route] {
+            &[Route::RIGHTWARD]
+        }
+        fn frames(&self, _: usize) -> usize {
+            self.payloads.len()
+        }
+        fn header(&self, _: usize, i: usize) -> Header {
+            let len = self.payloads[i].len() as u64;
+            Header::data(Op::AllgatherBytes, 0, 1 << 20, len).carrying(Dir::Right, i)
+        }
+        fn expect(&self, way: usize, j: usize) -> Header {
+            self.header(way, j)
+        }
+        fn ready(&self, _: usize, progress: Moved<'_>) -> bool {
+            progress.sent[0] < self.allowed
+        }
+        fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
+            false
+        }
+        fn payload(&self, _: usize, i: usize) -> &[u8] {
+            &self.payloads[i]
+        }
+        fn space(&mut self, _: usize, _: usize) -> &mut [u8] {
+            &mut []
+        }
+        fn commit(&mut self, _: usize, _: usize, _: usize) {}
+    }
+
+    /// A socket that takes at most `cap` bytes a write, across the parts of a vectored one, and
+    /// would block on every other write; it counts the writes that took bytes.
+    struct Trickle {
+        out: Vec<u8>,
+        cap: usize,
+        writes: usize,
+        blocked: bool,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.write_vectored(&[IoSlice::new(buf)])
+        }
+        fn write_vectored(&mut self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+            self.blocked = !self.blocked;
+            if !self.blocked {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let before = self.out.len();
+            for part in parts {
+                let room = self.cap - (self.out.len() - before);
+                self.out.extend_from_slice(&part[..part.len().min(room)]);
+            }
+            self.writes += 1;
+            Ok(self.out.len() - before)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Calls `write_to` until every frame is out (a bounded number of times); returns the
+    /// socket.
+    fn write_all(plan: &Frames, ways: &mut Ways, cap: usize) -> Trickle {
+        let mut socket = Trickle { out: Vec::new(), cap, writes: 0, blocked: true };
+        let mut sent = 0;
+        for _ in 0..100_000 {
+            if ways.out_done(0) {
+                break;
+            }
+            ways.write_to(plan, 0, &mut socket, &mut sent, true).unwrap();
+        }
+        assert!(ways.out_done(0), "not all out in 100,000 writes at {cap} bytes a write");
+        assert_eq!(sent, socket.out.len() as u64, "bytes counted");
+        socket
+    }
+
+    #[test]
+    fn frames_go_out_whole_and_in_order_however_the_socket_cuts_the_writes() {
+        let lengths: Vec<usize> = (0..40).map(|i| (i * 37) % 300).collect();
+        let plan = Frames::new(&lengths);
+        for cap in [1, 7, HEADER_LEN - 1, HEADER_LEN, HEADER_LEN + 1, 333, 1 << 20] {
+            let mut ways = Ways::default();
+            ways.start(&plan);
+            let socket = write_all(&plan, &mut ways, cap);
+            assert!(socket.out == plan.wire(), "the stream at {cap} bytes a write");
+        }
+    }
+
+    #[test]
+    fn ready_frames_share_a_write_up_to_the_batch_and_the_gate() {
+        let plan = Frames::new(&[24; 40]);
+        let mut ways = Ways::default();
+        ways.start(&plan);
+        let socket = write_all(&plan, &mut ways, 1 << 20);
+        assert_eq!(socket.writes, 40usize.div_ceil(BATCH), "one write per {BATCH} frames");
+        // A frame the gate holds back stays out of the write, though the socket has room: the
+        // gate sees each frame before it as out.
+        let mut plan = Frames { allowed: 5, ..Frames::new(&[24; 40]) };
+        let mut ways = Ways::default();
+        ways.start(&plan);
+        let mut socket = Trickle { out: Vec::new(), cap: 1 << 20, writes: 0, blocked: false };
+        let mut sent = 0;
+        assert!(ways.write_to(&plan, 0, &mut socket, &mut sent, true).unwrap());
+        assert_eq!((ways.sent[0], socket.writes), (5, 1));
+        assert_eq!(socket.out, plan.wire()[..5 * (HEADER_LEN + 24)]);
+        plan.allowed = usize::MAX;
+        let rest = write_all(&plan, &mut ways, 1 << 20);
+        assert_eq!(rest.out, plan.wire()[5 * (HEADER_LEN + 24)..]);
     }
 }
