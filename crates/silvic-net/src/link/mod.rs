@@ -37,7 +37,8 @@
 //!   of another call than the current one is ignored. A data frame of the current call that
 //!   names another path than the call's fails the call at once, naming its sender, wherever
 //!   it comes (the ranks disagree on the path: it may be all that stream brings).
-//! - A data frame's header and payload go out in one vectored write when the socket takes them.
+//! - Data frames that may go together go out in one vectored write, headers and payloads, up to
+//!   16 frames and 16 KiB (`way::BATCH`): a round of small frames is one system call.
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
 //!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
 //!   timeout, notice, warning and deadline from the moment it is handed). A waiting rank sends
@@ -217,8 +218,8 @@ impl TcpRing {
     }
 
     /// Writes what stream `s` takes: queued notices first, then the frames of the way that
-    /// writes it (only the one partly written unless `more`), header and payload in one
-    /// vectored write. Returns whether a byte of a frame moved.
+    /// writes it (only the one partly written unless `more`), frames that may go together in
+    /// one vectored write. Returns whether a byte of a frame moved.
     fn write_some(
         &mut self,
         s: usize,
