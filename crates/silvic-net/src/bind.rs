@@ -143,6 +143,8 @@ pub(crate) fn listen(host: &str, address: SocketAddr) -> Result<TcpListener, Con
 fn try_listen(address: SocketAddr) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?; // as std does on Unix
+    // Before any connection: accepted streams inherit it (`congestion`'s module doc says why).
+    crate::congestion::configure(&socket);
     socket.bind(&address.into())?;
     socket.listen(LISTEN_BACKLOG)?;
     Ok(socket.into())

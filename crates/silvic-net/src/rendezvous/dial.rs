@@ -147,6 +147,10 @@ impl<'p> Dialer<'p> {
         let address = self.address();
         let socket = Socket::new(Domain::for_address(address), Type::STREAM, Some(Protocol::TCP))
             .and_then(|s| s.set_nonblocking(true).map(|()| s));
+        // Before it connects (`congestion`'s module doc says why).
+        if let Ok(socket) = &socket {
+            crate::congestion::configure(socket);
+        }
         let socket = match socket {
             Ok(socket) => socket,
             // Out of descriptors: strangers at this rank's listener may hold them until the
