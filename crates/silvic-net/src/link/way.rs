@@ -137,9 +137,7 @@ impl Ways {
         loop {
             let first = self.sent[w];
             let resume = self.ways[w].written;
-            let mut heads = [[0u8; HEADER_LEN]; BATCH];
             let mut count = usize::from(resume > 0);
-            heads[0] = self.ways[w].head;
             let mut bytes = 0;
             while more && count < BATCH && bytes < BATCH_BYTES {
                 self.sent[w] = first + count;
@@ -148,13 +146,18 @@ impl Ways {
                 if !ready {
                     break;
                 }
-                heads[count] = plan.header(w, first + count).encode();
                 bytes += HEADER_LEN + plan.payload(w, first + count).len();
                 count += 1;
             }
             if count == 0 {
                 return Ok(moved);
             }
+            // Built only for a write: a call asks every turn, and mostly nothing may go.
+            let heads: [[u8; HEADER_LEN]; BATCH] = std::array::from_fn(|i| match i {
+                0 if resume > 0 => self.ways[w].head,
+                i if i < count => plan.header(w, first + i).encode(),
+                _ => [0; HEADER_LEN],
+            });
             let payloads: [&[u8]; BATCH] =
                 std::array::from_fn(|i| if i < count { plan.payload(w, first + i) } else { &[] });
             let mut parts = [IoSlice::new(&[]); 2 * BATCH];
