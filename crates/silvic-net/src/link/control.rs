@@ -1,5 +1,6 @@
 //! The control side of the ring link: reading the control frames between data frames on every
-//! stream, queueing waiting notices, whom a wait blames, and what a failed write means.
+//! stream (the streams a call's plan does not use only when one poll(2) finds them ready),
+//! queueing waiting notices, whom a wait blames, and what a failed write means.
 //!
 //! Invariants: control frames are read in order and every one looked at (a notice or a data
 //! frame never hides an abort: a data frame stops the reading, to be read whole when its turn
@@ -14,12 +15,13 @@ use std::io::{self, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags};
 use silvic_core::CollectiveError;
 
 use super::reader::{Between, Control, next_control, stream_error};
-use super::{Counted, TcpRing};
+use super::{Counted, MAX_STREAMS, StreamFailure, TcpRing};
 use crate::frame::{Path, Waiting};
-use crate::wait::nonblocking;
+use crate::wait::{nonblocking, wait};
 
 /// The longest gap between two waiting notices.
 const NOTICE_MAX: Duration = Duration::from_millis(500);
@@ -163,6 +165,27 @@ impl TcpRing {
             self.pending.get_or_insert(failure);
         }
         Ok(false)
+    }
+
+    /// The streams no way of the plan uses (chords the plan does not need) that have something
+    /// to read at the call's start, as bits: bytes read ahead, or what one poll(2) that does not
+    /// wait finds ready (data, an end, an error). One poll for them all, not a read of each: a
+    /// call of a few bytes would spend more on reading idle chords than on its own frames.
+    pub(super) fn stirred_idle(&self) -> Result<u64, StreamFailure> {
+        let n = self.streams.len();
+        let idle = |s: usize| self.table.idle(s) && !self.streams[s].ended;
+        if !(0..n).any(idle) {
+            return Ok(0);
+        }
+        let mut fds: [PollFd<'_>; MAX_STREAMS] = std::array::from_fn(|s| {
+            let events = if s < n && idle(s) { PollFlags::IN } else { PollFlags::empty() };
+            PollFd::new(&self.streams[s.min(n - 1)].socket, events)
+        });
+        let polled = wait(&mut fds[..n], Some(Instant::now()));
+        polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
+        let stirred =
+            |s: usize| !self.streams[s].ahead.buffered().is_empty() || !fds[s].revents().is_empty();
+        Ok((0..n).filter(|&s| idle(s) && stirred(s)).map(|s| 1 << s).sum())
     }
 
     /// Whether `error` is an abort whose origin is the peer of a stream this call still needs.

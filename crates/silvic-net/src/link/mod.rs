@@ -186,32 +186,6 @@ impl TcpRing {
         self.timeout = timeout;
     }
 
-    /// Whether the call still needs stream `s`: to write a frame to it or read one from it.
-    pub(super) fn needs(&self, s: usize) -> bool {
-        let writes = self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
-        writes || self.table.reader(s, &self.ways).is_some_and(|w| !self.ways.in_done(w))
-    }
-
-    /// The streams (as bits) the call waits on: those where the plan lets the next frame in and
-    /// it has not come, or lets a frame out and the socket has not taken it all. A stream the
-    /// call still needs but whose next frame in and out the plan holds back is not waited on:
-    /// its turn waits on another stream, and its peer may have sent all it can and be waiting
-    /// itself, its notices queued behind a data frame this rank does not read yet, so its
-    /// silence says nothing of it. Where no stream is waited on so (the seam's rule keeps some
-    /// frame free to move, so this is a safeguard), every stream the call needs.
-    fn waited_on(&self, plan: &dyn FramePlan) -> u64 {
-        let streams = 0..self.streams.len();
-        let reads =
-            |s| self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w));
-        let writes =
-            |s| self.table.writer(s, &self.ways).is_some_and(|w| self.ways.wants_write(plan, w));
-        let free: u64 = streams.clone().filter(|&s| reads(s) || writes(s)).map(|s| 1 << s).sum();
-        if free != 0 {
-            return free;
-        }
-        streams.filter(|&s| self.needs(s)).map(|s| 1 << s).sum()
-    }
-
     /// Whether no data frame to stream `s` is partly written.
     fn out_boundary(&self, s: usize) -> bool {
         self.table.writer(s, &self.ways).is_none_or(|w| self.ways.at_boundary(w))
@@ -347,27 +321,6 @@ impl TcpRing {
         Ok(moved)
     }
 
-    /// The streams no way of the plan uses (chords the plan does not need) that have something
-    /// to read at the call's start, as bits: bytes read ahead, or what one poll(2) that does not
-    /// wait finds ready (data, an end, an error). One poll for them all, not a read of each: a
-    /// call of a few bytes would spend more on reading idle chords than on its own frames.
-    fn stirred_idle(&self) -> Result<u64, StreamFailure> {
-        let n = self.streams.len();
-        let idle = |s: usize| self.table.idle(s) && !self.streams[s].ended;
-        if !(0..n).any(idle) {
-            return Ok(0);
-        }
-        let mut fds: [PollFd<'_>; MAX_STREAMS] = std::array::from_fn(|s| {
-            let events = if s < n && idle(s) { PollFlags::IN } else { PollFlags::empty() };
-            PollFd::new(&self.streams[s.min(n - 1)].socket, events)
-        });
-        let polled = wait(&mut fds[..n], Some(Instant::now()));
-        polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
-        let stirred =
-            |s: usize| !self.streams[s].ahead.buffered().is_empty() || !fds[s].revents().is_empty();
-        Ok((0..n).filter(|&s| idle(s) && stirred(s)).map(|s| 1 << s).sum())
-    }
-
     /// Runs the call: turns until every frame is through, spinning for a while after progress,
     /// then sleeping in poll(2) until a stream is ready or the [`Watch`] has something due.
     /// The clock is read once per turn (and once after each wait, to count it); what it means
@@ -441,15 +394,6 @@ impl TcpRing {
             self.count_wait(woke.saturating_duration_since(now), waited);
             for (s, stream) in self.streams.iter_mut().enumerate() {
                 stream.liveness.check(&stream.socket, woke, clock.active(s), self.timeout);
-            }
-        }
-    }
-
-    /// Adds a wait to the time spent waiting on each stream the call waited on.
-    fn count_wait(&mut self, waited: Duration, on: u64) {
-        for (s, stream) in self.streams.iter_mut().enumerate() {
-            if on & (1 << s) != 0 {
-                stream.waited += waited;
             }
         }
     }

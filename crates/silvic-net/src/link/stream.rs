@@ -1,12 +1,14 @@
 //! One ring stream as the link keeps it ([`Stream`]): the socket and everything that belongs
 //! to it alone (its counts, which [`TcpRing::stats`] and [`TcpRing::peer_stats`] report), and
-//! the table from a plan's ways to the streams they write and read ([`Table`]).
+//! the table from a plan's ways to the streams they write and read ([`Table`]), with what it
+//! says of a call: the streams it still needs, and the ones it waits on now.
 //!
 //! Invariants: a stream is named by its route (the signed offset round the ring of the rank at
 //! its other end, `topology.rs`), so the two streams of a world of two, both to rank 1,
 //! stay apart; a way writes the stream to the rank its route sends to and reads the stream from
 //! the rank that far back; ways that share a stream take it in turn, the earlier way's frames
-//! all before the later one's, so frames of two ways never interleave on a stream.
+//! all before the later one's, so frames of two ways never interleave on a stream. A call
+//! waits on a stream only while the plan lets that stream's next frame through (in or out).
 
 use std::net::TcpStream;
 use std::time::Duration;
@@ -103,6 +105,41 @@ impl TcpRing {
             waited: s.waited,
         };
         self.streams.iter().map(of).collect()
+    }
+
+    /// Whether the call still needs stream `s`: to write a frame to it or read one from it.
+    pub(super) fn needs(&self, s: usize) -> bool {
+        let writes = self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
+        writes || self.table.reader(s, &self.ways).is_some_and(|w| !self.ways.in_done(w))
+    }
+
+    /// The streams (as bits) the call waits on: those where the plan lets the next frame in and
+    /// it has not come, or lets a frame out and the socket has not taken it all. A stream the
+    /// call still needs but whose next frame in and out the plan holds back is not waited on:
+    /// its turn waits on another stream, and its peer may have sent all it can and be waiting
+    /// itself, its notices queued behind a data frame this rank does not read yet, so its
+    /// silence says nothing of it. Where no stream is waited on so (the seam's rule keeps some
+    /// frame free to move, so this is a safeguard), every stream the call needs.
+    pub(super) fn waited_on(&self, plan: &dyn FramePlan) -> u64 {
+        let streams = 0..self.streams.len();
+        let reads =
+            |s| self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w));
+        let writes =
+            |s| self.table.writer(s, &self.ways).is_some_and(|w| self.ways.wants_write(plan, w));
+        let free: u64 = streams.clone().filter(|&s| reads(s) || writes(s)).map(|s| 1 << s).sum();
+        if free != 0 {
+            return free;
+        }
+        streams.filter(|&s| self.needs(s)).map(|s| 1 << s).sum()
+    }
+
+    /// Adds a wait to the time spent waiting on each stream the call waited on.
+    pub(super) fn count_wait(&mut self, waited: Duration, on: u64) {
+        for (s, stream) in self.streams.iter_mut().enumerate() {
+            if on & (1 << s) != 0 {
+                stream.waited += waited;
+            }
+        }
     }
 }
 
