@@ -15,11 +15,16 @@
 //! skip this), every rank then times ring-path allreduces of up to [`RATE_PROBE_BYTES`]
 //! ([`rate_probe_bytes`]: each segment one slice, so the ring plan's time is the cost model's),
 //! takes its fastest, and the ranks agree on the slowest rank's time with one more allreduce
-//! (a max). Where that time's bytes took less than its hops (a fast link, long hops), a second
-//! round does the same with a buffer large enough for its bytes to take about as long as its
-//! hops ([`longer_probe_bytes`]). Every rank derives the same rate from the last agreed time
-//! ([`rate_from`]): the bytes one rank sends and folds over what is left of the time once the
-//! ring's hops at the agreed hop are taken off.
+//! (a max), and in the same one on the slowest rank's fold: each rank times the gather path's
+//! own fold of a few small buffers ([`fold_probe_ns`], memory it holds anyway), so every rank
+//! derives the same fold rate ([`fold_rate_from`]). Where the first round's time's bytes took
+//! less than its hops (a fast link, long hops), a second round does the same with a buffer
+//! large enough for its bytes to take about as long as its hops ([`longer_probe_bytes`]).
+//! Every rank derives the same rate from the last agreed time ([`rate_from`]): the bytes one
+//! rank sends over what is left of the time once the ring's hops at the agreed hop, and its
+//! folds at the agreed fold rate, are taken off. The two rates stay apart because the paths
+//! fold very different shares of what they send: Bruck's gather folds all it sends, the index
+//! a seventh of it at world 8, and a network's bytes cost far more than a core's folds.
 //!
 //! Invariants:
 //! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up to
@@ -36,6 +41,7 @@
 use std::time::{Duration, Instant};
 
 use silvic_core::{CollectiveError, Dtype, Op, Reduction, fold};
+use std::hint::black_box;
 
 use tracing::{info, warn};
 
@@ -84,10 +90,25 @@ pub(crate) const RATE_PROBE_BYTES: usize = 1 << 20;
 /// memory `connect` spends on it.
 pub(crate) const LONGER_PROBE_MAX_BYTES: usize = 16 << 20;
 
-/// The highest rate [`rate_from`] gives, in bytes per microsecond (about 1 TB/s): what a probe
-/// whose time its hops alone account for comes to. It keeps the cost model's integers far from
-/// overflowing.
+/// The highest rate [`rate_from`] and [`fold_rate_from`] give, in bytes per microsecond (about
+/// 1 TB/s): what a probe whose time its hops alone account for comes to. It keeps the cost
+/// model's integers far from overflowing.
 pub(crate) const MAX_BYTES_PER_US: u64 = 1 << 20;
+
+/// The buffers of the fold probe ([`fold_probe_ns`]): the gather path's fold of this many
+/// ranks' blocks of [`FOLD_PROBE_BLOCK_BYTES`], so `(FOLD_PROBE_RANKS - 1)` blocks folded.
+const FOLD_PROBE_RANKS: usize = 4;
+
+/// The block of each rank the fold probe folds, as large as the histograms trainers fold: the
+/// probe holds 160 KiB a rank, less than the rate probe's buffer that follows it.
+const FOLD_PROBE_BLOCK_BYTES: usize = 32 << 10;
+
+/// Folds in one timed run of the fold probe; the fastest of [`FOLD_PROBE_RUNS`] runs counts.
+const FOLD_PROBE_FOLDS: u64 = 16;
+const FOLD_PROBE_RUNS: usize = 3;
+
+/// The bytes one fold of the fold probe folds.
+pub(crate) const FOLD_PROBE_FOLDED: u64 = ((FOLD_PROBE_RANKS - 1) * FOLD_PROBE_BLOCK_BYTES) as u64;
 
 /// What every rank agreed on when the ring formed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,34 +163,36 @@ fn measure_from(
     };
     let paths = agreed[1..].iter().enumerate().map(path_of).collect::<Result<_, _>>()?;
     let hop_ns = agreed[0];
-    let mut network = Network { hop_ns, chords: false, bytes_per_us: Network::UNMEASURED_RATE };
+    let mut network = Network { hop_ns, ..Network::UNMEASURED };
     if world > 1 && hop_ns >= rate_from_hop_ns {
-        let mut round = |first_seq, probes, left_out, bytes| {
+        let mut round = |first_seq, probes, left_out, bytes, also| {
             let calls = (first_seq..first_seq + probes).map(call);
-            timed_ring(link, calls, left_out, bytes, call(first_seq + probes), scratch)
+            timed_ring(link, calls, left_out, bytes, (call(first_seq + probes), also), scratch)
         };
         let mut bytes = rate_probe_bytes(world);
-        let mut time = round(FIRST_RATE_SEQ, RATE_PROBES, 1, bytes)?;
+        let (mut time, fold_ns) = round(FIRST_RATE_SEQ, RATE_PROBES, 1, bytes, fold_probe_ns())?;
+        network.folds_per_us = fold_rate_from(fold_ns);
         // Every rank has the same time, so every rank runs the second round or none does.
         if let Some(longer) = longer_probe_bytes(time, world, hop_ns) {
             bytes = longer;
-            time = round(LONGER_RATE_SEQ, LONGER_RATE_PROBES, 0, bytes)?;
+            (time, _) = round(LONGER_RATE_SEQ, LONGER_RATE_PROBES, 0, bytes, 0)?;
         }
-        network.bytes_per_us = rate_from(time, bytes, world, hop_ns);
+        network.bytes_per_us = rate_from(time, bytes, world, hop_ns, network.folds_per_us);
     }
     Ok(Agreed { network, paths })
 }
 
 /// Times a ring-path allreduce of `bytes` as each of `probes`, the first `left_out` not
-/// counted, and agrees on the slowest rank's fastest time in the call `agreement`.
+/// counted, and agrees on the slowest rank's fastest time in the call `agreement`, and in the
+/// same call on the largest of every rank's `also`: returns both.
 fn timed_ring(
     link: &mut dyn Link,
     probes: impl Iterator<Item = Call>,
     left_out: usize,
     bytes: usize,
-    agreement: Call,
+    (agreement, also): (Call, u64),
     scratch: &mut Scratch,
-) -> Result<Duration, CollectiveError> {
+) -> Result<(Duration, u64), CollectiveError> {
     let ring = cost::Path::Ring;
     let mut buf = vec![agreement.rank as u64; bytes / 8];
     let mut fastest = Duration::MAX;
@@ -180,9 +203,42 @@ fn timed_ring(
             fastest = fastest.min(started.elapsed());
         }
     }
-    let mut slowest = [u64::try_from(fastest.as_nanos()).unwrap_or(u64::MAX)];
+    let mut slowest = [u64::try_from(fastest.as_nanos()).unwrap_or(u64::MAX), also];
     allreduce(link, agreement, &mut slowest, fold::max_int, scratch)?;
-    Ok(Duration::from_nanos(slowest[0]))
+    Ok((Duration::from_nanos(slowest[0]), slowest[1]))
+}
+
+/// How long this rank takes to fold [`FOLD_PROBE_FOLDED`] bytes, in nanoseconds: the gather
+/// path's fold ([`ring::fold_gathered`], f64 sums) of [`FOLD_PROBE_RANKS`] blocks, the fastest
+/// of a few runs (a rank that shares its core may lose one to another), at least 1.
+pub(crate) fn fold_probe_ns() -> u64 {
+    let gathered = vec![0u8; FOLD_PROBE_RANKS * FOLD_PROBE_BLOCK_BYTES];
+    let mut out = vec![0f64; FOLD_PROBE_BLOCK_BYTES / 8];
+    let block = FOLD_PROBE_BLOCK_BYTES;
+    let mut fastest = Duration::MAX;
+    for _ in 0..FOLD_PROBE_RUNS {
+        let started = Instant::now();
+        for _ in 0..FOLD_PROBE_FOLDS {
+            ring::fold_gathered(
+                &mut out,
+                FOLD_PROBE_RANKS,
+                black_box(&gathered),
+                block,
+                fold::sum_f64,
+            );
+            black_box(&mut out);
+        }
+        fastest = fastest.min(started.elapsed());
+    }
+    let per_fold = fastest.as_nanos() / u128::from(FOLD_PROBE_FOLDS);
+    u64::try_from(per_fold).unwrap_or(u64::MAX).max(1)
+}
+
+/// The rate a rank folds, in bytes per microsecond, from `fold_ns`, the agreed time of one fold
+/// of the fold probe ([`fold_probe_ns`]). From 1 to [`MAX_BYTES_PER_US`].
+pub(crate) fn fold_rate_from(fold_ns: u64) -> u64 {
+    let rate = u128::from(FOLD_PROBE_FOLDED) * 1000 / u128::from(fold_ns.max(1));
+    u64::try_from(rate).unwrap_or(MAX_BYTES_PER_US).clamp(1, MAX_BYTES_PER_US)
 }
 
 /// Measures the network of a ring `connect` has just formed, agrees on the allreduce path
@@ -213,11 +269,14 @@ pub(crate) fn settle(
             ring.measured(network, path.forced());
             let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
             // 0: not measured, the hops being short (the cut is loopback's).
-            let bytes_per_us = network.bytes_per_us;
+            let (bytes_per_us, folds_per_us) = (network.bytes_per_us, network.folds_per_us);
             let cuts = ring::describe_cuts(world, network);
             let log_depth = network.log_depth();
             let allreduce = path.name();
-            info!(hop_us, bytes_per_us, window, log_depth, cuts, allreduce, "network measured");
+            info!(
+                hop_us,
+                bytes_per_us, folds_per_us, window, log_depth, cuts, allreduce, "network measured"
+            );
             if path.needs_chords() && !chords {
                 warn!(
                     "the allreduce path is forced to {path}, which needs chord streams, and \
@@ -308,23 +367,30 @@ pub(crate) fn longer_probe_bytes(first: Duration, world: usize, hop_ns: u64) -> 
     Some(want.clamp(low, high) / 8 * 8)
 }
 
-/// The rate a rank moves its bytes, in bytes per microsecond, from `call`, the time of a
-/// ring-path allreduce of `bytes` in a world of `world` at a hop of `hop_ns`: the bytes the
-/// cost model says one rank sends and folds ([`cost::traffic`]) over the time left once its
-/// hops are taken off, so that the model's time of that call, both at this rate
-/// (`ring::model_of`), is `call`. From 1 to [`MAX_BYTES_PER_US`]; the most where the hops
-/// take the whole time, or nothing moves.
-pub(crate) fn rate_from(call: Duration, bytes: usize, world: usize, hop_ns: u64) -> u64 {
+/// The rate a rank sends its bytes, in bytes per microsecond, from `call`, the time of a
+/// ring-path allreduce of `bytes` in a world of `world` at a hop of `hop_ns`, where ranks fold
+/// at `folds_per_us`: the bytes the cost model says one rank sends ([`cost::traffic`]) over
+/// the time left once its hops, and its folds at that rate, are taken off, so that the
+/// model's time of that call (`ring::model_of`) is `call`. From 1 to [`MAX_BYTES_PER_US`]; the
+/// most where the hops and folds take the whole time, or nothing moves.
+pub(crate) fn rate_from(
+    call: Duration,
+    bytes: usize,
+    world: usize,
+    hop_ns: u64,
+    folds_per_us: u64,
+) -> u64 {
     let ring = cost::traffic(cost::Path::Ring, bytes, 8, world);
+    let n = world.max(1) as u128;
     let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
-    let left_ns = call.as_nanos().saturating_sub(hops_ns);
-    // n × the bytes one rank sends and folds.
-    let moved_n = ring.sent_n + ring.folded_n;
-    if left_ns == 0 || moved_n == 0 {
+    // The model's fold time, `folded_n / n` bytes at `folds_per_us`, rounded down.
+    let folds_ns = ring.folded_n * 1000 / (n * u128::from(folds_per_us.max(1)));
+    let left_ns = call.as_nanos().saturating_sub(hops_ns).saturating_sub(folds_ns);
+    if left_ns == 0 || ring.sent_n == 0 {
         return MAX_BYTES_PER_US;
     }
     // Per microsecond: × 1000 nanoseconds.
-    let rate = moved_n * 1000 / (world as u128 * left_ns);
+    let rate = ring.sent_n * 1000 / (n * left_ns);
     u64::try_from(rate).unwrap_or(MAX_BYTES_PER_US).clamp(1, MAX_BYTES_PER_US)
 }
 
@@ -366,35 +432,66 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_is_the_bytes_sent_over_the_time_the_hops_leave() {
+    fn a_rate_is_the_bytes_sent_over_the_time_the_hops_and_folds_leave() {
         // World 4: the ring's 5 hops, and each rank sends 2 × 3/4 of the buffer and folds 3/4.
-        let (mib, hop_ns) = (1 << 20, 200_000);
-        let moved = 3 * 3 * mib / 4;
+        let (mib, hop_ns, folds) = (1 << 20, 200_000, 768);
+        let (sent, folded) = (3 * mib / 2, 3 * mib / 4);
         let hops = Duration::from_millis(1);
-        let call = hops + Duration::from_micros(moved as u64 / 300);
-        assert_eq!(rate_from(call, mib, 4, hop_ns), 300);
+        // Folds of 3/4 MiB at 768 B/us: 1,024 us more.
+        let folds_time = Duration::from_micros(folded as u64 / folds);
+        assert_eq!(folds_time, Duration::from_micros(1024));
+        let call = hops + folds_time + Duration::from_micros(sent as u64 / 300);
+        assert_eq!(rate_from(call, mib, 4, hop_ns, folds), 300);
         // Half the time left: twice the rate.
-        let faster = hops + Duration::from_micros(moved as u64 / 600);
-        assert_eq!(rate_from(faster, mib, 4, hop_ns), 600);
+        let faster = hops + folds_time + Duration::from_micros(sent as u64 / 600);
+        assert_eq!(rate_from(faster, mib, 4, hop_ns, folds), 600);
+        // Folds twice as fast leave half a millisecond more to the bytes.
+        let slower_sends = hops + folds_time / 2 + Duration::from_micros(sent as u64 / 600);
+        let rate = rate_from(slower_sends, mib, 4, hop_ns, 2 * folds);
+        assert_eq!(rate, 600, "the same sends: only the folds were faster");
+        // Folds taken as costing nothing: the whole time after the hops is the bytes'.
+        assert_eq!(rate_from(call, mib, 4, hop_ns, MAX_BYTES_PER_US), 251);
     }
 
     #[test]
     fn a_rate_stays_in_its_range_at_the_edges() {
-        let (mib, hop_ns) = (1 << 20, 200_000);
+        let (mib, hop_ns, folds) = (1 << 20, 200_000, MAX_BYTES_PER_US);
+        let rate = |call, bytes, world, hop_ns| rate_from(call, bytes, world, hop_ns, folds);
         // The hops take the whole time, or more: nothing says the bytes cost anything.
         for call in [Duration::ZERO, Duration::from_millis(1), Duration::from_micros(999)] {
-            assert_eq!(rate_from(call, mib, 4, hop_ns), MAX_BYTES_PER_US, "{call:?}");
+            assert_eq!(rate(call, mib, 4, hop_ns), MAX_BYTES_PER_US, "{call:?}");
         }
+        // The hops and the folds take it: the same.
+        let slow_folds = Duration::from_millis(1) + Duration::from_micros(768);
+        // (3/4 MiB at 1,024 B/us: 768 us.)
+        assert_eq!(rate_from(slow_folds, mib, 4, hop_ns, 1024), MAX_BYTES_PER_US);
         // Just past the hops: a huge rate, capped.
         let just_past = Duration::from_millis(1) + Duration::from_nanos(1);
-        assert_eq!(rate_from(just_past, mib, 4, hop_ns), MAX_BYTES_PER_US);
-        // A call that never ended, or no hop at all: the rate falls, never to 0.
-        assert_eq!(rate_from(Duration::MAX, mib, 4, hop_ns), 1);
-        assert_eq!(rate_from(Duration::MAX, mib, 4, u64::MAX), 1);
-        assert_eq!(rate_from(Duration::from_millis(1), mib, 4, 0), 2359, "2.25 MiB in 1 ms");
+        assert_eq!(rate(just_past, mib, 4, hop_ns), MAX_BYTES_PER_US);
+        // A call that never ended, or no hop at all: the rate falls, never to 0; nor does a
+        // fold rate of 0 (taken as 1) divide by 0.
+        assert_eq!(rate(Duration::MAX, mib, 4, hop_ns), 1);
+        assert_eq!(rate(Duration::MAX, mib, 4, u64::MAX), 1);
+        assert_eq!(rate_from(Duration::MAX, mib, 4, hop_ns, 0), 1);
+        assert_eq!(rate(Duration::from_millis(1), mib, 4, 0), 1574, "1.5 MiB in 999.25 us");
         // A world of one sends nothing.
-        assert_eq!(rate_from(Duration::from_millis(1), mib, 1, hop_ns), MAX_BYTES_PER_US);
-        assert_eq!(rate_from(Duration::from_millis(1), 0, 4, 0), MAX_BYTES_PER_US);
+        assert_eq!(rate(Duration::from_millis(1), mib, 1, hop_ns), MAX_BYTES_PER_US);
+        assert_eq!(rate(Duration::from_millis(1), 0, 4, 0), MAX_BYTES_PER_US);
+    }
+
+    #[test]
+    fn a_fold_rate_is_the_probes_bytes_over_its_time() {
+        // 96 KiB in 96 us: 1 KiB a microsecond.
+        assert_eq!(FOLD_PROBE_FOLDED, 96 << 10);
+        assert_eq!(fold_rate_from(96_000), 1024);
+        assert_eq!(fold_rate_from(48_000), 2048);
+        // No time at all, or 0 taken as 1 ns: capped. Forever: never 0.
+        assert_eq!(fold_rate_from(0), MAX_BYTES_PER_US);
+        assert_eq!(fold_rate_from(1), MAX_BYTES_PER_US);
+        assert_eq!(fold_rate_from(u64::MAX), 1);
+        // This core folds, and takes some time to.
+        let ns = fold_probe_ns();
+        assert!(ns >= 1 && fold_rate_from(ns) >= 1, "{ns} ns");
     }
 
     #[test]

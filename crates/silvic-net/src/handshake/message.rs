@@ -20,12 +20,12 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
-/// speaks the same messages. Ranks of different versions reject each other. 9: where the
-/// agreed hop is long, `connect` also times the ring's rate (ring-path probes and their
-/// agreements), the probes numbered from `2^64 - 14` (8: a data frame's direction byte also
-/// carries the path its call takes, and the agreement after the probes carries every rank's
-/// forced allreduce path; docs/protocol.md has the history).
-pub const VERSION: u16 = 9;
+/// speaks the same messages. Ranks of different versions reject each other. 10: the first
+/// agreement of the rate probes is two numbers, the slowest probe and the slowest rank's fold
+/// (9: where the agreed hop is long, `connect` also times the ring's rate, ring-path probes
+/// and their agreements, the probes numbered from `2^64 - 14`; docs/protocol.md has the
+/// history).
+pub const VERSION: u16 = 10;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.

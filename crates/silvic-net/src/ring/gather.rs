@@ -220,7 +220,7 @@ pub(super) fn gathered_allreduce<T: Element, C: Fn(T, T) -> T>(
 /// Folds the whole buffers of a world of `world`, gathered end to end in `gathered` (`block`
 /// bytes each, rank by rank), into `buf`, element by element in fold order: what every path
 /// that gathers raw contributions does once they are in, so all of them give the same bits.
-pub(super) fn fold_gathered<T: Element, C: Fn(T, T) -> T>(
+pub(crate) fn fold_gathered<T: Element, C: Fn(T, T) -> T>(
     buf: &mut [T],
     world: usize,
     gathered: &[u8],

@@ -78,7 +78,7 @@ pub(crate) mod varlen;
 use silvic_core::{CollectiveError, Numbers, Reduction, fold};
 
 pub(crate) use element::Element;
-pub(crate) use gather::allgather;
+pub(crate) use gather::{allgather, fold_gathered};
 use seam::Network;
 pub(crate) use seam::{Call, Link};
 
@@ -149,18 +149,20 @@ pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Netw
     cost::cheapest(candidates, bytes, elem, world, model_of(network)).unwrap_or(Ring)
 }
 
-/// The cost model's network for what a ring measured: its hop, and where its rate was
-/// measured, that rate for the bytes a rank sends and for those it folds alike (the probe's
-/// rate is what both cost it together, `probe::rate_from`); else loopback's rate
-/// ([`schedule::RATE_BYTES_PER_US`]) and folds free, as before the rate was measured.
+/// The cost model's network for what a ring measured: its hop, and where its rates were
+/// measured, the rate a rank sends at and the rate it folds at (`probe::rate_from`,
+/// `probe::fold_rate_from`); else loopback's rate ([`schedule::RATE_BYTES_PER_US`]) and folds
+/// free, as before the rates were measured.
 pub(crate) fn model_of(network: Network) -> cost::Network {
     match network.bytes_per_us {
         Network::UNMEASURED_RATE => {
             cost::Network { hop_ns: network.hop_ns, ..cost::Network::LOOPBACK }
         }
-        rate => {
-            cost::Network { hop_ns: network.hop_ns, bytes_per_us: rate, folds_per_us: Some(rate) }
-        }
+        rate => cost::Network {
+            hop_ns: network.hop_ns,
+            bytes_per_us: rate,
+            folds_per_us: Some(network.folds_per_us.max(1)),
+        },
     }
 }
 
@@ -171,7 +173,7 @@ pub(crate) fn describe_cuts(world: usize, network: Network) -> String {
     let model = model_of(network);
     let rate = match network.bytes_per_us {
         Network::UNMEASURED_RATE => format!("loopback's {} B/us, folds free", model.bytes_per_us),
-        measured => format!("measured {measured} B/us, folds too"),
+        measured => format!("measured {measured} B/us, folds {} B/us", network.folds_per_us),
     };
     let sizes = [8, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20];
     let cut = sizes.map(|bytes| {
@@ -312,9 +314,10 @@ mod tests {
             loopback.starts_with("at loopback's 1500 B/us, folds free: 8 B Gather"),
             "{loopback}"
         );
-        let bed = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300 };
+        let bed = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300, folds_per_us: 300 };
         let measured = describe_cuts(4, bed);
-        assert!(measured.starts_with("at measured 300 B/us, folds too: 8 B Gather"), "{measured}");
+        let start = "at measured 300 B/us, folds 300 B/us: 8 B Gather";
+        assert!(measured.starts_with(start), "{measured}");
         assert!(measured.contains("32768 B Gather") && measured.contains("262144 B Ring"));
     }
 
@@ -327,7 +330,7 @@ mod tests {
                 for (chords, bytes_per_us) in
                     [false, true].into_iter().flat_map(|c| rates.map(|r| (c, r)))
                 {
-                    let network = Network { hop_ns, chords, bytes_per_us };
+                    let network = Network { hop_ns, chords, bytes_per_us, folds_per_us: 1 };
                     for bytes in (0..=26).map(|b| 1 << b).chain([4095, 4097]) {
                         let today = if schedule::uses_gather(bytes, world) { Gather } else { Ring };
                         let cut = chosen_path(bytes, 8, world, network);
@@ -345,7 +348,7 @@ mod tests {
     #[test]
     fn at_long_hops_the_measured_rate_cuts_between_the_gather_and_the_ring() {
         use cost::Path::{Gather, Ring};
-        let bed = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300 };
+        let bed = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300, folds_per_us: 300 };
         assert_eq!(chosen_path(32 << 10, 8, 4, bed), Gather);
         assert_eq!(chosen_path(256 << 10, 8, 4, bed), Ring);
         let hop_alone = cost::Network { hop_ns: bed.hop_ns, ..cost::Network::LOOPBACK };
@@ -357,7 +360,8 @@ mod tests {
         // Every world without chords, and the chordless ends of the model: tiny buffers take
         // the gather's fewer hops, large ones the ring, and the gather stays in its memory.
         for world in 2..=7 {
-            let net = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300 };
+            let net = Network { bytes_per_us: 300, folds_per_us: 300, ..Network::UNMEASURED };
+            let net = Network { hop_ns: 200_000, ..net };
             assert_eq!(chosen_path(8, 8, world, net), Gather, "world {world}");
             assert_eq!(chosen_path(64 << 20, 8, world, net), Ring, "world {world}");
             let free = Network { bytes_per_us: 1 << 20, ..net };
@@ -373,13 +377,31 @@ mod tests {
     fn with_chords_the_rate_moves_the_cut_between_the_index_and_the_ring() {
         use cost::Path::{Index, Ring};
         let at = |bytes_per_us| {
-            chosen_path(256 << 10, 8, 16, Network { hop_ns: 200_000, chords: true, bytes_per_us })
+            let folds_per_us = bytes_per_us;
+            let net = Network { hop_ns: 200_000, chords: true, bytes_per_us, folds_per_us };
+            chosen_path(256 << 10, 8, 16, net)
         };
         assert_eq!(at(1500), Index);
         assert_eq!(at(100), Index);
         assert_eq!(at(90), Ring);
         assert_eq!(at(50), Ring);
         assert_eq!(at(Network::UNMEASURED_RATE), Index, "loopback's rate, as before");
+    }
+
+    /// The relay bed's world of 8 at 100 us (hops measured at 217 us): at 32 KiB Bruck's gather
+    /// takes 3 hops and sends and folds 7 buffers, the index 6 hops for 19/8 of one sent and 7/8
+    /// folded. Folds charged at the link's rate (508 B/us) made the index 3% cheaper, where
+    /// it measured 1.4x slower; at the rate a core folds, Bruck's folds cost little and it is
+    /// taken, while a slow enough folder still takes the index.
+    #[test]
+    fn folds_at_a_cores_rate_keep_brucks_gather_where_its_hops_are_fewer() {
+        use cost::Path::{Bruck, Index};
+        let bed = Network { hop_ns: 217_000, chords: true, bytes_per_us: 760, folds_per_us: 8000 };
+        assert_eq!(chosen_path(32 << 10, 8, 8, bed), Bruck);
+        let folds_as_slow_as_sends = Network { bytes_per_us: 508, folds_per_us: 508, ..bed };
+        assert_eq!(chosen_path(32 << 10, 8, 8, folds_as_slow_as_sends), Index);
+        // Larger buffers still take the index: its bytes, not its hops, are what it saves.
+        assert_eq!(chosen_path(256 << 10, 8, 8, bed), Index);
     }
 
     /// Runs `world` ranks over `inputs` with `combine`, each rank both paths in turn, then the

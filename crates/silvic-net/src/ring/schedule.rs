@@ -315,7 +315,12 @@ mod tests {
         assert_eq!(window(500), 1 + 500 / slice_us as usize);
         assert_eq!(window(u64::MAX / 1000), MAX_WINDOW);
         assert_eq!(
-            super::window(Network { hop_ns: u64::MAX, chords: true, bytes_per_us: 1 }),
+            super::window(Network {
+                hop_ns: u64::MAX,
+                chords: true,
+                bytes_per_us: 1,
+                folds_per_us: 1
+            }),
             MAX_WINDOW
         );
         for hop_us in 0..5000 {

@@ -131,12 +131,21 @@ pub(crate) struct Network {
     /// bytes against hops with it. [`Network::UNMEASURED_RATE`] where it was not measured;
     /// the cut then takes today's loopback figure ([`super::schedule::RATE_BYTES_PER_US`]).
     pub(crate) bytes_per_us: u64,
+    /// The rate a rank folds, in bytes per microsecond, timed on the gather path's own fold
+    /// (`probe::fold_probe_ns`): measured with the link's rate and [`Network::UNMEASURED_RATE`]
+    /// where that was not. The ring's probes fold as they send, so the link's rate is what is
+    /// left of their time once their folds at this rate are taken off.
+    pub(crate) folds_per_us: u64,
 }
 
 impl Network {
     /// A network nothing was measured of: in-memory tests, and links without a clock.
-    pub(crate) const UNMEASURED: Network =
-        Network { hop_ns: 0, chords: false, bytes_per_us: Self::UNMEASURED_RATE };
+    pub(crate) const UNMEASURED: Network = Network {
+        hop_ns: 0,
+        chords: false,
+        bytes_per_us: Self::UNMEASURED_RATE,
+        folds_per_us: Self::UNMEASURED_RATE,
+    };
 
     /// The rate of a network whose rate was not measured (hops below
     /// [`Network::LOG_DEPTH_FROM_HOP_NS`], or nothing measured at all).

@@ -52,7 +52,7 @@ impl Model {
     fn carry(&self, bytes: u64) -> u64 {
         (bytes as f64 * self.link_ps_per_byte).round() as u64
     }
-    fn fold(&self, bytes: u64) -> u64 {
+    pub(crate) fn fold(&self, bytes: u64) -> u64 {
         (bytes as f64 * self.fold_ps_per_byte).round() as u64
     }
     fn copy(&self, bytes: u64) -> u64 {

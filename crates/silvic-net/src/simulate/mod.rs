@@ -342,6 +342,9 @@ impl VirtualLink {
         let hop_ns = probe::hop_from(probe.time, world);
         let mut measured = seam::Network { hop_ns, ..seam::Network::UNMEASURED };
         if world > 1 && measured.long_hops() {
+            // The fold probe on a core of its own, timed as a rank times it.
+            let fold_ns = model.fold(probe::FOLD_PROBE_FOLDED).div_ceil(1000);
+            measured.folds_per_us = probe::fold_rate_from(fold_ns);
             let ring = |bytes| {
                 let link = VirtualLink::new(model, measured);
                 simulate_on(link, Collective::Allreduce, world, bytes, Path::Ring)
@@ -352,7 +355,8 @@ impl VirtualLink {
                 bytes = longer;
                 time = ring(bytes)?.time;
             }
-            measured.bytes_per_us = probe::rate_from(time, bytes, world, hop_ns);
+            measured.bytes_per_us =
+                probe::rate_from(time, bytes, world, hop_ns, measured.folds_per_us);
         }
         let measured = seam::Network { chords: topology::chords_formed(world), ..measured };
         *last() = Some((model, world, measured));
