@@ -125,6 +125,8 @@ pub(crate) struct TcpRing {
     /// The ways of the call in progress and their streams, kept between calls.
     ways: Ways,
     table: Table,
+    /// The clock of the call in progress, kept between calls.
+    clock: Watch,
     /// What the ranks measured of the network when the ring formed (`probe.rs`).
     network: Network,
     /// The path every rank agreed to force allreduces onto (`options.rs`).
@@ -166,6 +168,7 @@ impl TcpRing {
             spin: SPIN,
             ways: Ways::default(),
             table: Table::default(),
+            clock: Watch::default(),
             network: Network::UNMEASURED,
             forced: None,
         }
@@ -200,34 +203,39 @@ impl TcpRing {
         plan: &dyn FramePlan,
         more: bool,
     ) -> Result<bool, StreamFailure> {
-        let writer = self.table.writer(s, &self.ways);
-        // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]).
-        let between = self.table.reader(s, &self.ways).is_none_or(|w| self.ways.in_at_boundary(w));
-        let writing = writer.is_some_and(|w| !self.ways.out_done(w));
-        let flushed = {
-            let stream = &mut self.streams[s];
-            stream.queued.flush(&stream.socket)
+        // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]): asked
+        // only once a write failed, as it is every turn of every stream otherwise.
+        let between = |ring: &Self| {
+            ring.table.reader(s, &ring.ways).is_none_or(|w| ring.ways.in_at_boundary(w))
         };
-        match flushed {
-            Ok(n) => self.streams[s].sent += n as u64,
-            Err(e) if writing => return Err((s, self.gone(s, &e, between))),
-            // Only a notice was left to send: the neighbour needs nothing more in this call.
-            // The failure is reported by the next call, or shows on reading the stream.
-            Err(e) => {
-                self.streams[s].queued.drop_rest();
-                let error = self.gone(s, &e, between);
-                self.pending.get_or_insert(error);
+        if !self.streams[s].queued.is_empty() {
+            let flushed = {
+                let stream = &mut self.streams[s];
+                stream.queued.flush(&stream.socket)
+            };
+            let writing = self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
+            match flushed {
+                Ok(n) => self.streams[s].sent += n as u64,
+                Err(e) if writing => return Err((s, self.gone(s, &e, between(self)))),
+                // Only a notice was left to send: the neighbour needs nothing more in this
+                // call. The failure is reported by the next call, or shows on reading the
+                // stream.
+                Err(e) => {
+                    self.streams[s].queued.drop_rest();
+                    let error = self.gone(s, &e, between(self));
+                    self.pending.get_or_insert(error);
+                    return Ok(false);
+                }
+            }
+            if !self.streams[s].queued.is_empty() {
                 return Ok(false);
             }
-        }
-        if !self.streams[s].queued.is_empty() {
-            return Ok(false);
         }
         let mut wrote = false;
         while let Some(w) = self.table.writer(s, &self.ways) {
             let stream = &mut self.streams[s];
             let out = self.ways.write_to(plan, w, &stream.socket, &mut stream.sent, more);
-            wrote |= out.map_err(|e| (s, self.gone(s, &e, between)))?;
+            wrote |= out.map_err(|e| (s, self.gone(s, &e, between(self))))?;
             // Once a way is all out, the next way on the stream may start at once.
             if !more || !self.ways.out_done(w) || self.table.writer(s, &self.ways) == Some(w) {
                 break;
@@ -326,9 +334,21 @@ impl TcpRing {
     /// The clock is read once per turn (and once after each wait, to count it); what it means
     /// is the watch's to say.
     fn drive(&mut self, plan: &mut dyn FramePlan) -> Result<(), StreamFailure> {
+        let mut clock = std::mem::take(&mut self.clock);
+        clock.start(Instant::now(), self.streams.len(), self.timeout);
+        let driven = self.drive_on(plan, &mut clock);
+        self.clock = clock;
+        driven
+    }
+
+    /// [`TcpRing::drive`] on the call's `clock`, started.
+    fn drive_on(
+        &mut self,
+        plan: &mut dyn FramePlan,
+        clock: &mut Watch,
+    ) -> Result<(), StreamFailure> {
         let Call { op, seq, .. } = plan.call();
         let n = self.streams.len();
-        let mut clock = Watch::new(Instant::now(), n, self.timeout);
         let mut watch = [true; MAX_STREAMS];
         let watch = &mut watch[..n];
         let mut stirred = self.stirred_idle()?;

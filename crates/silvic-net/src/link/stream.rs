@@ -153,17 +153,29 @@ impl TcpRing {
 /// it before any of a later one's), so the way on a stream now is the earliest one not yet done
 /// with it, and the next frame read from it is that way's (its header is checked against that
 /// way's [`FramePlan::expect`], so a frame that does not fit is refused as ever).
+///
+/// The table is kept between calls and built again only when a call's ways differ from the
+/// last call's: a trainer's calls mostly repeat one plan's routes.
 #[derive(Debug, Default)]
 pub(super) struct Table {
     writers: Vec<Vec<usize>>,
     readers: Vec<Vec<usize>>,
+    /// What the table was built for: the rank, the world, and the plan's routes, way by way.
+    built_for: Option<(usize, usize)>,
+    routes: Vec<Route>,
 }
 
 impl Table {
-    /// The table of `plan` over `streams`. Panics if a way's route has no stream: a plan this
-    /// link cannot carry is a bug, not a peer's doing.
+    /// The table of `plan` over `streams` (the same streams every call). Panics if a way's
+    /// route has no stream: a plan this link cannot carry is a bug, not a peer's doing.
     pub(super) fn build(&mut self, plan: &dyn FramePlan, streams: &[Stream]) {
         let Call { rank, world, .. } = plan.call();
+        if self.built_for == Some((rank, world)) && self.routes == plan.ways() {
+            return;
+        }
+        self.built_for = Some((rank, world));
+        self.routes.clear();
+        self.routes.extend_from_slice(plan.ways());
         let find = |offset: isize| {
             let peer = Route { offset }.sends_to(rank, world);
             let to_peer = |s: &&Stream| s.peer == peer;

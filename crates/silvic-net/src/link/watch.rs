@@ -44,8 +44,9 @@ pub(super) struct Due {
     pub(super) deadline: Option<Instant>,
 }
 
-/// The clock of one call over `streams` streams (see the module doc).
-#[derive(Debug)]
+/// The clock of one call over `streams` streams (see the module doc). The link keeps one and
+/// starts it afresh for each call ([`Watch::start`]), so a call allocates nothing for it.
+#[derive(Debug, Default)]
 pub(super) struct Watch {
     timeout: Duration,
     every: Duration,
@@ -59,15 +60,22 @@ pub(super) struct Watch {
 
 impl Watch {
     /// A call started at `now` over `streams` streams, timing out after `timeout`.
+    #[cfg(test)]
     pub(super) fn new(now: Instant, streams: usize, timeout: Duration) -> Self {
-        Watch {
-            timeout,
-            every: notice_every(timeout),
-            active: vec![now; streams],
-            waiting_since: vec![None; streams],
-            next_notice: None,
-            warn_at: WARN_AFTER,
-        }
+        let mut watch = Watch::default();
+        watch.start(now, streams, timeout);
+        watch
+    }
+
+    /// Starts the clock of a call started at `now` over `streams` streams, timing out after
+    /// `timeout`: nothing of the call before it stays.
+    pub(super) fn start(&mut self, now: Instant, streams: usize, timeout: Duration) {
+        (self.timeout, self.every) = (timeout, notice_every(timeout));
+        self.active.clear();
+        self.active.resize(streams, now);
+        self.waiting_since.clear();
+        self.waiting_since.resize(streams, None);
+        (self.next_notice, self.warn_at) = (None, WARN_AFTER);
     }
 
     /// Data moved on stream `s` at `now`.

@@ -137,7 +137,12 @@ impl Ways {
         loop {
             let first = self.sent[w];
             let resume = self.ways[w].written;
-            let mut count = usize::from(resume > 0);
+            let mut payloads: [&[u8]; BATCH] = [&[]; BATCH];
+            let mut count = 0;
+            if resume > 0 {
+                payloads[0] = plan.payload(w, first);
+                count = 1;
+            }
             let mut bytes = 0;
             while more && count < BATCH && bytes < BATCH_BYTES {
                 self.sent[w] = first + count;
@@ -146,20 +151,21 @@ impl Ways {
                 if !ready {
                     break;
                 }
-                bytes += HEADER_LEN + plan.payload(w, first + count).len();
+                payloads[count] = plan.payload(w, first + count);
+                bytes += HEADER_LEN + payloads[count].len();
                 count += 1;
             }
             if count == 0 {
                 return Ok(moved);
             }
             // Built only for a write: a call asks every turn, and mostly nothing may go.
-            let heads: [[u8; HEADER_LEN]; BATCH] = std::array::from_fn(|i| match i {
-                0 if resume > 0 => self.ways[w].head,
-                i if i < count => plan.header(w, first + i).encode(),
-                _ => [0; HEADER_LEN],
-            });
-            let payloads: [&[u8]; BATCH] =
-                std::array::from_fn(|i| if i < count { plan.payload(w, first + i) } else { &[] });
+            let mut heads = [[0; HEADER_LEN]; BATCH];
+            for (i, head) in heads.iter_mut().enumerate().take(count) {
+                *head = match i {
+                    0 if resume > 0 => self.ways[w].head,
+                    i => plan.header(w, first + i).encode(),
+                };
+            }
             let mut parts = [IoSlice::new(&[]); 2 * BATCH];
             let mut used = 0;
             for (i, (head, payload)) in heads.iter().zip(payloads).take(count).enumerate() {
