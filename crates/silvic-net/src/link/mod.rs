@@ -331,8 +331,9 @@ impl TcpRing {
 
     /// Runs the call: turns until every frame is through, spinning for a while after progress,
     /// then sleeping in poll(2) until a stream is ready or the [`Watch`] has something due.
-    /// The clock is read once per turn (and once after each wait, to count it); what it means
-    /// is the watch's to say.
+    /// The clock is read once per turn, and once after each wait in poll(2) to count it; a
+    /// spin's yield is counted up to the next turn's reading. What the times mean is the
+    /// watch's to say.
     fn drive(&mut self, plan: &mut dyn FramePlan) -> Result<(), StreamFailure> {
         let mut clock = std::mem::take(&mut self.clock);
         clock.start(Instant::now(), self.streams.len(), self.timeout);
@@ -356,9 +357,14 @@ impl TcpRing {
         // its first one's.
         let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
         let path = first.map(|w| plan.header(w, 0)).map(|h| (h.path, h.total));
+        // The last turn's spin, if it spun: when, and the streams it waited on.
+        let mut spun: Option<(Instant, u64)> = None;
         loop {
             let moved = self.turn(plan, (&mut *watch, path), &mut stirred)?;
             let now = Instant::now();
+            if let Some((since, on)) = spun.take() {
+                self.count_wait(now.saturating_duration_since(since), on);
+            }
             for s in (0..n).filter(|&s| moved & (1 << s) != 0) {
                 clock.moved(s, now);
             }
@@ -370,7 +376,7 @@ impl TcpRing {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
                 std::thread::yield_now();
-                self.count_wait(now.elapsed(), waited);
+                spun = Some((now, waited));
                 continue;
             }
             let seen = |s: usize| Seen { peer: self.streams[s].peer, heard: self.streams[s].heard };
