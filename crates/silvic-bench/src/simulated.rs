@@ -49,15 +49,18 @@ pub(crate) fn run(config: &Config, sim: &Simulation) -> Result<u64, Failure> {
     let mut printer = Printer::new(config.format, config.progress, false, config.link_mbit)
         .timed_as(SIMULATED_TIME);
     let preamble = describe(config, sim);
+    // Every size of the sweep runs on one ring, formed (its probes simulated) once.
+    let ring = simulate::SimulatedRing::form(&sim.network, config.world)
+        .map_err(|e| format!("--simulate: {e}"))?;
     for &kind in &config.kinds {
         printer.start(&preamble, kind, "");
         let mut rows = Vec::with_capacity(config.sizes.len());
         for (index, &size) in config.sizes.iter().enumerate() {
             printer.progress(kind, size, index, config.sizes.len());
             let (collective, bytes) = per_rank(kind, config.world, size);
-            let simulated =
-                simulate::simulate(&sim.network, collective, config.world, bytes, sim.path)
-                    .map_err(|e| format!("--simulate at {size} bytes: {e}"))?;
+            let simulated = ring
+                .call(collective, bytes, sim.path)
+                .map_err(|e| format!("--simulate at {size} bytes: {e}"))?;
             let row = row(kind, config.world, size, simulated);
             printer.row(&row);
             rows.push(row);

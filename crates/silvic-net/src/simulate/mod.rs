@@ -43,13 +43,13 @@
 //! element), which is the one thing the shared plan gets wrong by design.
 //!
 //! Invariants: [`simulate`] is a pure function of its arguments (one clock of whole
-//! picoseconds, events in a fixed order, no threads, no randomness; a cache of the last
-//! formed ring's measures, which are a pure function too), so it gives the same
-//! answer on every run; it holds at most [`MAX_BUFFER_BYTES`] of buffers.
+//! picoseconds, events in a fixed order, no threads, no randomness), and so is
+//! [`SimulatedRing`], which holds what a ring formed on the network measured for the calls of
+//! a sweep, so they give the same answer on every run; a call holds at most
+//! [`MAX_BUFFER_BYTES`] of buffers.
 
 mod driver;
 
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use silvic_core::{Op, fold};
@@ -254,7 +254,8 @@ fn taken(
 }
 
 /// Simulates one call of `collective` on `world` ranks over `network`, every rank passing
-/// `bytes` (an allreduce's buffer, or an allgather's block), on `path`.
+/// `bytes` (an allreduce's buffer, or an allgather's block), on `path`: a ring formed
+/// ([`SimulatedRing::form`]) for that one call.
 pub fn simulate(
     network: &Network,
     collective: Collective,
@@ -262,9 +263,44 @@ pub fn simulate(
     bytes: usize,
     path: Path,
 ) -> Result<Simulated, SimulateError> {
-    let model = network.model()?;
     check(collective, world, bytes, path)?;
-    simulate_on(VirtualLink::formed(model, world)?, collective, world, bytes, path)
+    SimulatedRing::form(network, world)?.call(collective, bytes, path)
+}
+
+/// A simulated ring of `world` ranks over a network, formed once: what a real ring would
+/// measure there when it forms (its hop, and where that is long its rates), which every call
+/// on it reads. Forming simulates those probes, most of a call's time at large worlds behind
+/// long hops, so a sweep forms one ring for all its sizes.
+#[derive(Debug, Clone)]
+pub struct SimulatedRing {
+    model: Model,
+    world: usize,
+    measured: seam::Network,
+}
+
+impl SimulatedRing {
+    /// Forms a ring of `world` ranks over `network`: checks both and simulates the probes.
+    pub fn form(network: &Network, world: usize) -> Result<SimulatedRing, SimulateError> {
+        let model = network.model()?;
+        if !(1..=MAX_WORLD).contains(&world) {
+            return Err(SimulateError::World(world));
+        }
+        let measured = VirtualLink::formed(model, world)?.measured;
+        Ok(SimulatedRing { model, world, measured })
+    }
+
+    /// Simulates one call of `collective` on this ring, every rank passing `bytes`, on `path`
+    /// (see [`simulate`]).
+    pub fn call(
+        &self,
+        collective: Collective,
+        bytes: usize,
+        path: Path,
+    ) -> Result<Simulated, SimulateError> {
+        check(collective, self.world, bytes, path)?;
+        let link = VirtualLink::new(self.model, self.measured);
+        simulate_on(link, collective, self.world, bytes, path)
+    }
 }
 
 /// [`simulate`] on `link`, whose measured network the plans read, of checked arguments.
@@ -307,13 +343,6 @@ fn simulate_on(
     Ok(Simulated { time: link.time(), path, frames: link.spent.frames })
 }
 
-/// What the last ring [`VirtualLink::formed`] formed measured, with its model and world: a
-/// sweep simulates every size on one network and world, and what a ring measures when it forms
-/// depends on those alone, so each sweep simulates the probes once (a world of 1024 at 100 us
-/// hops spends most of a call's time on them otherwise). A cache of a pure function: the
-/// answers stay the same.
-static LAST_FORMED: Mutex<Option<(Model, usize, seam::Network)>> = Mutex::new(None);
-
 /// The simulator's [`Link`]: each plan it is handed runs on every rank of the plan's world in
 /// virtual time, after the plans before it.
 struct VirtualLink {
@@ -333,10 +362,6 @@ impl VirtualLink {
     /// ones a real ring on that network would take. One run of each: virtual time has no
     /// stragglers to leave out.
     fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
-        let last = || LAST_FORMED.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, _, measured)) = last().filter(|&(m, w, _)| (m, w) == (model, world)) {
-            return Ok(VirtualLink::new(model, measured));
-        }
         let unmeasured = VirtualLink::new(model, seam::Network::UNMEASURED);
         let probe = simulate_on(unmeasured, Collective::Allreduce, world, 8, Path::Auto)?;
         let hop_ns = probe::hop_from(probe.time, world);
@@ -359,7 +384,6 @@ impl VirtualLink {
                 probe::rate_from(time, bytes, world, hop_ns, measured.folds_per_us);
         }
         let measured = seam::Network { chords: topology::chords_formed(world), ..measured };
-        *last() = Some((model, world, measured));
         Ok(VirtualLink::new(model, measured))
     }
 

@@ -152,14 +152,32 @@ fn more_latency_or_overhead_is_never_faster_and_bytes_bound_the_time() {
 #[test]
 fn a_world_of_1024_runs_every_frame() {
     let net = network(100, 10.0, 5, 5.0);
-    let got = simulate(&net, Collective::Allreduce, 1024, 16 << 20, Path::Auto).unwrap();
+    let ring = SimulatedRing::form(&net, 1024).unwrap();
+    let got = ring.call(Collective::Allreduce, 16 << 20, Path::Auto).unwrap();
     // Segments of 16 KiB are one slice: n - 1 + floor(n/2) frames rightward, floor((n-1)/2)
     // leftward, on each of 1024 ranks.
     assert_eq!((got.path, got.frames), (Path::Ring, 1024 * (1023 + 512 + 511)));
     // At least its hops: n - 1 + floor(n/2) of them, one after another.
     assert!(got.time >= Duration::from_micros(100 * (1023 + 512)), "{got:?}");
-    let gathered = simulate(&net, Collective::Allgather, 1024, 16 << 10, Path::Auto).unwrap();
+    let gathered = ring.call(Collective::Allgather, 16 << 10, Path::Auto).unwrap();
     assert_eq!(gathered.frames, 1024 * (512 + 511));
+}
+
+/// A formed ring refuses what `simulate` refuses: a world out of range, a bad network, and a
+/// call it cannot run.
+#[test]
+fn a_ring_is_formed_only_on_a_world_and_network_in_range() {
+    let net = network(5, 10.0, 1, 5.0);
+    for world in [0, MAX_WORLD + 1] {
+        assert_eq!(SimulatedRing::form(&net, world).unwrap_err(), SimulateError::World(world));
+    }
+    let bad = Network { link_gbit: 0.0, ..net };
+    assert!(matches!(SimulatedRing::form(&bad, 4), Err(SimulateError::Network(_))));
+    let ring = SimulatedRing::form(&net, 4).unwrap();
+    assert_eq!(ring.call(Collective::Allreduce, 12, Path::Auto), Err(SimulateError::Length(12)));
+    // A ring formed for one call gives the same call as one formed for many.
+    let one = simulate(&net, Collective::Allreduce, 4, 64 << 10, Path::Auto);
+    assert_eq!(ring.call(Collective::Allreduce, 64 << 10, Path::Auto), one);
 }
 
 /// Where the simulated probe's hop is short (5 us), auto takes today's cut; where it is long
