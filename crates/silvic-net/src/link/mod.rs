@@ -255,10 +255,11 @@ impl TcpRing {
     }
 
     /// Reads the frames that come in on stream `s` that the plan lets in, way after way as each
-    /// is all in; returns whether data moved. A notice of this call read on the way is noted.
+    /// is all in ([`Ways::read_from`] asks the plan before each frame); returns whether data
+    /// moved. A notice of this call read on the way is noted.
     fn read_ways(&mut self, s: usize, plan: &mut dyn FramePlan) -> Result<bool, StreamFailure> {
         let mut moved = false;
-        while let Some(w) = self.table.reader(s, &self.ways).filter(|_| self.wants_read(s, plan)) {
+        while let Some(w) = self.table.reader(s, &self.ways) {
             let stream = &mut self.streams[s];
             let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
             let mut heard = None;
@@ -268,7 +269,8 @@ impl TcpRing {
                 stream.heard = Some(Heard { notice, at: Instant::now() });
             }
             moved |= read.map_err(|e| (s, e))?;
-            if !self.ways.in_done(w) {
+            // Once a way is all in, the next way on the stream may start at once.
+            if !self.ways.in_done(w) || self.table.reader(s, &self.ways) == Some(w) {
                 break;
             }
         }
