@@ -78,7 +78,6 @@ mod stream;
 mod watch;
 mod way;
 
-use control::Heard;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
@@ -247,34 +246,6 @@ impl TcpRing {
             stream.liveness.restore(&stream.socket);
         }
         Ok(wrote)
-    }
-
-    /// Whether a frame may come in on stream `s` now: the way on it lets its next one in.
-    fn wants_read(&self, s: usize, plan: &dyn FramePlan) -> bool {
-        self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w))
-    }
-
-    /// Reads the frames that come in on stream `s` that the plan lets in, way after way as each
-    /// is all in ([`Ways::read_from`] asks the plan before each frame); returns whether data
-    /// moved. A notice of this call read on the way is noted.
-    fn read_ways(&mut self, s: usize, plan: &mut dyn FramePlan) -> Result<bool, StreamFailure> {
-        let mut moved = false;
-        while let Some(w) = self.table.reader(s, &self.ways) {
-            let stream = &mut self.streams[s];
-            let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
-            let mut heard = None;
-            let peer = (stream.peer, self.world);
-            let read = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
-            if let Some(notice) = heard {
-                stream.heard = Some(Heard { notice, at: Instant::now() });
-            }
-            moved |= read.map_err(|e| (s, e))?;
-            // Once a way is all in, the next way on the stream may start at once.
-            if !self.ways.in_done(w) || self.table.reader(s, &self.ways) == Some(w) {
-                break;
-            }
-        }
-        Ok(moved)
     }
 
     /// Writes what every stream takes (see [`TcpRing::write_some`]); returns the streams (as

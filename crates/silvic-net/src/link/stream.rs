@@ -1,7 +1,8 @@
 //! One ring stream as the link keeps it ([`Stream`]): the socket and everything that belongs
 //! to it alone (its counts, which [`TcpRing::stats`] and [`TcpRing::peer_stats`] report), and
 //! the table from a plan's ways to the streams they write and read ([`Table`]), with what it
-//! says of a call: the streams it still needs, and the ones it waits on now.
+//! says of a call: the streams it still needs, the ones it waits on now, and the frames that
+//! come in on a stream, read way after way.
 //!
 //! Invariants: a stream is named by its route (the signed offset round the ring of the rank at
 //! its other end, `topology.rs`), so the two streams of a world of two, both to rank 1,
@@ -11,12 +12,12 @@
 //! waits on a stream only while the plan lets that stream's next frame through (in or out).
 
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::control::{Heard, Queued};
 use super::reader::ReadAhead;
-use super::way::Ways;
-use super::{READ_AHEAD, TcpRing};
+use super::way::{Counted, Ways};
+use super::{READ_AHEAD, StreamFailure, TcpRing};
 use crate::liveness::Liveness;
 use crate::ring::seam::{Call, FramePlan, Route};
 use crate::stats::{PeerStats, RingStats};
@@ -131,6 +132,38 @@ impl TcpRing {
             return free;
         }
         streams.filter(|&s| self.needs(s)).map(|s| 1 << s).sum()
+    }
+
+    /// Whether a frame may come in on stream `s` now: the way on it lets its next one in.
+    pub(super) fn wants_read(&self, s: usize, plan: &dyn FramePlan) -> bool {
+        self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w))
+    }
+
+    /// Reads the frames that come in on stream `s` that the plan lets in, way after way as each
+    /// is all in ([`Ways::read_from`] asks the plan before each frame); returns whether data
+    /// moved. A notice of this call read on the way is noted.
+    pub(super) fn read_ways(
+        &mut self,
+        s: usize,
+        plan: &mut dyn FramePlan,
+    ) -> Result<bool, StreamFailure> {
+        let mut moved = false;
+        while let Some(w) = self.table.reader(s, &self.ways) {
+            let stream = &mut self.streams[s];
+            let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
+            let mut heard = None;
+            let peer = (stream.peer, self.world);
+            let read = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
+            if let Some(notice) = heard {
+                stream.heard = Some(Heard { notice, at: Instant::now() });
+            }
+            moved |= read.map_err(|e| (s, e))?;
+            // Once a way is all in, the next way on the stream may start at once.
+            if !self.ways.in_done(w) || self.table.reader(s, &self.ways) == Some(w) {
+                break;
+            }
+        }
+        Ok(moved)
     }
 
     /// Adds a wait to the time spent waiting on each stream the call waited on.
