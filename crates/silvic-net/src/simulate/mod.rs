@@ -431,3 +431,6 @@ mod tests;
 
 #[cfg(test)]
 mod cpu_tests;
+
+#[cfg(test)]
+mod plan_tests;
