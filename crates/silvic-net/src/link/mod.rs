@@ -202,8 +202,8 @@ impl TcpRing {
         plan: &dyn FramePlan,
         more: bool,
     ) -> Result<bool, StreamFailure> {
-        // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]): asked
-        // only once a write failed, as it is every turn of every stream otherwise.
+        // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]), asked
+        // only once a write has failed: asked ahead, it cost every stream a look-up every turn.
         let between = |ring: &Self| {
             ring.table.reader(s, &ring.ways).is_none_or(|w| ring.ways.in_at_boundary(w))
         };
