@@ -7,42 +7,9 @@ use super::driver::drive;
 use super::tests::network;
 use super::*;
 use crate::frame::Header;
+use crate::ring::mem::Circular;
 use crate::ring::seam::{self, Moved, Route};
 use crate::ring::{gather, schedule};
-
-/// A plan whose only gate waits on its own frame in.
-struct Circular;
-
-impl FramePlan for Circular {
-    fn call(&self) -> Call {
-        Call { rank: 0, world: 2, op: Op::AllgatherBytes, seq: 0 }
-    }
-    fn ways(&self) -> &[Route] {
-        &[Route::RIGHTWARD]
-    }
-    fn frames(&self, _: usize) -> usize {
-        1
-    }
-    fn header(&self, _: usize, _: usize) -> Header {
-        Header::data(Op::AllgatherBytes, 0, 0, 0)
-    }
-    fn expect(&self, w: usize, i: usize) -> Header {
-        self.header(w, i)
-    }
-    fn ready(&self, w: usize, progress: Moved<'_>) -> bool {
-        progress.received[w] > 0
-    }
-    fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
-        true
-    }
-    fn payload(&self, _: usize, _: usize) -> &[u8] {
-        &[]
-    }
-    fn space(&mut self, _: usize, _: usize) -> &mut [u8] {
-        &mut []
-    }
-    fn commit(&mut self, _: usize, _: usize, _: usize) {}
-}
 
 #[test]
 fn gates_that_wait_in_a_circle_are_reported_not_hung() {
