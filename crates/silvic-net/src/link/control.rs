@@ -15,6 +15,7 @@ use std::io::{self, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use arrayvec::ArrayVec;
 use rustix::event::{PollFd, PollFlags};
 use silvic_core::CollectiveError;
 
@@ -177,11 +178,10 @@ impl TcpRing {
         if !(0..n).any(idle) {
             return Ok(0);
         }
-        let mut fds: [PollFd<'_>; MAX_STREAMS] = std::array::from_fn(|s| {
-            let events = if s < n && idle(s) { PollFlags::IN } else { PollFlags::empty() };
-            PollFd::new(&self.streams[s.min(n - 1)].socket, events)
-        });
-        let polled = wait(&mut fds[..n], Some(Instant::now()));
+        let events = |s: usize| if idle(s) { PollFlags::IN } else { PollFlags::empty() };
+        let mut fds: ArrayVec<PollFd<'_>, MAX_STREAMS> =
+            (0..n).map(|s| PollFd::new(&self.streams[s].socket, events(s))).collect();
+        let polled = wait(&mut fds, Some(Instant::now()));
         polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
         let stirred =
             |s: usize| !self.streams[s].ahead.buffered().is_empty() || !fds[s].revents().is_empty();

@@ -62,6 +62,7 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use arrayvec::ArrayVec;
 use rustix::event::{PollFd, PollFlags};
 use silvic_core::{CollectiveError, Op};
 use tracing::warn;
@@ -379,16 +380,14 @@ impl TcpRing {
                 }
                 events
             };
-            // On the stack, so that a wait allocates nothing: only the first `n` are polled (the
-            // rest repeat the last stream, unused).
-            let mut fds: [PollFd<'_>; MAX_STREAMS] = std::array::from_fn(|s| {
-                let events = if s < n { events(s) } else { PollFlags::empty() };
-                PollFd::new(&self.streams[s.min(n - 1)].socket, events)
-            });
-            let polled = wait(&mut fds[..n], deadline);
+            // On the stack, so that a wait allocates nothing.
+            let mut fds: ArrayVec<PollFd<'_>, MAX_STREAMS> =
+                (0..n).map(|s| PollFd::new(&self.streams[s].socket, events(s))).collect();
+            let polled = wait(&mut fds, deadline);
             polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
             stirred |=
                 (0..n).filter(|&s| !fds[s].revents().is_empty()).map(|s| 1 << s).sum::<u64>();
+            drop(fds);
             let woke = Instant::now();
             self.count_wait(woke.saturating_duration_since(now), waited);
             for (s, stream) in self.streams.iter_mut().enumerate() {
@@ -448,10 +447,14 @@ mod tests {
     /// frame hid) fails the call with a timeout after this, never a hang.
     const BOUND: Duration = Duration::from_secs(20);
 
-    /// A sink into a vector: the bytes, and how many have come. Shared with reader.rs's tests.
-    pub(super) struct VecSink(pub(super) Vec<u8>, pub(super) usize);
+    /// A sink into a vector: the bytes, how many have come, and the header the frame must
+    /// carry. Shared with reader.rs's tests.
+    pub(super) struct VecSink(pub(super) Vec<u8>, pub(super) usize, pub(super) Header);
 
     impl Sink for VecSink {
+        fn expected(&self) -> Header {
+            self.2
+        }
         fn space(&mut self) -> &mut [u8] {
             &mut self.0[self.1..]
         }
@@ -489,8 +492,17 @@ mod tests {
     }
 
     fn one_hop(header: Header, payload: &[u8]) -> OneHop<'_> {
-        let sinks = [VecSink(vec![0; 3], 0), VecSink(vec![0; 3], 0)];
+        let expect = |way| OneHop::expected(header, way);
+        let sinks = [VecSink(vec![0; 3], 0, expect(0)), VecSink(vec![0; 3], 0, expect(1))];
         OneHop { header, payload, sinks, gated: false }
+    }
+
+    impl OneHop<'_> {
+        /// The header of the frame that comes in on `way`.
+        fn expected(header: Header, way: usize) -> Header {
+            let from = if way == 0 { 0 } else { 2 };
+            header.carrying(DIRS[way], from)
+        }
     }
 
     /// Way 0 rightward, way 1 leftward.
@@ -510,8 +522,7 @@ mod tests {
             self.header.carrying(DIRS[way], 1)
         }
         fn expect(&self, way: usize, _: usize) -> Header {
-            let from = if way == 0 { 0 } else { 2 };
-            self.header.carrying(DIRS[way], from)
+            OneHop::expected(self.header, way)
         }
         fn ready(&self, _: usize, _: Moved<'_>) -> bool {
             true

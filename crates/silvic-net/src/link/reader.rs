@@ -143,6 +143,12 @@ impl FrameIn {
         FrameIn { head: [0; HEADER_LEN], got: 0, state: State::Header, control: [0; MAX_ABORT_LEN] }
     }
 
+    /// Ready for the next frame, as [`FrameIn::new`] (the bytes held are left: nothing reads
+    /// them before they are written again).
+    pub(super) fn restart(&mut self) {
+        (self.got, self.state) = (0, State::Header);
+    }
+
     pub(super) fn done(&self) -> bool {
         matches!(self.state, State::Done)
     }
@@ -166,7 +172,6 @@ impl FrameIn {
         src: &mut R,
         ahead: &mut ReadAhead,
         (peer, world): (usize, usize),
-        expect: &Header,
         sink: &mut dyn Sink,
         heard: &mut Option<Waiting>,
     ) -> Result<bool, CollectiveError> {
@@ -179,7 +184,7 @@ impl FrameIn {
                 State::Done => return Ok(moved),
             };
             if buf.is_empty() {
-                moved |= self.advance(peer, world, expect, heard)?;
+                moved |= self.advance(peer, world, sink, heard)?;
                 continue;
             }
             let n = match nonblocking(|| ahead.read(src, buf)) {
@@ -204,7 +209,7 @@ impl FrameIn {
         &mut self,
         peer: usize,
         world: usize,
-        expect: &Header,
+        sink: &dyn Sink,
         heard: &mut Option<Waiting>,
     ) -> Result<bool, CollectiveError> {
         self.state = match self.state {
@@ -213,7 +218,7 @@ impl FrameIn {
                 self.got = 0;
                 match header.kind {
                     Kind::Data(_) => {
-                        header.expect(expect, peer)?;
+                        header.expect(&sink.expected(), peer)?;
                         self.state = State::Payload;
                         return Ok(true);
                     }
@@ -227,7 +232,7 @@ impl FrameIn {
                     // A notice of an earlier call (sent while this rank was between calls) is
                     // stale: it says nothing about this one.
                     Control::Waiting { notice, seq } => {
-                        if seq == expect.seq {
+                        if seq == sink.expected().seq {
                             *heard = Some(notice);
                         }
                         State::Header
@@ -375,13 +380,11 @@ mod tests {
         for step in [1, 7, 1000] {
             let mut src = Trickle::new(bytes.clone(), step);
             let (mut ahead, mut incoming) = (ReadAhead::new(0), FrameIn::new());
-            let mut sink = VecSink(vec![0; 5], 0);
+            let mut sink = VecSink(vec![0; 5], 0, expect);
             let mut heard = None;
             let mut turns = 0;
             while !incoming.done() {
-                incoming
-                    .read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
-                    .unwrap();
+                incoming.read_from(&mut src, &mut ahead, (1, 4), &mut sink, &mut heard).unwrap();
                 turns += 1;
                 assert!(turns < 1000);
             }
@@ -395,17 +398,15 @@ mod tests {
         let expect = Header::data(Op::AllgatherBytes, 4, 5, 5);
         let mut src = Trickle::new([notice(2), notice(3)].concat(), 1000);
         let (mut ahead, mut incoming) = (ReadAhead::new(0), FrameIn::new());
-        let mut sink = VecSink(vec![0; 5], 0);
+        let mut sink = VecSink(vec![0; 5], 0, expect);
         let mut heard = None;
-        let moved = incoming
-            .read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
-            .unwrap();
+        let moved =
+            incoming.read_from(&mut src, &mut ahead, (1, 4), &mut sink, &mut heard).unwrap();
         assert!(!moved, "a notice counted as data progress");
         assert_eq!(heard.map(|w| w.on), Some(3));
         let mut src = Trickle::new(expect.encode().to_vec(), 1000);
-        let moved = incoming
-            .read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
-            .unwrap();
+        let moved =
+            incoming.read_from(&mut src, &mut ahead, (1, 4), &mut sink, &mut heard).unwrap();
         assert!(moved, "an accepted data header is progress");
     }
 
@@ -416,10 +417,10 @@ mod tests {
         let bytes = [notice(3), abort_frame(2, cause.clone(), 4)].concat();
         let mut src = Trickle::new(bytes, 5);
         let (mut ahead, mut incoming) = (ReadAhead::new(0), FrameIn::new());
-        let mut sink = VecSink(vec![0; 8], 0);
+        let mut sink = VecSink(vec![0; 8], 0, expect);
         let mut heard = None;
         let error = loop {
-            match incoming.read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard) {
+            match incoming.read_from(&mut src, &mut ahead, (1, 4), &mut sink, &mut heard) {
                 Ok(_) => continue,
                 Err(e) => break e,
             }
@@ -429,14 +430,13 @@ mod tests {
         let later = Header::data(Op::AllreduceSumF64, 5, 8, 8).encode().to_vec();
         let mut src = Trickle::new(later, 64);
         let mut incoming = FrameIn::new();
-        let error = incoming
-            .read_from(&mut src, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
-            .unwrap_err();
+        let error =
+            incoming.read_from(&mut src, &mut ahead, (1, 4), &mut sink, &mut heard).unwrap_err();
         assert!(matches!(error, CollectiveError::OutOfStep { peer: 1, got_seq: 5, .. }));
         let mut closed = Trickle::new(vec![], 1);
         closed.closed = true;
         let error = FrameIn::new()
-            .read_from(&mut closed, &mut ahead, (1, 4), &expect, &mut sink, &mut heard)
+            .read_from(&mut closed, &mut ahead, (1, 4), &mut sink, &mut heard)
             .unwrap_err();
         assert_eq!(error, CollectiveError::PeerClosed { peer: 1 });
     }
@@ -471,14 +471,11 @@ mod tests {
         // The data frame is still there for the data reader, and stays there.
         let header = Header::data(Op::AllgatherBytes, 10, 1, 1);
         assert_eq!(next_control(&mut ahead, &mut src, 2, 4), Ok(Between::Data(header)));
-        let mut sink = VecSink(vec![0; 1], 0);
-        let expect = Header::data(Op::AllgatherBytes, 10, 1, 1);
+        let mut sink = VecSink(vec![0; 1], 0, Header::data(Op::AllgatherBytes, 10, 1, 1));
         let mut incoming = FrameIn::new();
         src.bytes.push(b'x');
         while !incoming.done() {
-            incoming
-                .read_from(&mut src, &mut ahead, (2, 4), &expect, &mut sink, &mut None)
-                .unwrap();
+            incoming.read_from(&mut src, &mut ahead, (2, 4), &mut sink, &mut None).unwrap();
         }
         assert_eq!(sink.0, b"x");
         src.closed = true;

@@ -51,7 +51,6 @@ impl<R: Read> Link for SliceLink<R> {
             let (stream, ahead, peer) =
                 (&mut self.streams[side], &mut self.ahead[side], self.peers[side]);
             for frame in 0..plan.frames(way) {
-                let expect = plan.expect(way, frame);
                 let mut sink = Receiving { plan: &mut *plan, way, frame };
                 let mut incoming = FrameIn::new();
                 let mut heard = None;
@@ -62,7 +61,6 @@ impl<R: Read> Link for SliceLink<R> {
                         stream,
                         ahead,
                         (peer, self.world),
-                        &expect,
                         &mut sink,
                         &mut heard,
                     )?;

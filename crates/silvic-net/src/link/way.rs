@@ -50,13 +50,19 @@ impl Ways {
     /// Starts the ways of `plan`, nothing moved.
     pub(super) fn start(&mut self, plan: &dyn FramePlan) {
         let n = plan.ways().len();
-        self.ways.clear();
-        self.ways.extend((0..n).map(|w| Way {
-            frames: plan.frames(w),
+        // Reset in place: a way holds a control frame's buffer, not worth building anew each
+        // call.
+        self.ways.truncate(n);
+        self.ways.resize_with(n, || Way {
+            frames: 0,
             written: 0,
             head: [0; HEADER_LEN],
             incoming: FrameIn::new(),
-        }));
+        });
+        for (w, way) in self.ways.iter_mut().enumerate() {
+            (way.frames, way.written) = (plan.frames(w), 0);
+            way.incoming.restart();
+        }
         for counts in [&mut self.sent, &mut self.received] {
             counts.clear();
             counts.resize(n, 0);
@@ -137,13 +143,15 @@ impl Ways {
         loop {
             let first = self.sent[w];
             let resume = self.ways[w].written;
-            let mut payloads: [&[u8]; BATCH] = [&[]; BATCH];
-            let mut count = 0;
-            if resume > 0 {
-                payloads[0] = plan.payload(w, first);
-                count = 1;
+            // Asked first, before a batch is built: a call asks every turn, and mostly
+            // nothing may go.
+            if resume == 0 && !(more && !self.out_done(w) && plan.ready(w, self.progress())) {
+                return Ok(moved);
             }
-            let mut bytes = 0;
+            let mut payloads: [&[u8]; BATCH] = [&[]; BATCH];
+            payloads[0] = plan.payload(w, first);
+            let mut count = 1;
+            let mut bytes = HEADER_LEN + payloads[0].len() - resume;
             while more && count < BATCH && bytes < BATCH_BYTES {
                 self.sent[w] = first + count;
                 let ready = !self.out_done(w) && plan.ready(w, self.progress());
@@ -155,10 +163,6 @@ impl Ways {
                 bytes += HEADER_LEN + payloads[count].len();
                 count += 1;
             }
-            if count == 0 {
-                return Ok(moved);
-            }
-            // Built only for a write: a call asks every turn, and mostly nothing may go.
             let mut heads = [[0; HEADER_LEN]; BATCH];
             for (i, head) in heads.iter_mut().enumerate().take(count) {
                 *head = match i {
@@ -214,14 +218,13 @@ impl Ways {
         let mut moved = false;
         while self.wants_read(plan, w) {
             let j = self.received[w];
-            let expect = plan.expect(w, j);
             let mut sink = Receiving { plan: &mut *plan, way: w, frame: j };
             let incoming = &mut self.ways[w].incoming;
-            moved |= incoming.read_from(src, ahead, (peer, world), &expect, &mut sink, heard)?;
+            moved |= incoming.read_from(src, ahead, (peer, world), &mut sink, heard)?;
             if !incoming.done() {
                 break;
             }
-            *incoming = FrameIn::new();
+            incoming.restart();
             self.received[w] += 1;
         }
         Ok(moved)

@@ -186,8 +186,11 @@ pub(crate) trait Link {
     }
 }
 
-/// Where the payload of a received frame goes, as it arrives.
+/// Where the payload of a received frame goes, as it arrives, and the header it must come
+/// under.
 pub(crate) trait Sink {
+    /// The header the frame must carry; asked once a header has come in.
+    fn expected(&self) -> Header;
     /// Room for the next bytes; empty once the whole payload has arrived.
     fn space(&mut self) -> &mut [u8];
     /// `n` bytes were written to the front of [`Sink::space`].
@@ -202,6 +205,9 @@ pub(crate) struct Receiving<'p> {
 }
 
 impl Sink for Receiving<'_> {
+    fn expected(&self) -> Header {
+        self.plan.expect(self.way, self.frame)
+    }
     fn space(&mut self) -> &mut [u8] {
         self.plan.space(self.way, self.frame)
     }
