@@ -82,7 +82,7 @@ mod way;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
-use stream::{Stream, Table};
+use stream::{Stream, Table, Waits};
 use watch::{Seen, Watch};
 use way::{Counted, Ways};
 
@@ -249,11 +249,11 @@ impl TcpRing {
         Ok(wrote)
     }
 
-    /// Writes what every stream takes (see [`TcpRing::write_some`]); returns the streams (as
-    /// bits) where a frame's byte moved.
-    fn write_all(&mut self, plan: &dyn FramePlan) -> Result<u64, StreamFailure> {
+    /// Writes what the streams in `streams` (as bits) take (see [`TcpRing::write_some`]);
+    /// returns the streams where a frame's byte moved.
+    fn write_all(&mut self, plan: &dyn FramePlan, streams: u64) -> Result<u64, StreamFailure> {
         let mut moved = 0;
-        for s in 0..self.streams.len() {
+        for s in (0..self.streams.len()).filter(|&s| streams & (1 << s) != 0) {
             if self.write_some(s, plan, true)? {
                 moved |= 1 << s;
             }
@@ -261,8 +261,9 @@ impl TcpRing {
         Ok(moved)
     }
 
-    /// Moves what the streams take and the plan lets through, reading and writing every
-    /// stream: returns the streams (as bits) where data moved. `watch` says, per stream,
+    /// Moves what the streams take and the plan lets through, writing the streams in
+    /// `writes` (as bits) and reading every stream: returns the streams where data moved.
+    /// `watch` says, per stream,
     /// whether to read control frames from it while no frame of this call may come in on it;
     /// it stops once a data frame shows up there, which waits for its turn.
     ///
@@ -274,10 +275,10 @@ impl TcpRing {
         &mut self,
         plan: &mut dyn FramePlan,
         (watch, path): (&mut [bool], Option<(Path, u64)>),
-        stirred: &mut u64,
+        (writes, stirred): (u64, &mut u64),
     ) -> Result<u64, StreamFailure> {
         let seq = plan.call().seq;
-        let mut moved = self.write_all(plan)?;
+        let mut moved = self.write_all(plan, writes)?;
         let came_before = self.ways.received_total();
         for (s, watching) in watch.iter_mut().enumerate() {
             if self.wants_read(s, plan) {
@@ -298,7 +299,7 @@ impl TcpRing {
         if came_in
             && (0..self.ways.len()).any(|w| self.ways.next_out_at_most(plan, w, FORWARD_AT_ONCE))
         {
-            moved |= self.write_all(plan)?;
+            moved |= self.write_all(plan, u64::MAX)?;
         }
         Ok(moved)
     }
@@ -333,8 +334,12 @@ impl TcpRing {
         let path = first.map(|w| plan.header(w, 0)).map(|h| (h.path, h.total));
         // The last turn's spin, if it spun: when, and the streams it waited on.
         let mut spun: Option<(Instant, u64)> = None;
+        // The streams where a frame may go: every one at first, then those the last turn left
+        // one free to go on ([`Waits::writes`]).
+        let mut free = u64::MAX;
         loop {
-            let moved = self.turn(plan, (&mut *watch, path), &mut stirred)?;
+            let writes = free | self.queued();
+            let moved = self.turn(plan, (&mut *watch, path), (writes, &mut stirred))?;
             let now = Instant::now();
             if let Some((since, on)) = spun.take() {
                 self.count_wait(now.saturating_duration_since(since), on);
@@ -345,7 +350,8 @@ impl TcpRing {
             if self.ways.all_done() {
                 return Ok(());
             }
-            let waited = self.waited_on(plan);
+            let Waits { on: waited, writes: free_now } = self.waits(plan);
+            free = free_now;
             if now.saturating_duration_since(clock.last_progress()) < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
@@ -367,10 +373,7 @@ impl TcpRing {
             let deadline = due.deadline.into_iter().chain(checks).min();
             let events = |s: usize| {
                 let (stream, mut events) = (&self.streams[s], PollFlags::empty());
-                let writer = self.table.writer(s, &self.ways);
-                if writer.is_some_and(|w| self.ways.wants_write(plan, w))
-                    || !stream.queued.is_empty()
-                {
+                if free & (1 << s) != 0 || !stream.queued.is_empty() {
                     events |= PollFlags::OUT;
                 }
                 let reader = self.table.reader(s, &self.ways);

@@ -114,24 +114,31 @@ impl TcpRing {
         writes || self.table.reader(s, &self.ways).is_some_and(|w| !self.ways.in_done(w))
     }
 
-    /// The streams (as bits) the call waits on: those where the plan lets the next frame in and
-    /// it has not come, or lets a frame out and the socket has not taken it all. A stream the
-    /// call still needs but whose next frame in and out the plan holds back is not waited on:
-    /// its turn waits on another stream, and its peer may have sent all it can and be waiting
-    /// itself, its notices queued behind a data frame this rank does not read yet, so its
-    /// silence says nothing of it. Where no stream is waited on so (the seam's rule keeps some
-    /// frame free to move, so this is a safeguard), every stream the call needs.
-    pub(super) fn waited_on(&self, plan: &dyn FramePlan) -> u64 {
-        let streams = 0..self.streams.len();
-        let reads =
-            |s| self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w));
-        let writes =
-            |s| self.table.writer(s, &self.ways).is_some_and(|w| self.ways.wants_write(plan, w));
-        let free: u64 = streams.clone().filter(|&s| reads(s) || writes(s)).map(|s| 1 << s).sum();
-        if free != 0 {
-            return free;
+    /// The streams (as bits) with notices queued.
+    pub(super) fn queued(&self) -> u64 {
+        let queued = |s: &(usize, &Stream)| !s.1.queued.is_empty();
+        self.streams.iter().enumerate().filter(queued).map(|(s, _)| 1 << s).sum()
+    }
+
+    /// Where the call stands between turns: the streams it waits on, and those it may write
+    /// (see [`Waits`]).
+    pub(super) fn waits(&self, plan: &dyn FramePlan) -> Waits {
+        let (mut reads, mut writes) = (0u64, 0u64);
+        for s in 0..self.streams.len() {
+            let reader = self.table.reader(s, &self.ways);
+            if reader.is_some_and(|w| self.ways.wants_read(plan, w)) {
+                reads |= 1 << s;
+            }
+            let writer = self.table.writer(s, &self.ways);
+            if writer.is_some_and(|w| self.ways.wants_write(plan, w)) {
+                writes |= 1 << s;
+            }
         }
-        streams.filter(|&s| self.needs(s)).map(|s| 1 << s).sum()
+        let on = match reads | writes {
+            0 => (0..self.streams.len()).filter(|&s| self.needs(s)).map(|s| 1 << s).sum(),
+            free => free,
+        };
+        Waits { on, writes }
     }
 
     /// Whether a frame may come in on stream `s` now: the way on it lets its next one in.
@@ -174,6 +181,25 @@ impl TcpRing {
             }
         }
     }
+}
+
+/// Where a call stands between turns, as bits of streams.
+///
+/// It waits on the streams where the plan lets the next frame in and it has not come, or lets a
+/// frame out and the socket has not taken it all. A stream the call still needs but whose next
+/// frame in and out the plan holds back is not waited on: its turn waits on another stream, and
+/// its peer may have sent all it can and be waiting itself, its notices queued behind a data
+/// frame this rank does not read yet, so its silence says nothing of it. Where no stream is
+/// waited on so (the seam's rule keeps some frame free to move, so this is a safeguard), it
+/// waits on every stream the call needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Waits {
+    /// The streams the call waits on (above).
+    pub(super) on: u64,
+    /// The streams with a frame partly written or free to start. Nothing but a turn's own
+    /// reads and writes changes what the plan lets go, so the next turn writes only these (and
+    /// streams with notices queued).
+    pub(super) writes: u64,
 }
 
 /// The plan's ways on the streams: per stream, the ways that write it and the ways that read
