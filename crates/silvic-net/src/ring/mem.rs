@@ -431,44 +431,10 @@ pub(crate) fn on_ring<R: Send>(
     })
 }
 
-/// A plan whose only gate waits on its own frame in: this driver fails it at once, and the
-/// simulator reports it stuck (`simulate/plan_tests.rs`).
-pub(crate) struct Circular;
-
-impl FramePlan for Circular {
-    fn call(&self) -> Call {
-        Call { rank: 0, world: 2, op: Op::AllgatherBytes, seq: 0 }
-    }
-    fn ways(&self) -> &[Route] {
-        &[Route::RIGHTWARD]
-    }
-    fn frames(&self, _: usize) -> usize {
-        1
-    }
-    fn header(&self, _: usize, _: usize) -> Header {
-        Header::data(Op::AllgatherBytes, 0, 0, 0)
-    }
-    fn expect(&self, w: usize, i: usize) -> Header {
-        self.header(w, i)
-    }
-    fn ready(&self, w: usize, progress: Moved<'_>) -> bool {
-        progress.received[w] > 0
-    }
-    fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
-        true
-    }
-    fn payload(&self, _: usize, _: usize) -> &[u8] {
-        &[]
-    }
-    fn space(&mut self, _: usize, _: usize) -> &mut [u8] {
-        &mut []
-    }
-    fn commit(&mut self, _: usize, _: usize, _: usize) {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::circular::Circular;
     use crate::ring::oracle::input;
 
     #[test]

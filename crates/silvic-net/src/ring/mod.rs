@@ -56,6 +56,8 @@
 //! over poll(2), and the tests plug in the in-memory driver.
 
 pub(crate) mod bruck;
+#[cfg(test)]
+pub(crate) mod circular;
 pub(crate) mod cost;
 pub(crate) mod element;
 pub(crate) mod gather;

@@ -7,7 +7,7 @@ use super::driver::drive;
 use super::tests::network;
 use super::*;
 use crate::frame::Header;
-use crate::ring::mem::Circular;
+use crate::ring::circular::Circular;
 use crate::ring::seam::{self, Moved, Route};
 use crate::ring::{gather, schedule};
 
