@@ -263,9 +263,9 @@ impl TcpRing {
 
     /// Moves what the streams take and the plan lets through, writing the streams in
     /// `writes` (as bits) and reading every stream: returns the streams where data moved.
-    /// `watch` says, per stream,
-    /// whether to read control frames from it while no frame of this call may come in on it;
-    /// it stops once a data frame shows up there, which waits for its turn.
+    /// `watch` says, per stream, whether to read control frames from it while no frame of this
+    /// call may come in on it; it stops once a data frame shows up there, which waits for its
+    /// turn.
     ///
     /// A stream no way of the plan uses (a chord the plan does not need) is read only while its
     /// bit is set in `stirred` (once poll(2) has seen it ready, [`TcpRing::stirred_idle`] at the
@@ -350,8 +350,8 @@ impl TcpRing {
             if self.ways.all_done() {
                 return Ok(());
             }
-            let Waits { on: waited, writes: free_now } = self.waits(plan);
-            free = free_now;
+            let Waits { on: waited, reads, writes } = self.waits(plan);
+            free = writes;
             if now.saturating_duration_since(clock.last_progress()) < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
@@ -373,11 +373,10 @@ impl TcpRing {
             let deadline = due.deadline.into_iter().chain(checks).min();
             let events = |s: usize| {
                 let (stream, mut events) = (&self.streams[s], PollFlags::empty());
-                if free & (1 << s) != 0 || !stream.queued.is_empty() {
+                if writes & (1 << s) != 0 || !stream.queued.is_empty() {
                     events |= PollFlags::OUT;
                 }
-                let reader = self.table.reader(s, &self.ways);
-                let reading = reader.is_some_and(|w| self.ways.wants_read(plan, w)) || watch[s];
+                let reading = reads & (1 << s) != 0 || watch[s];
                 if !stream.ended && reading {
                     events |= PollFlags::IN;
                 }

@@ -116,8 +116,8 @@ impl TcpRing {
 
     /// The streams (as bits) with notices queued.
     pub(super) fn queued(&self) -> u64 {
-        let queued = |s: &(usize, &Stream)| !s.1.queued.is_empty();
-        self.streams.iter().enumerate().filter(queued).map(|(s, _)| 1 << s).sum()
+        let streams = self.streams.iter().enumerate();
+        streams.filter(|(_, stream)| !stream.queued.is_empty()).map(|(s, _)| 1 << s).sum()
     }
 
     /// Where the call stands between turns: the streams it waits on, and those it may write
@@ -125,8 +125,7 @@ impl TcpRing {
     pub(super) fn waits(&self, plan: &dyn FramePlan) -> Waits {
         let (mut reads, mut writes) = (0u64, 0u64);
         for s in 0..self.streams.len() {
-            let reader = self.table.reader(s, &self.ways);
-            if reader.is_some_and(|w| self.ways.wants_read(plan, w)) {
+            if self.wants_read(s, plan) {
                 reads |= 1 << s;
             }
             let writer = self.table.writer(s, &self.ways);
@@ -138,7 +137,7 @@ impl TcpRing {
             0 => (0..self.streams.len()).filter(|&s| self.needs(s)).map(|s| 1 << s).sum(),
             free => free,
         };
-        Waits { on, writes }
+        Waits { on, reads, writes }
     }
 
     /// Whether a frame may come in on stream `s` now: the way on it lets its next one in.
@@ -196,6 +195,8 @@ impl TcpRing {
 pub(super) struct Waits {
     /// The streams the call waits on (above).
     pub(super) on: u64,
+    /// The streams where the plan lets the next frame in.
+    pub(super) reads: u64,
     /// The streams with a frame partly written or free to start. Nothing but a turn's own
     /// reads and writes changes what the plan lets go, so the next turn writes only these (and
     /// streams with notices queued).
