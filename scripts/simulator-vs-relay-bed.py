@@ -5,7 +5,8 @@
 world by world, the grid (32 KiB to 16 MiB), an 8-byte allgather (for the hop) and 4 MiB
 allreduces (for the copy rate; and 8 MiB ones beside them), each into its own file of DIR. `fit` solves, per cell, the hop
 at which the simulator gives the bed's median 8-byte allgather and the copy rate at which it
-gives the bed's median 4 MiB allreduce, both on `--cores 2`, by bisection on the simulator; then
+gives the bed's median 4 MiB allreduce, both on `--cores 2 --network-copies 3` (the relays'
+copies), by bisection on the simulator; then
 prints the table of simulated / bed medians, the bed's runs and the calibration.
 
     python3 scripts/simulator-vs-relay-bed.py run DIR 1,2,3 [BED]
@@ -26,6 +27,8 @@ DELAYS = (100, 500)
 SIZES = (32 << 10, 256 << 10, 1 << 20, 16 << 20)
 CALIBRATION = 4 << 20
 CORES = 2
+# The relay's copies of each byte: read, kept as a chunk, written on.
+NETWORK_COPIES = 3
 
 
 def run(out, runs, bed):
@@ -77,6 +80,7 @@ def bisect(lo, hi, below, steps=30):
 
 def fit(out, runs, simulator):
     table, measured, calibration, within = [], [], [], 0
+    bed_flags = ["--cores", str(CORES), "--network-copies", str(NETWORK_COPIES)]
     for world in WORLDS:
         for delay in DELAYS:
             grid = {s: [] for s in SIZES}
@@ -95,7 +99,7 @@ def fit(out, runs, simulator):
             gather, allreduce = statistics.median(gathers), statistics.median(allreduces)
 
             def flags(hop, copy):
-                return ["--hop-us", f"{hop:.2f}", "--copy-gbyte", f"{copy:.4f}", "--cores", str(CORES)]
+                return ["--hop-us", f"{hop:.2f}", "--copy-gbyte", f"{copy:.4f}", *bed_flags]
 
             def hop_for(copy):
                 # A hop over 150 us: the bed's, where the allgather takes Bruck's rounds.
@@ -111,7 +115,7 @@ def fit(out, runs, simulator):
             copy = copy_for(hop)
             hop = hop_for(copy)
             copy = copy_for(hop)
-            shown = ["--hop-us", f"{hop:.1f}", "--copy-gbyte", f"{copy:.3g}", "--cores", str(CORES)]
+            shown = ["--hop-us", f"{hop:.1f}", "--copy-gbyte", f"{copy:.3g}", *bed_flags]
             got = simulate(simulator, world, shown, "32K,256K,1M,16M")
             cells = []
             for size in SIZES:

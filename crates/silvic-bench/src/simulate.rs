@@ -29,7 +29,7 @@ pub(crate) const COPY_GBYTE: f64 = 20.0;
 pub(crate) struct SimulateArgs {
     /// Simulate the calls instead of running them: silvic-net's real plans in virtual time
     /// through a model of a network (--hop-us, --link-gbit, --frame-overhead-us,
-    /// --fold-gbyte, --copy-gbyte, --cores), for any --world up to 4096. Prints the same
+    /// --fold-gbyte, --copy-gbyte, --cores, --network-copies), for any --world up to 4096. Prints the same
     /// table, CSV or JSON, the same on every run. The defaults were measured on the loopback
     /// ring of a 2-core shared Linux VM at world 2, a core per rank: an 8-byte call took 6.5 us
     /// (5 of hop, 1.5 of frame overhead), the f64 fold into 64 MiB gave the fold rate, 256 KiB
@@ -66,6 +66,11 @@ pub(crate) struct SimulateArgs {
     /// host do (the relay bed: 2) [default: a core per rank, a host per rank].
     #[arg(long, requires = "simulate", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) cores: Option<u32>,
+
+    /// With --simulate and --cores: the copies of each byte the network itself makes on the
+    /// shared cores, at the copy rate, holding no rank's thread (the relay bed's relays: 3).
+    #[arg(long, requires = "cores", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub(crate) network_copies: u32,
 
     /// The path of every allreduce: auto (what the real call chooses), or gather, ring, bruck
     /// or index, forced. On every run: with --simulate the simulated calls take it; else the
@@ -122,6 +127,7 @@ impl SimulateArgs {
             fold_gbyte: self.fold_gbyte,
             copy_gbyte: self.copy_gbyte,
             cores: self.cores.map(|c| c as usize),
+            network_copies: self.network_copies,
         };
         for &kind in kinds {
             for &size in sizes {

@@ -28,9 +28,12 @@ fn describe(config: &Config, sim: &Simulation) -> String {
         n.frame_overhead.as_secs_f64() * 1e6,
         n.fold_gbyte,
         n.copy_gbyte,
-        match n.cores {
-            Some(cores) => format!("{cores} cores shared by all ranks"),
-            None => "a core per rank".to_string(),
+        match (n.cores, n.network_copies) {
+            (Some(cores), 0) => format!("{cores} cores shared by all ranks"),
+            (Some(cores), copies) => format!(
+                "{cores} cores shared by all ranks and by the network's {copies} copies of each byte"
+            ),
+            (None, _) => "a core per rank".to_string(),
         },
         sim.path.name(),
     )
@@ -97,9 +100,12 @@ mod tests {
         assert_eq!(sim.network.frame_overhead, Duration::from_nanos(1500));
         assert_eq!(sim.network.fold_gbyte, FOLD_GBYTE);
         assert_eq!((sim.network.copy_gbyte, sim.network.cores), (COPY_GBYTE, None));
+        assert_eq!(sim.network.network_copies, 0);
         let c = config(&["--simulate", "--cores", "2", "--copy-gbyte", "inf"]).unwrap();
         let sim = simulation(c).unwrap();
         assert_eq!((sim.network.copy_gbyte, sim.network.cores), (f64::INFINITY, Some(2)));
+        let c = config(&["--simulate", "--cores", "2", "--network-copies", "3"]).unwrap();
+        assert_eq!(simulation(c).unwrap().network.network_copies, 3);
         let c = config(&["--simulate", "--path", "gather", "--link-gbit", "2.5"]).unwrap();
         let sim = simulation(c).unwrap();
         assert_eq!((sim.path, sim.network.link_gbit), (Path::Gather, 2.5));
@@ -120,6 +126,8 @@ mod tests {
             (&["--simulate", "--copy-gbyte", "nan"], "--copy-gbyte"),
             (&["--simulate", "--cores", "0"], "--cores"),
             (&["--cores", "2"], "--simulate"),
+            (&["--simulate", "--network-copies", "3"], "--cores"),
+            (&["--simulate", "--cores", "2", "--network-copies", "17"], "--network-copies"),
             (&["--simulate", "--hop-us=-1"], "--hop-us"),
             (&["--simulate", "--frame-overhead-us", "inf"], "--frame-overhead-us"),
             (&["--simulate", "--threads"], "--threads"),

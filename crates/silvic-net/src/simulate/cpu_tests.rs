@@ -12,6 +12,7 @@ fn network(copy_gbyte: f64, cores: Option<usize>) -> Network {
         fold_gbyte: 1.0,
         copy_gbyte,
         cores,
+        network_copies: 0,
     }
 }
 
@@ -69,6 +70,32 @@ fn on_one_core_a_call_takes_at_least_all_of_its_copies() {
 }
 
 #[test]
+fn the_networks_copies_take_a_shared_core_but_hold_no_frame() {
+    // World 2 on one core, the network copying each byte twice more (2000 ns a frame): rank 0
+    // copies out at 0..1000, its frame starts out at 1000 and the network copies it at
+    // 1000..3000; rank 1's copy out waits for the core (3000..4000), its frame starts out at
+    // 4000 and the network copies it at 4000..6000. The frames arrive as without network copies
+    // (1000 and 4000, + 4000 out, + 7000 of hop: 12000 and 15000), copied in at once.
+    let net = Network { network_copies: 2, ..network(1.0, Some(1)) };
+    assert_eq!(time(&net, Collective::Allgather, 2, 1000, Path::Auto), 16_000);
+    // No hop: rank 0's frame arrives at 5000, and rank 1's copy of it in waits for the core
+    // until the network has copied rank 1's frame (6000..7000); rank 1's frame arrives at 8000
+    // (8000..9000). Without the network's copies, the same call takes 7000.
+    let no_hop = Network { hop: Duration::ZERO, ..net };
+    assert_eq!(time(&no_hop, Collective::Allgather, 2, 1000, Path::Auto), 9_000);
+    let ranks_only = Network { network_copies: 0, ..no_hop };
+    assert_eq!(time(&ranks_only, Collective::Allgather, 2, 1000, Path::Auto), 7_000);
+    // On one core a call takes at least every copy, the network's too: the ranks copy each
+    // byte twice, the network twice more.
+    for world in [3, 4, 7] {
+        let block = 1000;
+        let copies = 4 * (world * (world - 1) * block) as u64;
+        let t = time(&net, Collective::Allgather, world, block, Path::Auto);
+        assert!(t >= copies, "world {world}: {t} ns, copies {copies} ns");
+    }
+}
+
+#[test]
 fn the_gathers_local_fold_is_spread_over_the_shared_cores() {
     // Copies free: the gather's frames take no core, so only the local fold differs: each of 4
     // ranks folds 3 buffers of 4000 bytes (12 us at 1 GB/s), on their own cores at once, or
@@ -116,4 +143,11 @@ fn a_copy_rate_or_core_count_out_of_range_is_refused() {
         let SimulateError::Network(what) = e else { panic!("{e:?}") };
         assert!(what.contains("copy rate") || what.contains("cores"), "{what}");
     }
+    // The network's copies need cores to run on.
+    let own = Network { network_copies: 3, ..network(1.0, None) };
+    let e = simulate(&own, Collective::Allreduce, 4, 64, Path::Auto).unwrap_err();
+    assert_eq!(
+        e,
+        SimulateError::Network("the network's copies run on shared cores: give the cores".into())
+    );
 }

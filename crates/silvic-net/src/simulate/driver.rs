@@ -23,6 +23,10 @@
 //!   [`Model::cores`] they also need one of that many cores, shared by every rank (ranks of one
 //!   host); each piece of work takes the core free first (the lowest-numbered of equals), and
 //!   starts once both the rank and that core are free. Without it, every rank has its own core.
+//! - With shared cores, the network's own copies of the frame ([`Model::network_copies`], a
+//!   relay's) take the core free first once the frame starts out, `copies × b / copy rate`; they
+//!   hold no rank's thread and no frame (a relay copies a frame's bytes while they travel), only
+//!   the core, which then runs the ranks' work later.
 //!
 //! Every rank runs one plan, the calling rank's (see the module doc of [`super`] for why that
 //! is every rank's plan relabelled); [`drive`] also takes one plan per rank, which the tests
@@ -46,6 +50,8 @@ pub(crate) struct Model {
     pub(crate) copy_ps_per_byte: f64,
     /// The cores every rank's copies and folds share, or `None` for a core per rank.
     pub(crate) cores: Option<usize>,
+    /// Copies of each byte the network itself makes on the shared cores (0 without them).
+    pub(crate) network_copies: u32,
 }
 
 impl Model {
@@ -57,6 +63,9 @@ impl Model {
     }
     fn copy(&self, bytes: u64) -> u64 {
         (bytes as f64 * self.copy_ps_per_byte).round() as u64
+    }
+    fn network_copy(&self, bytes: u64) -> u64 {
+        (bytes as f64 * self.copy_ps_per_byte * f64::from(self.network_copies)).round() as u64
     }
 
     /// What every rank folding `bytes` of its own, all at once after a call, adds to the call:
@@ -147,13 +156,26 @@ impl<'p> World<'p> {
             return now;
         }
         let mut start = now.max(self.thread_free[rank]);
-        let core = (0..self.cores_free.len()).min_by_key(|&c| (self.cores_free[c], c));
-        if let Some(c) = core {
+        if let Some(c) = self.first_free_core() {
             start = start.max(self.cores_free[c]);
             self.cores_free[c] = start + work;
         }
         self.thread_free[rank] = start + work;
         start + work
+    }
+
+    /// The shared core free first (the lowest-numbered of equals), if cores are shared.
+    fn first_free_core(&self) -> Option<usize> {
+        (0..self.cores_free.len()).min_by_key(|&c| (self.cores_free[c], c))
+    }
+
+    /// Runs `work` picoseconds of the network's own copying, asked for at `now`, on the shared
+    /// core free first (no rank's thread). Without shared cores there is none to run it on, and
+    /// the model has no network copies.
+    fn network_work(&mut self, now: u64, work: u64) {
+        if let Some(c) = self.first_free_core().filter(|_| work > 0) {
+            self.cores_free[c] = now.max(self.cores_free[c]) + work;
+        }
     }
 
     /// Starts whatever `rank`'s gates let through at `now`.
@@ -179,6 +201,7 @@ impl<'p> World<'p> {
                 let start = copied.max(self.out_free[rank]);
                 let end = start + self.model.overhead_ps + self.model.carry(bytes);
                 self.out_free[rank] = end;
+                self.network_work(start, self.model.network_copy(bytes));
                 self.sending[at + w] = true;
                 self.push(end, What::Sent, rank, w);
             }

@@ -24,9 +24,11 @@
 //! the gather path's local fold after its gather costs `(world - 1) × b / fold rate`. A rank's
 //! copies and folds run one after another (a rank is one thread), on a core of its own, or,
 //! with [`Network::cores`], on one of that many cores shared by every rank (the relay bed's
-//! case, docs/simulator.md). Socket buffers are unbounded: a frame waits wherever it arrived
-//! for its gate. Not modelled: the network's own work on the ranks' cores (a relay's copies),
-//! TCP's windows and slow start, congestion shared by links, jitter and loss.
+//! case, docs/simulator.md); on shared cores the network may copy each frame too
+//! ([`Network::network_copies`]: a relay's copies, which take a core but hold no rank's thread
+//! and no frame). Socket buffers are unbounded: a frame waits wherever it arrived for its gate.
+//! Not modelled: the caches (a byte costs the same however many are in flight), TCP's windows
+//! and slow start, congestion shared by links, jitter and loss.
 //!
 //! # One plan drives every rank
 //!
@@ -88,6 +90,10 @@ pub struct Network {
     /// How many cores all ranks share for their copies and folds (ranks of one host), or `None`
     /// for a core per rank (a host per rank).
     pub cores: Option<usize>,
+    /// How many copies of each byte the network itself makes on the shared cores, at the copy
+    /// rate, holding no rank's thread: the relay bed's relays make 3 (read, keep, write); a
+    /// real network 0. Needs [`Network::cores`].
+    pub network_copies: u32,
 }
 
 impl Network {
@@ -103,6 +109,11 @@ impl Network {
         if self.cores == Some(0) {
             return Err(SimulateError::Network("the shared cores must be at least 1".into()));
         }
+        if self.network_copies > 0 && self.cores.is_none() {
+            return Err(SimulateError::Network(
+                "the network's copies run on shared cores: give the cores".into(),
+            ));
+        }
         let ps = |d: Duration| u64::try_from(d.as_nanos() * 1000).ok();
         let (Some(hop_ps), Some(overhead_ps)) = (ps(self.hop), ps(self.frame_overhead)) else {
             return Err(SimulateError::Network("a hop or frame overhead over 200 days".into()));
@@ -114,6 +125,7 @@ impl Network {
             fold_ps_per_byte: 1000.0 / self.fold_gbyte,
             copy_ps_per_byte: 1000.0 / self.copy_gbyte,
             cores: self.cores,
+            network_copies: self.network_copies,
         })
     }
 }

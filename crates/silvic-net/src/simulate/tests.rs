@@ -13,6 +13,7 @@ pub(super) fn network(hop_us: u64, link_gbit: f64, overhead_us: u64, fold_gbyte:
         fold_gbyte,
         copy_gbyte: f64::INFINITY,
         cores: None,
+        network_copies: 0,
     }
 }
 
