@@ -337,6 +337,10 @@ impl TcpRing {
         // The streams where a frame may go: every one at first, then those the last turn left
         // one free to go on ([`Waits::writes`]).
         let mut free = u64::MAX;
+        // Where the call stood after the last turn. A turn that moved no byte of a frame left
+        // every count the plan's gates read as it was, so it stands there still: asking every
+        // gate again is most of a turn that only waits.
+        let mut stands: Option<Waits> = None;
         loop {
             let writes = free | self.queued();
             let moved = self.turn(plan, (&mut *watch, path), (writes, &mut stirred))?;
@@ -350,7 +354,12 @@ impl TcpRing {
             if self.ways.all_done() {
                 return Ok(());
             }
-            let Waits { on: waited, reads, writes } = self.waits(plan);
+            let waits = match stands {
+                Some(waits) if moved == 0 => waits,
+                _ => self.waits(plan),
+            };
+            stands = Some(waits);
+            let Waits { on: waited, reads, writes } = waits;
             free = writes;
             if now.saturating_duration_since(clock.last_progress()) < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
