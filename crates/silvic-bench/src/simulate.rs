@@ -29,8 +29,8 @@ pub(crate) const COPY_GBYTE: f64 = 20.0;
 pub(crate) struct SimulateArgs {
     /// Simulate the calls instead of running them: silvic-net's real plans in virtual time
     /// through a model of a network (--hop-us, --link-gbit, --frame-overhead-us,
-    /// --fold-gbyte, --copy-gbyte, --cores, --network-copies), for any --world up to 4096. Prints the same
-    /// table, CSV or JSON, the same on every run. The defaults were measured on the loopback
+    /// --fold-gbyte, --copy-gbyte, --cores, --network-copies), for any --world up to 4096.
+    /// Prints the same table, CSV or JSON, the same on every run. The defaults were measured on the loopback
     /// ring of a 2-core shared Linux VM at world 2, a core per rank: an 8-byte call took 6.5 us
     /// (5 of hop, 1.5 of frame overhead), the f64 fold into 64 MiB gave the fold rate, 256 KiB
     /// copies out of 64 MiB the copy rate, and 32 KiB against 256 KiB calls, less a fold and
@@ -69,7 +69,12 @@ pub(crate) struct SimulateArgs {
 
     /// With --simulate and --cores: the copies of each byte the network itself makes on the
     /// shared cores, at the copy rate, holding no rank's thread (the relay bed's relays: 3).
-    #[arg(long, requires = "cores", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
+    #[arg(
+        long,
+        requires = "cores",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u32).range(0..=16)
+    )]
     pub(crate) network_copies: u32,
 
     /// The path of every allreduce: auto (what the real call chooses), or gather, ring, bruck

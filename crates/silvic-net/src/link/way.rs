@@ -144,8 +144,8 @@ impl Ways {
             let first = self.sent[w];
             let resume = self.ways[w].written;
             // Asked first, before a batch is built: a call asks every turn, and mostly
-            // nothing may go.
-            if resume == 0 && !(more && !self.out_done(w) && plan.ready(w, self.progress())) {
+            // nothing may go. A frame partly written always goes on.
+            if resume == 0 && !(more && self.wants_write(plan, w)) {
                 return Ok(moved);
             }
             let mut payloads: [&[u8]; BATCH] = [&[]; BATCH];
