@@ -44,12 +44,15 @@ pub(crate) fn left_hops(world: usize) -> usize {
 
 /// Hop `hop` (`< hops(world)`) of rank `rank`.
 pub(crate) fn hop(rank: usize, world: usize, hop: usize) -> Hop {
-    debug_assert!(hop < hops(world));
-    let right = Move { send: (rank + world - hop % world) % world, recv: 0 };
-    let right = Move { recv: (right.send + world - 1) % world, ..right };
+    debug_assert!(rank < world && hop < hops(world));
+    // Every sum below is under twice the world, so one subtraction wraps it: a plan asks for
+    // its hops several times a frame, and a division costs tens of cycles each time.
+    let wrap = |at: usize| if at >= world { at - world } else { at };
+    let send = wrap(rank + world - hop);
+    let right = Move { send, recv: wrap(send + world - 1) };
     let left = (hop < left_hops(world)).then(|| {
-        let send = (rank + hop) % world;
-        Move { send, recv: (send + 1) % world }
+        let send = wrap(rank + hop);
+        Move { send, recv: wrap(send + 1) }
     });
     Hop { right, left }
 }
