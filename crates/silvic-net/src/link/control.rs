@@ -91,7 +91,7 @@ impl TcpRing {
     pub(super) fn gone(&mut self, s: usize, e: &io::Error, between: bool) -> CollectiveError {
         let stream = &mut self.streams[s];
         let peer = stream.peer;
-        let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
+        let mut src = Counted::new(&stream.socket, &mut stream.received);
         while let Some(Ok(Between::Control(control))) =
             between.then(|| next_control(&mut stream.ahead, &mut src, peer, self.world))
         {
@@ -129,7 +129,7 @@ impl TcpRing {
     ) -> Result<bool, CollectiveError> {
         while !self.streams[s].ended {
             let stream = &mut self.streams[s];
-            let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
+            let mut src = Counted::new(&stream.socket, &mut stream.received);
             let failure = match next_control(&mut stream.ahead, &mut src, stream.peer, self.world) {
                 Ok(Between::Blocked) => return Ok(true),
                 Ok(Between::Data(head)) => match path {

@@ -153,13 +153,14 @@ impl TcpRing {
         s: usize,
         plan: &mut dyn FramePlan,
     ) -> Result<bool, StreamFailure> {
-        let mut moved = false;
+        let (mut moved, mut drained) = (false, false);
         while let Some(w) = self.table.reader(s, &self.ways) {
             let stream = &mut self.streams[s];
-            let mut src = Counted { stream: &stream.socket, bytes: &mut stream.received };
+            let mut src = Counted::new(&stream.socket, &mut stream.received).after(drained);
             let mut heard = None;
             let peer = (stream.peer, self.world);
             let read = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
+            drained = src.drained();
             if let Some(notice) = heard {
                 stream.heard = Some(Heard { notice, at: Instant::now() });
             }

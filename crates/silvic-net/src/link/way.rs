@@ -1,7 +1,7 @@
 //! The ways of a plan as the link drives them ([`Ways`]): per way, the frames a plan sends on
 //! one stream and those it receives from another, each moved as soon as the plan lets it, with
-//! the progress of every way kept as the arrays the plan's gates read; and a read that counts
-//! its bytes ([`Counted`]).
+//! the progress of every way kept as the arrays the plan's gates read; and a pass of reads
+//! that counts its bytes and stops at an emptied socket ([`Counted`]).
 //!
 //! Invariants: a way's frame counts only ever grow, and a frame is counted out only once its
 //! last byte is written and in only once its last byte is read; an outgoing frame is started
@@ -231,16 +231,46 @@ impl Ways {
     }
 }
 
-/// A stream read that counts what it reads.
+/// One pass of reads from a stream, counting what it reads.
+///
+/// A read that returns less than it asked for emptied the socket's queue, so the pass asks the
+/// socket no more: its next read would block (`WouldBlock`, no system call). Bytes that come
+/// after are read by the next pass; poll(2) sees them, so nothing waits past them.
 pub(super) struct Counted<'a> {
-    pub(super) stream: &'a TcpStream,
-    pub(super) bytes: &'a mut u64,
+    stream: &'a TcpStream,
+    bytes: &'a mut u64,
+    drained: bool,
+}
+
+impl<'a> Counted<'a> {
+    /// A pass over `stream`, adding what it reads to `bytes`.
+    pub(super) fn new(stream: &'a TcpStream, bytes: &'a mut u64) -> Self {
+        Counted { stream, bytes, drained: false }
+    }
+
+    /// Whether a read of this pass emptied the socket.
+    pub(super) fn drained(&self) -> bool {
+        self.drained
+    }
+
+    /// This pass continues one whose reads `drained` the socket (see [`Counted::drained`]).
+    pub(super) fn after(mut self, drained: bool) -> Self {
+        self.drained = drained;
+        self
+    }
 }
 
 impl Read for Counted<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.drained {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         let n = self.stream.read(buf)?;
         *self.bytes += n as u64;
+        self.drained = n < buf.len();
         Ok(n)
     }
 }
@@ -386,5 +416,35 @@ mod tests {
         plan.allowed = usize::MAX;
         let rest = write_all(&plan, &mut ways, 1 << 20);
         assert_eq!(rest.out, plan.wire()[5 * (HEADER_LEN + 24)..]);
+    }
+
+    /// A pass stops asking the socket once a read came back short, and the next pass asks
+    /// again; a read that filled its buffer says nothing of the socket, so the pass goes on.
+    #[test]
+    fn a_pass_reads_no_more_once_a_read_came_back_short() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut theirs = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mine, _) = listener.accept().unwrap();
+        // Blocking but bounded: every read below is of bytes already sent, so none waits.
+        mine.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let mut counted = 0;
+        let mut buf = [0u8; 8];
+        theirs.write_all(&[1; 20]).unwrap();
+        let mut pass = Counted::new(&mine, &mut counted);
+        assert_eq!(pass.read(&mut buf).unwrap(), 8, "a full buffer");
+        assert_eq!(pass.read(&mut buf).unwrap(), 8, "so the pass reads on");
+        assert!(!pass.drained());
+        assert_eq!(pass.read(&mut buf).unwrap(), 4, "short: the socket is empty");
+        assert!(pass.drained());
+        theirs.write_all(&[2; 3]).unwrap();
+        let err = pass.read(&mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "this pass asks no more");
+        assert_eq!(pass.read(&mut []).unwrap(), 0, "an empty read is no read");
+        assert!(pass.drained());
+        let mut pass = Counted::new(&mine, &mut counted).after(true);
+        assert_eq!(pass.read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        let mut pass = Counted::new(&mine, &mut counted);
+        assert_eq!(pass.read(&mut buf).unwrap(), 3, "a new pass reads what came since");
+        assert_eq!(counted, 23);
     }
 }
