@@ -232,6 +232,9 @@ pub(crate) fn fold_gathered<T: Element, C: Fn(T, T) -> T>(
     let len = buf.len();
     for j in 0..world {
         let seg = segment(len, world, j);
+        if seg.is_empty() {
+            continue; // a buffer shorter than the world: segments past its end hold nothing
+        }
         let width = size_of::<T>();
         let bytes = seg.start * width..seg.end * width;
         let out = &mut buf[seg];
