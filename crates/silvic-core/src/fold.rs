@@ -10,10 +10,10 @@
 ///
 /// IEEE 754 leaves open which NaN an add of two NaNs returns, and so does Rust: an optimizing
 /// compiler may swap an add's operands (it does where it vectorizes a fold), and the hardware
-/// then returns the other one. So where `acc` is NaN it is added to zero instead of `x`: an add that
-/// sees one NaN keeps its payload in either operand order, and two folds in the same order give
-/// the same bits however they were compiled. (A zero chosen by the NaN test compiles to one
-/// mask instruction; picking `acc` itself would cost a blend.)
+/// then returns the other one. So where `acc` is NaN it is added to zero instead of `x`: an
+/// add that sees one NaN keeps its payload in either operand order, and two folds in the same
+/// order give the same bits however they were compiled. (A zero chosen by the NaN test
+/// compiles to one mask instruction; picking `acc` itself would cost a blend.)
 #[inline]
 pub fn sum_f64(acc: f64, x: f64) -> f64 {
     acc + if acc.is_nan() { 0.0 } else { x }

@@ -163,14 +163,31 @@ pub(crate) fn pass(rank: usize, world: usize, step: usize, start: usize) -> Pass
 /// takes never changes a result bit.
 pub(crate) fn fold_order(j: usize, world: usize) -> impl Iterator<Item = usize> {
     debug_assert!(j < world);
-    // j + k < 2 world: one subtraction wraps it, where a division per rank folded costs more
-    // than the fold of a short segment.
-    (0..world).map(move |k| if j + k < world { j + k } else { j + k - world })
+    (0..world).map(move |k| wrap(j + k, world))
+}
+
+/// `at` round a ring of `world` ranks (`at mod world`), for `at < 2 × world`: one subtraction.
+/// The plans ask for ranks several times a frame and the fold once per rank folded, where a
+/// division costs tens of cycles each time.
+pub(crate) fn wrap(at: usize, world: usize) -> usize {
+    debug_assert!(at < 2 * world);
+    if at >= world { at - world } else { at }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrap_is_the_remainder_below_twice_the_world_and_the_fold_order_starts_at_its_segment() {
+        for world in 1..=9 {
+            for at in 0..2 * world {
+                assert_eq!(wrap(at, world), at % world, "{at} round {world}");
+            }
+        }
+        assert_eq!(fold_order(2, 5).collect::<Vec<_>>(), [2, 3, 4, 0, 1]);
+        assert_eq!(fold_order(0, 1).collect::<Vec<_>>(), [0]);
+    }
 
     fn lengths(world: usize) -> Vec<usize> {
         let mut out = vec![0, 1, 2, 3, 7, 511, 512, 513, 1000];

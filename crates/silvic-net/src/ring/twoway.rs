@@ -15,6 +15,8 @@
 //!
 //! Everything here is arithmetic on `(rank, world, hop)`: no sockets, no clocks, no state.
 
+use super::schedule::wrap;
+
 /// The blocks one way moves at one hop: the rank's own `send` goes out, `recv` comes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Move {
@@ -45,14 +47,11 @@ pub(crate) fn left_hops(world: usize) -> usize {
 /// Hop `hop` (`< hops(world)`) of rank `rank`.
 pub(crate) fn hop(rank: usize, world: usize, hop: usize) -> Hop {
     debug_assert!(rank < world && hop < hops(world));
-    // Every sum below is under twice the world, so one subtraction wraps it: a plan asks for
-    // its hops several times a frame, and a division costs tens of cycles each time.
-    let wrap = |at: usize| if at >= world { at - world } else { at };
-    let send = wrap(rank + world - hop);
-    let right = Move { send, recv: wrap(send + world - 1) };
+    let send = wrap(rank + world - hop, world);
+    let right = Move { send, recv: wrap(send + world - 1, world) };
     let left = (hop < left_hops(world)).then(|| {
-        let send = wrap(rank + hop);
-        Move { send, recv: wrap(send + 1) }
+        let send = wrap(rank + hop, world);
+        Move { send, recv: wrap(send + 1, world) }
     });
     Hop { right, left }
 }
