@@ -30,12 +30,12 @@ pub(crate) struct SimulateArgs {
     /// Simulate the calls instead of running them: silvic-net's real plans in virtual time
     /// through a model of a network (--hop-us, --link-gbit, --frame-overhead-us,
     /// --fold-gbyte, --copy-gbyte, --cores, --network-copies), for any --world up to 4096.
-    /// Prints the same table, CSV or JSON, the same on every run. The defaults were measured on the loopback
-    /// ring of a 2-core shared Linux VM at world 2, a core per rank: an 8-byte call took 6.5 us
-    /// (5 of hop, 1.5 of frame overhead), the f64 fold into 64 MiB gave the fold rate, 256 KiB
-    /// copies out of 64 MiB the copy rate, and 32 KiB against 256 KiB calls, less a fold and
-    /// two copies per byte, the link rate. docs/simulator.md says how, how to measure another
-    /// network, and the flags that model the relay bed.
+    /// Prints the same table, CSV or JSON, the same on every run. The defaults were measured on
+    /// the loopback ring of a 2-core shared Linux VM at world 2, a core per rank: an 8-byte call
+    /// took 6.5 us (5 of hop, 1.5 of frame overhead), the f64 fold into 64 MiB gave the fold
+    /// rate, 256 KiB copies out of 64 MiB the copy rate, and 32 KiB against 256 KiB calls, less
+    /// a fold and two copies per byte, the link rate. docs/simulator.md says how, how to measure
+    /// another network, and the flags that model the relay bed.
     #[arg(long, conflicts_with_all = ["netns_hosts", "link_limit", "threads", "rank", "rendezvous", "host", "listen", "link_delay_us", "cpu", "warmup"])]
     pub(crate) simulate: bool,
 

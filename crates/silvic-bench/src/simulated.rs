@@ -30,9 +30,11 @@ fn describe(config: &Config, sim: &Simulation) -> String {
         n.copy_gbyte,
         match (n.cores, n.network_copies) {
             (Some(cores), 0) => format!("{cores} cores shared by all ranks"),
-            (Some(cores), copies) => format!(
-                "{cores} cores shared by all ranks and by the network's {copies} copies of each byte"
-            ),
+            (Some(cores), copies) => {
+                format!(
+                    "{cores} cores shared by all ranks and the network's {copies} copies a byte"
+                )
+            }
             (None, _) => "a core per rank".to_string(),
         },
         sim.path.name(),

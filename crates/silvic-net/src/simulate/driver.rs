@@ -65,7 +65,7 @@ impl Model {
         (bytes as f64 * self.copy_ps_per_byte).round() as u64
     }
     fn network_copy(&self, bytes: u64) -> u64 {
-        (bytes as f64 * self.copy_ps_per_byte * f64::from(self.network_copies)).round() as u64
+        self.copy(bytes * u64::from(self.network_copies))
     }
 
     /// What every rank folding `bytes` of its own, all at once after a call, adds to the call:
