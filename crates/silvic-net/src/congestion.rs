@@ -6,9 +6,9 @@
 //! and on a host whose egress is shaped (tc tbf at 1 Gbit/s, `crates/silvic-testbed/src/net.rs`)
 //! that estimate of a ring stream now and then collapses to a few Mbit/s. Since BBR stamps each
 //! packet with a send time at the rate of the moment, a stream then holds frames it could send
-//! for tens of milliseconds, nothing in flight, and every rank waits on it (docs/lightgbm.md,
-//! "Where the time goes", has the measurements). Loss-based congestion control (CUBIC, Linux's
-//! default) does not pace, and the shaper alone sets the rate.
+//! for tens of milliseconds, nothing in flight, and every rank waits on it. Loss-based
+//! congestion control (CUBIC, Linux's default) does not pace, and the shaper alone sets the
+//! rate.
 //!
 //! Invariants:
 //! - A stream whose congestion control is BBR (any version: its name starts with `bbr`) is
@@ -16,8 +16,8 @@
 //! - The choice is made before a ring connection exists: on the listener, whose accepted
 //!   streams inherit it, and on a dialling socket before it connects; every stream is checked
 //!   again once formed. A stream that starts on BBR keeps BBR's pacing after a switch (Linux
-//!   leaves a socket's pacing on once BBR has turned it on), and paced ring streams on loopback
-//!   at world 8 took 1.4x the time of unpaced ones at 2 MiB (docs/performance.md).
+//!   leaves a socket's pacing on once BBR has turned it on), and paced ring streams are slower
+//!   even on loopback.
 //! - A switch that fails (CUBIC not built, or not allowed to this process) is logged as a
 //!   warning and the stream keeps BBR: it is slower, never broken.
 //! - Only Linux is touched; elsewhere the system's choice stands.

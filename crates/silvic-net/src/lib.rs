@@ -137,6 +137,10 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/cluster.md")]
 pub struct ClusterDocDoctests;
+/// The examples of docs/paths.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/paths.md")]
+pub struct PathsDocDoctests;
 pub use liveness::LIVENESS;
 pub use options::{ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
 pub use silvic_core::{

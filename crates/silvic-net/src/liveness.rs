@@ -179,8 +179,8 @@ mod tests {
         assert_eq!(send_side(&info(65536, 0, 0, 1)), SendSide::Other, "window open");
     }
 
-    /// On Linux with BBR the system's default (as on the 2-core shared Linux VM of
-    /// docs/lightgbm.md), a ring stream still runs another congestion control.
+    /// On Linux with BBR the system's default (as some kernels ship it), a ring stream still
+    /// runs another congestion control.
     #[cfg(target_os = "linux")]
     #[test]
     fn a_configured_stream_is_off_bbr() {

@@ -5,7 +5,7 @@
 //! start and form their ring through it.
 //!
 //! Asserted: every rank forms the ring and computes the right sum. Measured and printed (not
-//! asserted: that is the benchmark's job, docs/rendezvous.md): how long the ranks took from
+//! asserted: that is a benchmark's job): how long the ranks took from
 //! their start, and the strangers' rate while they ran. Bounded: the flood stops when the ranks
 //! end or at its own limit, and a rank that has not ended by [`LIMIT`] is killed and fails the
 //! test.

@@ -1,7 +1,7 @@
 //! What the namespace fault tests read of a world after a fault: every rank's end and its time
-//! to error, printed as `FAULT` rows (kept in docs/failures.md), and the checks every fault
-//! shares: survivors fail naming a peer within the fault's bound, no rank ever returns a wrong
-//! result, and a failed rank's error sticks.
+//! to error, printed as `FAULT` rows (docs/failures.md says what each fault does), and the
+//! checks every fault shares: survivors fail naming a peer within the fault's bound, no rank
+//! ever returns a wrong result, and a failed rank's error sticks.
 
 use std::time::{Duration, Instant};
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 /// behaviour broken. Far above any lateness a busy machine causes, so an upper bound of "the
 /// behaviour's bound + `MARGIN`" fails only when the behaviour is broken (it hung, or waited
 /// out another timeout), never because the machine was busy. Upper bounds in tests are written
-/// this way; the measured figures go in docs/ (docs/failures.md, docs/performance.md).
+/// this way; measured figures go in results files (docs/results/), never in a bound.
 pub const MARGIN: Duration = Duration::from_secs(20);
 
 pub mod child;

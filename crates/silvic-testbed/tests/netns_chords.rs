@@ -3,7 +3,7 @@
 //! a rank stopped with a short collective timeout, and every packet of one chord (ranks 0 and 4)
 //! dropped. Each case asserts that every rank fails, naming the rank at fault, within the bound
 //! of the fault, that no rank returns a wrong result and that every error sticks; the times
-//! are printed as `FAULT` rows and kept in docs/failures.md.
+//! are printed as `FAULT` rows (docs/failures.md says what each fault does).
 //!
 //! Two layouts. On the bare bridge, connect measures hops far below the 100 us from which the
 //! log-depth paths are taken, so the collectives keep to the ring's paths and the chords carry
