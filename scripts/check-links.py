@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that every relative link in README.md, CHANGELOG.md and docs/*.md resolves.
+"""Checks that every relative link in README.md, CHANGELOG.md and docs/ (its folders too) resolves.
 
 A link's file must exist in the repository, and its #anchor, if any, must be a heading of that
 file (as GitHub makes anchors: lower-case, punctuation dropped, spaces as hyphens). Links to
@@ -42,7 +42,7 @@ def anchors(path):
 
 
 def main():
-    files = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
     broken = []
     for source in files:
         if not source.exists():

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Measures one bed and writes its results file, docs/results/BED.csv, for render-results.py.
+
+Each bed runs in rounds: every series of a round (an implementation, a path, a world) runs once,
+one after another, so a ratio between series is of interleaved runs. The file starts with `#`
+lines that say what ran: the command of every series, the commit, the date (UTC), the machine,
+and the load average around each round; then one CSV row per size, series and round.
+
+    python3 scripts/measure.py loopback  [--rounds 3] [--peers DIR]     # against the peers
+    python3 scripts/measure.py relay     [--rounds 3]                   # the relay bed
+    sudo python3 scripts/measure.py netns [--rounds 3]                  # namespace hosts (root)
+    python3 scripts/measure.py simulator                                # the model: one round
+
+Build silvic-bench first (`cargo build --release -p silvic-bench`). The loopback bed runs the
+peers of DIR (default $SILVIC_PEERS, see its README: `run_mpi.sh`, `run_xgb.sh`,
+`gloo_allreduce_bench.py`) where their programs are installed, and says in the file which were
+not. --python names the interpreter for XGBoost and --gloo-python the one with torch.
+"""
+
+import argparse
+import csv
+import datetime
+import io
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "target", "release", "silvic-bench")
+RESULTS = os.path.join(ROOT, "docs", "results")
+PEER_COLUMNS = ["world", "bytes", "iters", "reps", "median_us", "min_us", "algbw_GBs", "busbw_GBs"]
+TIMEOUT = 900
+
+
+def machine():
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    memory = ""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            kib = int(next(l.split()[1] for l in f if l.startswith("MemTotal")))
+            memory = f", {kib / (1 << 20):.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        pass
+    return f"{os.cpu_count()} cores ({model}){memory}, Linux {platform.release()}"
+
+
+def commit():
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True).stdout
+    head = git("rev-parse", "--short=12", "HEAD").strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "crates", "Cargo.lock")
+    return head + (" with uncommitted changes to crates/" if dirty.strip() else "")
+
+
+def load():
+    return "{:.1f}".format(os.getloadavg()[0])
+
+
+def run(command, env=None):
+    """The CSV rows a command prints (lines that start with a digit, after its header)."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
+                          env=dict(os.environ, **(env or {})))
+    if done.returncode != 0:
+        raise RuntimeError(f"{shlex.join(command)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    lines = done.stdout.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("world,"))
+    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+
+
+class Results:
+    def __init__(self, bed, title, columns):
+        self.bed, self.title, self.columns = bed, title, columns
+        self.commands, self.notes, self.rows, self.loads = {}, [], [], []
+
+    def series(self, name, command):
+        self.commands[name] = command
+
+    def write(self, rounds, note):
+        path = os.path.join(RESULTS, f"{self.bed}.csv")
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(f"# {self.title}\n")
+            f.write(f"# measured: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d} (UTC)"
+                    f" by `python3 scripts/{os.path.basename(__file__)} {self.bed}"
+                    f" --rounds {rounds}`\n")
+            f.write(f"# commit: {commit()}\n")
+            f.write(f"# machine: {machine()}\n")
+            f.write(f"# load average (1 min) before each round and after the last: "
+                    f"{', '.join(self.loads)}\n")
+            f.write(f"# note: {note}\n")
+            for n in self.notes:
+                f.write(f"# note: {n}\n")
+            f.write(f"# rounds: {rounds}, each running every series once, in the order below\n")
+            for name, command in self.commands.items():
+                f.write(f"# series {name}: {command}\n")
+            writer = csv.DictWriter(f, fieldnames=self.columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(self.rows)
+        print(f"wrote {os.path.relpath(path, ROOT)}", file=sys.stderr)
+
+
+def loopback(args):
+    r = Results("loopback", "loopback, one process per rank: silvic-net against the peers "
+                "(f64 sum, the peers' timing protocol)", ["series", "round"] + PEER_COLUMNS)
+    worlds = {2: 64 << 20, 4: 64 << 20, 8: 16 << 20}
+    peers = args.peers
+    runs = []  # (series, world, command, env)
+    for world, top in worlds.items():
+        runs.append(("silvic-net", world, [BENCH, "--world", str(world), "--max-bytes", str(top),
+                                           "--csv", "-q"], None))
+    r.series("silvic-net", "target/release/silvic-bench --world W --max-bytes M --csv -q")
+    build = os.environ.get("PEERS_BUILD", os.path.join("/tmp", "silvic-peers"))
+    if peers and shutil.which("mpirun") and os.path.exists(os.path.join(build, "mpi_allreduce_bench")):
+        version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout
+        version = version.splitlines()[0] if version else "OpenMPI"
+        for world, top in worlds.items():
+            runs.append(("openmpi-tcp", world, [os.path.join(peers, "run_mpi.sh"), str(world),
+                                                "tcp", str(top), "1"], None))
+        r.series("openmpi-tcp", f"run_mpi.sh W tcp M 1 ({version}, MPI_Allreduce over the TCP BTL)")
+    else:
+        r.notes.append("OpenMPI not run: mpirun or the peers' build (run build.sh) missing")
+    py_env = {"PATH": os.path.dirname(args.python) + os.pathsep + os.environ["PATH"]}
+    xgb = subprocess.run([args.python, "-c", "import xgboost; print(xgboost.__version__)"],
+                         capture_output=True, text=True)
+    if peers and xgb.returncode == 0:
+        for world, top in worlds.items():
+            runs.append(("xgboost", world, [os.path.join(peers, "run_xgb.sh"), str(world), "raw",
+                                            str(top), "1"], py_env))
+        r.series("xgboost", f"run_xgb.sh W raw M 1 (XGBoost {xgb.stdout.strip()}, "
+                 "XGCommunicatorAllreduce in place)")
+    else:
+        r.notes.append("XGBoost not run: `import xgboost` failed in --python")
+    gloo = subprocess.run([args.gloo_python, "-c", "import torch, torch.distributed as d; "
+                           "assert d.is_gloo_available(); print(torch.__version__)"],
+                          capture_output=True, text=True)
+    if peers and gloo.returncode == 0:
+        for world, top in worlds.items():
+            runs.append(("gloo", world, [args.gloo_python,
+                                         os.path.join(peers, "gloo_allreduce_bench.py"),
+                                         str(world), str(top), "1"], None))
+        r.series("gloo", f"gloo_allreduce_bench.py W M 1 (torch {gloo.stdout.strip()}, "
+                 "torch.distributed's Gloo backend, CPU, f64)")
+    else:
+        r.notes.append("Gloo not run: torch with the Gloo backend not importable in --gloo-python")
+    r.notes.append("W is the world (2, 4, 8); M the largest size (64 MiB, 16 MiB at world 8)")
+    for rnd in range(1, args.rounds + 1):
+        r.loads.append(load())
+        for world in worlds:
+            for series, w, command, env in runs:
+                if w != world:
+                    continue
+                print(f"round {rnd}: {series} world {world}", file=sys.stderr, flush=True)
+                for row in run(command, env):
+                    r.rows.append({"series": series, "round": rnd,
+                                   **{c: row[c] for c in PEER_COLUMNS}})
+    r.loads.append(load())
+    return r
+
+
+def relay(args):
+    r = Results("relay", "the relay bed: ranks as threads, every hop through a relay holding each "
+                "chunk D us each way (f64 sum)",
+                ["series", "round", "delay_us"] + PEER_COLUMNS)
+    sizes = "8,32K,256K,1M,16M"
+    paths = ("auto", "ring")
+    for path in paths:
+        r.series(path, f"target/release/silvic-bench --threads --world W --link-delay-us D "
+                 f"--sizes {sizes} --path {path} --csv -q")
+    r.notes.append("W is the world (4, 8, 16), D the delay (100, 500 us)")
+    for rnd in range(1, args.rounds + 1):
+        r.loads.append(load())
+        for world in (4, 8, 16):
+            for delay in (100, 500):
+                for path in paths:
+                    print(f"round {rnd}: world {world} delay {delay} {path}", file=sys.stderr,
+                          flush=True)
+                    command = [BENCH, "--threads", "--world", str(world), "--link-delay-us",
+                               str(delay), "--sizes", sizes, "--path", path, "--csv", "-q"]
+                    for row in run(command):
+                        r.rows.append({"series": path, "round": rnd, "delay_us": delay,
+                                       **{c: row[c] for c in PEER_COLUMNS}})
+    r.loads.append(load())
+    return r
+
+
+def netns(args):
+    r = Results("netns", "namespace hosts: one rank process on each host, every host's egress "
+                "shaped to R Mbit/s (tc tbf), f64 sum", ["series", "round", "link_mbit"]
+                + PEER_COLUMNS + ["link"])
+    sizes = "2M,16M,64M"
+    beds = ((4, 1000), (8, 1000), (4, 10000))
+    r.series("ring", f"target/release/silvic-bench --netns-hosts N --link-mbit R --sizes {sizes} "
+             "--seconds-per-size 2 --csv -q")
+    r.series("flows", "target/release/silvic-bench --netns-hosts N --link-mbit R --link-limit "
+             "--stream-bytes 16M --seconds-per-size 3 --csv -q (the links without the ring: "
+             "every host streaming to the next, the mean per-host rate as busbw)")
+    r.notes.append("N hosts and R Mbit/s: 4 and 1000, 8 and 1000, 4 and 10000")
+    for rnd in range(1, args.rounds + 1):
+        r.loads.append(load())
+        for hosts, mbit in beds:
+            print(f"round {rnd}: {hosts} hosts at {mbit} Mbit/s", file=sys.stderr, flush=True)
+            command = [BENCH, "--netns-hosts", str(hosts), "--link-mbit", str(mbit), "--sizes",
+                       sizes, "--seconds-per-size", "2", "--csv", "-q"]
+            for row in run(command):
+                r.rows.append({"series": "ring", "round": rnd, "link_mbit": mbit,
+                               "link": row["link"], **{c: row[c] for c in PEER_COLUMNS}})
+            command = [BENCH, "--netns-hosts", str(hosts), "--link-mbit", str(mbit),
+                       "--link-limit", "--stream-bytes", "16M", "--seconds-per-size", "3",
+                       "--csv", "-q"]
+            flows = run(command)
+            rate = sum(float(f["GBs"]) for f in flows) / len(flows)
+            share = sum(float(f["link"]) for f in flows) / len(flows)
+            r.rows.append({"series": "flows", "round": rnd, "link_mbit": mbit, "world": hosts,
+                           "bytes": 16 << 20, "iters": "", "reps": "", "median_us": "",
+                           "min_us": "", "algbw_GBs": "", "busbw_GBs": f"{rate:.4f}",
+                           "link": f"{share:.4f}"})
+    r.loads.append(load())
+    return r
+
+
+def simulator(args):
+    r = Results("simulator", "the simulator: silvic-net's plans in virtual time on a model of a "
+                "network, a host per rank (f64 sum); a model, not a measurement",
+                ["series", "round", "hop_us", "link_gbit"] + PEER_COLUMNS)
+    sizes = "8,32K,256K,1M,16M"
+    paths = ("auto", "ring", "index")
+    for path in paths:
+        r.series(path, f"target/release/silvic-bench --simulate --world W --hop-us H "
+                 f"--link-gbit 10 --sizes {sizes} --path {path} --csv -q")
+    r.notes.append("W is the world (16, 64, 256), H the hop (10, 100 us); the simulator prints "
+                   "the same bytes on every run, so one round is all there is")
+    r.loads.append(load())
+    for world in (16, 64, 256):
+        for hop in (10, 100):
+            for path in paths:
+                print(f"world {world} hop {hop} {path}", file=sys.stderr, flush=True)
+                command = [BENCH, "--simulate", "--world", str(world), "--hop-us", str(hop),
+                           "--link-gbit", "10", "--sizes", sizes, "--path", path, "--csv", "-q"]
+                for row in run(command):
+                    r.rows.append({"series": path, "round": 1, "hop_us": hop, "link_gbit": 10,
+                                   **{c: row[c] for c in PEER_COLUMNS}})
+    r.loads.append(load())
+    return r
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bed", choices=["loopback", "relay", "netns", "simulator"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--peers", default=os.environ.get("SILVIC_PEERS"),
+                        help="the peers' scripts (loopback)")
+    parser.add_argument("--python", default=sys.executable, help="a Python with xgboost")
+    parser.add_argument("--gloo-python", default=sys.executable, help="a Python with torch")
+    parser.add_argument("--note", default="the machine was shared with other developers' builds "
+                        "and tests while these ran (see the load average)")
+    args = parser.parse_args()
+    if not os.path.exists(BENCH):
+        sys.exit(f"{BENCH} missing: cargo build --release -p silvic-bench")
+    results = {"loopback": loopback, "relay": relay, "netns": netns,
+               "simulator": simulator}[args.bed](args)
+    results.write(1 if args.bed == "simulator" else args.rounds, args.note)
+
+
+if __name__ == "__main__":
+    main()

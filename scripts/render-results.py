@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Renders every table and plot docs/ shows from the results files of docs/results/.
+
+A page shows a rendered table between two markers, which this script owns:
+
+    <!-- render: NAME -->
+    ... (written by this script: do not edit)
+    <!-- end render -->
+
+NAME is a table of RENDERS below, made from one results file (docs/results/BED.csv, written by
+scripts/measure.py: `#` lines saying what ran, then CSV). The plots are SVG files of
+docs/results/, made from the same files. Each cell is the median over the file's rounds.
+
+    python3 scripts/render-results.py           # rewrite the pages' tables and the plots
+    python3 scripts/render-results.py --check   # exit 1 if a page or plot differs (CI)
+
+Only the standard library: the plot is SVG written by hand, byte for byte the same every run.
+"""
+
+import argparse
+import csv
+import io
+import math
+import pathlib
+import re
+import statistics
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+RESULTS = DOCS / "results"
+MARKER = re.compile(r"(<!-- render: (\S+) -->\n)(.*?)(<!-- end render -->)", re.S)
+NAMES = {"silvic-net": "silvic-net", "openmpi-tcp": "OpenMPI-TCP", "xgboost": "XGBoost",
+         "gloo": "Gloo"}
+COLOURS = {"silvic-net": "#1b6ac9", "openmpi-tcp": "#d9480f", "xgboost": "#2b8a3e",
+           "gloo": "#862e9c"}
+
+
+def load(bed):
+    """The `#` lines (as one text) and the rows of docs/results/BED.csv."""
+    text = (RESULTS / f"{bed}.csv").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    notes = [l for l in lines if l.startswith("#")]
+    rows = list(csv.DictReader(io.StringIO("\n".join(l for l in lines if not l.startswith("#")))))
+    return notes, rows
+
+
+def median(rows, column):
+    values = [float(r[column]) for r in rows if r[column] != ""]
+    return statistics.median(values) if values else None
+
+
+def group(rows, *keys):
+    out = {}
+    for row in rows:
+        out.setdefault(tuple(row[k] for k in keys), []).append(row)
+    return out
+
+
+def size(b):
+    b = int(b)
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale and b % scale == 0:
+            return f"{b // scale} {unit}"
+    return f"{b} B"
+
+
+def duration(us):
+    if us is None:
+        return ""
+    if us < 1000:
+        return f"{us:.1f} us"
+    return f"{us / 1000:.2f} ms"
+
+
+def rounds(rows):
+    return len({r["round"] for r in rows})
+
+
+def source(bed, rows, what):
+    n = rounds(rows)
+    runs = "one run" if n == 1 else f"medians of {n} interleaved rounds"
+    return (f"From [results/{bed}.csv](results/{bed}.csv) ({what}; {runs}; the file gives the "
+            f"commands, the machine, the date and the load).")
+
+
+def loopback():
+    notes, rows = load("loopback")
+    series = [s for s in NAMES if any(r["series"] == s for r in rows)]
+    peers = [s for s in series if s != "silvic-net"]
+    out = [source("loopback", rows, "median time of a call, f64 sum, one process per rank")]
+    missing = [l.split("note: ", 1)[1] for l in notes if "not run" in l]
+    if missing:
+        out.append("Not run there: " + "; ".join(missing) + ".")
+    cells = {k: median(v, "median_us") for k, v in group(rows, "series", "world", "bytes").items()}
+    for world in sorted({int(r["world"]) for r in rows}):
+        out.append("")
+        out.append(f"World {world}:")
+        out.append("")
+        head = ["size"] + [NAMES[s] for s in series] + ["silvic-net / fastest peer"]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|---|" + "---:|" * (len(head) - 1))
+        sizes = sorted({int(r["bytes"]) for r in rows if int(r["world"]) == world})
+        for b in sizes:
+            times = {s: cells.get((s, str(world), str(b))) for s in series}
+            best = min((t for s, t in times.items() if s in peers and t), default=None)
+            ours = times.get("silvic-net")
+            ratio = f"{ours / best:.2f}x" if ours and best else ""
+            out.append("| " + " | ".join([size(b)] + [duration(times[s]) for s in series]
+                                         + [ratio]) + " |")
+    return "\n".join(out) + "\n"
+
+
+def relay():
+    _, rows = load("relay")
+    sizes = sorted({int(r["bytes"]) for r in rows})
+    cells = {k: median(v, "median_us") for k, v in
+             group(rows, "series", "world", "delay_us", "bytes").items()}
+    out = [source("relay", rows, "median time of a call, f64 sum, ranks as threads"), "",
+           "Each cell: the automatic path's time, then the ring path's, forced (`--path ring`), "
+           "and the first over the second.", ""]
+    out.append("| world, hop delay | " + " | ".join(size(b) for b in sizes) + " |")
+    out.append("|---|" + "---:|" * len(sizes))
+    keys = sorted({(int(r["world"]), int(r["delay_us"])) for r in rows})
+    for world, delay in keys:
+        row = [f"{world}, {delay} us"]
+        for b in sizes:
+            auto = cells.get(("auto", str(world), str(delay), str(b)))
+            ring = cells.get(("ring", str(world), str(delay), str(b)))
+            ratio = f" ({auto / ring:.2f}x)" if auto and ring else ""
+            row.append(f"{duration(auto)} / {duration(ring)}{ratio}")
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def netns():
+    _, rows = load("netns")
+    ring = [r for r in rows if r["series"] == "ring"]
+    flows = [r for r in rows if r["series"] == "flows"]
+    sizes = sorted({int(r["bytes"]) for r in ring})
+    busbw = {k: (median(v, "busbw_GBs"), median(v, "link")) for k, v in
+             group(ring, "world", "link_mbit", "bytes").items()}
+    carried = {k: (median(v, "busbw_GBs"), median(v, "link")) for k, v in
+               group(flows, "world", "link_mbit").items()}
+    out = [source("netns", rows, "busbw in GB/s and its share of the link rate"), "",
+           "The last column is what the same links carried without the ring in the same rounds "
+           "(every host streaming to the next through 16 MiB buffers, as iperf3 flows laid out "
+           "like the ring would).", ""]
+    out.append("| hosts, link | " + " | ".join(size(b) for b in sizes) + " | the links alone |")
+    out.append("|---|" + "---:|" * (len(sizes) + 1))
+    for hosts, mbit in sorted({(int(r["world"]), int(r["link_mbit"])) for r in ring}):
+        def cell(pair):
+            return f"{pair[0]:.3f} ({pair[1]:.2f})" if pair and pair[0] is not None else ""
+        row = [f"{hosts}, {mbit // 1000} Gbit/s"]
+        row += [cell(busbw.get((str(hosts), str(mbit), str(b)))) for b in sizes]
+        row.append(cell(carried.get((str(hosts), str(mbit)))))
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def simulator():
+    notes, rows = load("simulator")
+    sizes = sorted({int(r["bytes"]) for r in rows})
+    cells = {k: median(v, "median_us") for k, v in
+             group(rows, "series", "world", "hop_us", "bytes").items()}
+    link = sorted({r["link_gbit"] for r in rows})
+    out = [source("simulator", rows, f"modelled time of a call, f64 sum, {', '.join(link)} "
+                  "Gbit/s links, a host per rank"), "",
+           "Each cell: the automatic path's time, the ring path's and index-fold-gather's, each "
+           "forced; the automatic choice is the real cut, run on the model.", ""]
+    out.append("| world, hop | " + " | ".join(size(b) for b in sizes) + " |")
+    out.append("|---|" + "---:|" * len(sizes))
+    for world, hop in sorted({(int(r["world"]), int(r["hop_us"])) for r in rows}):
+        row = [f"{world}, {hop} us"]
+        for b in sizes:
+            key = (str(world), str(hop), str(b))
+            parts = [duration(cells.get((s,) + key)) for s in ("auto", "ring", "index")]
+            row.append(" / ".join(parts))
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out) + "\n"
+
+
+RENDERS = {"loopback": loopback, "relay": relay, "netns": netns, "simulator": simulator}
+
+
+def busbw_plot():
+    """busbw against size on loopback, one panel per world, one line per implementation."""
+    _, rows = load("loopback")
+    worlds = sorted({int(r["world"]) for r in rows})
+    series = [s for s in NAMES if any(r["series"] == s for r in rows)]
+    bw = {k: median(v, "busbw_GBs") for k, v in group(rows, "series", "world", "bytes").items()}
+    top = max(v for v in bw.values() if v is not None)
+    top = math.ceil(top * 2) / 2  # a gridline every 0.5 GB/s
+    lo, hi = 3, 26  # log2 of 8 B and 64 MiB
+    pw, ph, left, gap, upper = 300, 220, 50, 50, 40
+    width = left + len(worlds) * (pw + gap) + 10
+    height = upper + ph + 80
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{left}" y="18" font-size="13">busbw (GB/s) against size, f64 sum, loopback, '
+           f'one process per rank (docs/results/loopback.csv)</text>']
+    for i, world in enumerate(worlds):
+        x0 = left + i * (pw + gap)
+        y0 = upper + ph
+
+        def x(b):
+            return x0 + (math.log2(b) - lo) / (hi - lo) * pw
+
+        def y(v):
+            return y0 - v / top * ph
+
+        out.append(f'<text x="{x0 + pw / 2:.1f}" y="{upper - 6}" text-anchor="middle">world '
+                   f'{world}</text>')
+        out.append(f'<rect x="{x0}" y="{upper}" width="{pw}" height="{ph}" fill="none" '
+                   f'stroke="#888"/>')
+        steps = int(round(top / 0.5))
+        for k in range(steps + 1):
+            v = k * 0.5
+            out.append(f'<line x1="{x0}" y1="{y(v):.1f}" x2="{x0 + pw}" y2="{y(v):.1f}" '
+                       f'stroke="#ddd"/>')
+            if i == 0:
+                out.append(f'<text x="{x0 - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+                           f'{v:.1f}</text>')
+        for b in (8, 4096, 2 << 20, 64 << 20):
+            out.append(f'<text x="{x(b):.1f}" y="{y0 + 16}" text-anchor="middle">{size(b)}'
+                       f'</text>')
+        for s in series:
+            points = sorted((int(k[2]), v) for k, v in bw.items()
+                            if k[0] == s and k[1] == str(world) and v is not None)
+            path = " ".join(f"{x(b):.1f},{y(v):.1f}" for b, v in points)
+            out.append(f'<polyline points="{path}" fill="none" stroke="{COLOURS[s]}" '
+                       f'stroke-width="2"/>')
+    for j, s in enumerate(series):
+        lx = left + j * 130
+        ly = upper + ph + 45
+        out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 24}" y2="{ly}" stroke="{COLOURS[s]}" '
+                   f'stroke-width="3"/>')
+        out.append(f'<text x="{lx + 30}" y="{ly + 4}">{NAMES[s]}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+PLOTS = {"busbw-loopback.svg": busbw_plot}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a page or plot differs from its render")
+    args = parser.parse_args()
+    drift, seen = [], set()
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+
+        def render(match):
+            name = match.group(2)
+            if name not in RENDERS:
+                drift.append(f"{page.relative_to(ROOT)}: no render named {name}")
+                return match.group(0)
+            seen.add(name)
+            return match.group(1) + RENDERS[name]() + match.group(4)
+
+        new = MARKER.sub(render, text)
+        if new != text:
+            drift.append(f"{page.relative_to(ROOT)}: its tables differ from the results files")
+            if not args.check:
+                page.write_text(new, encoding="utf-8")
+    for name, plot in PLOTS.items():
+        path = RESULTS / name
+        svg = plot()
+        if not path.exists() or path.read_text(encoding="utf-8") != svg:
+            drift.append(f"{path.relative_to(ROOT)}: differs from its render")
+            if not args.check:
+                path.write_text(svg, encoding="utf-8")
+    for name in sorted(set(RENDERS) - seen):
+        drift.append(f"no page shows the table {name}")
+    if args.check:
+        for line in drift:
+            print(line)
+        print(f"{len(drift)} differences between the pages and the results files")
+        return 1 if drift else 0
+    for line in drift:
+        print(f"rendered: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
