@@ -6,35 +6,41 @@
 //! Invariants:
 //! - Each connection has [`HANDSHAKE_DEADLINE`] from its accept to finish its handshake; a
 //!   stranger that is silent, slow or sends garbage costs the ranks nothing but its slot.
-//! - At most [`MAX_PENDING`] handshakes are held, at most [`MAX_PER_SOURCE`] from any one
-//!   address other than a preferred one (the advertised addresses of the ranks the ring
-//!   accepts; the sources of the ranks the exchange has already admitted), and at most
-//!   [`MAX_ACCEPTS_PER_TURN`] connections are accepted per turn of the loop, so handshakes in
-//!   progress are served between bursts.
+//! - At most [`MAX_PENDING`] handshakes are held; from any one [`Source`] (an IPv4 address, an
+//!   IPv6 /64) at most [`MAX_PER_SOURCE`] plus the ranks still expected from there (the ring's
+//!   lobby knows its peers' advertised addresses; the exchange's expects none in particular);
+//!   and at most [`MAX_ACCEPTS_PER_TURN`] connections are accepted per turn of the loop, so
+//!   handshakes in progress are served between bursts.
 //! - When room runs out (a cap, or accept failing for want of descriptors) one handshake is
-//!   dropped, chosen by [`victim`]: never one already welcomed, never one accepted in this turn
-//!   (it has not been polled yet; dropping it would punish the rank that connected at the same
-//!   moment as a burst), first those not from a preferred address, then those that have sent
-//!   nothing valid, then the oldest. When nothing may go, the newcomer is closed instead; when
-//!   accept fails and nothing may go, the caller rests the listener ([`Accepted::Starved`]). A
-//!   valid Hello is not a claim (anyone who knows the ranks and the address list can send one);
-//!   only the proof is, and a proven connection leaves the lobby at once.
-//! - A refusal is logged here and the listener keeps waiting: a stranger claiming the right
-//!   rank must not break the ring.
+//!   dropped by fair share (`evict.rs`): the oldest of the source holding the most beyond the
+//!   ranks still expected from it (for a source's own cap, that source's oldest), never one already welcomed, never one accepted in
+//!   this turn (it has not been polled yet; dropping it would punish the rank that connected at
+//!   the same moment as a burst). A source holding fewer handshakes than another is therefore
+//!   never the one to give way, however fast the others connect. When nothing may go, the
+//!   newcomer is closed instead; when accept fails and nothing may go, the caller rests the
+//!   listener ([`Accepted::Starved`]). How far a handshake got weighs nothing: a valid Hello is
+//!   not a claim (anyone who knows the ranks and the address list can send one); only the proof
+//!   is, and a proven connection leaves the lobby at once.
+//! - A refusal is counted, not logged one by one: [`Lobby::report`] logs a summary when one is
+//!   due (`tally.rs`: at most one line per gap, the gaps doubling to a minute), so a flood
+//!   cannot fill a log that nobody reads and block the rendezvous in a write. The listener keeps
+//!   waiting: a stranger claiming the right rank must not break the ring.
 //! - A proven stream leaves the lobby moved, never duplicated: one descriptor per connection.
 //!
 //! Not here: the listener's own life (the loop in `mod.rs` stops polling it once every rank it
 //! accepts has joined) and the connecting side (`dial.rs`).
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use tracing::warn;
 
 use super::Plan;
 use super::conn::Conn;
-use super::evict::{Progress, Standing, victim};
+use super::evict::{Source, Standing, oldest_from, victim};
+use super::tally::{Rejection, Tally};
 use crate::handshake::fresh_nonce;
 use crate::handshake::{Acceptor, Claims, Failure, MAC_LEN, Message, MessageError, Next};
 use crate::wait::nonblocking;
@@ -43,7 +49,7 @@ use crate::wait::nonblocking;
 pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 /// The most handshakes held open at once on the accepting side.
 pub(crate) const MAX_PENDING: usize = 256;
-/// The most handshakes held from one source address other than a preferred one.
+/// The most handshakes held from one [`Source`], beside the ranks still expected from there.
 pub(crate) const MAX_PER_SOURCE: usize = 32;
 /// The most connections accepted in one turn of the rendezvous loop.
 pub(crate) const MAX_ACCEPTS_PER_TURN: usize = 64;
@@ -108,7 +114,7 @@ pub(crate) struct Incoming<'t, S> {
     role: Acceptor<'t>,
     deadline: Instant,
     remote: SocketAddr,
-    preferred: bool,
+    source: Source,
     welcomed: bool,
 }
 
@@ -133,11 +139,11 @@ impl<'t, S: Read + Write> Incoming<'t, S> {
         stream: S,
         role: Acceptor<'t>,
         remote: SocketAddr,
-        preferred: bool,
         deadline: Instant,
     ) -> Self {
         let conn = Conn::new(stream);
-        Incoming { id, conn, role, deadline, remote, preferred, welcomed: false }
+        let source = Source::of(remote.ip());
+        Incoming { id, conn, role, deadline, remote, source, welcomed: false }
     }
 
     /// Moves the handshake as far as it goes without waiting.
@@ -196,14 +202,7 @@ impl<'t, S: Read + Write> Incoming<'t, S> {
 impl<S> Incoming<'_, S> {
     /// What the eviction rule weighs; ids from `fresh_from` on were accepted this turn.
     pub(super) fn standing(&self, fresh_from: u64) -> Standing {
-        let progress = if self.welcomed {
-            Progress::Welcomed
-        } else if self.role.challenged() {
-            Progress::Challenged
-        } else {
-            Progress::Silent
-        };
-        Standing { preferred: self.preferred, progress, fresh: self.id >= fresh_from, id: self.id }
+        Standing { source: self.source, welcomed: self.welcomed, fresh: self.id >= fresh_from }
     }
 
     /// Which turn of accepting it came from, for telling poll results apart.
@@ -275,46 +274,44 @@ pub(crate) struct Refused {
 #[derive(Debug)]
 pub(crate) struct Lobby<'t> {
     admission: Admission<'t>,
-    /// Sources dropped last and never capped: the left neighbour's advertised address, the
-    /// addresses admitted ranks came from.
-    preferred: Vec<IpAddr>,
+    /// The ranks still expected, each with the source it should come from (the ring's peers'
+    /// advertised addresses): each lifts its source's cap by one until it joins.
+    expected: Vec<(usize, Source)>,
+    /// In accept order: the oldest first.
     held: Vec<Incoming<'t, TcpStream>>,
+    /// How many of `held` come from each source.
+    per_source: HashMap<Source, usize>,
     next_id: u64,
     /// The first id of the current turn of accepting.
     fresh_from: u64,
-    /// How many connections were refused or broke, and the last reason.
+    /// How many handshakes were refused or broke, and the last reason.
     pub(crate) refused: usize,
     pub(crate) last_refusal: String,
+    /// What was rejected since the last summary line.
+    tally: Tally,
 }
 
 impl<'t> Lobby<'t> {
     /// An empty lobby for the ranks `plan` accepts: the left neighbour and the chord peers.
     pub(super) fn new(plan: &Plan<'t>) -> Self {
-        let sources: Vec<IpAddr> = plan.accepts.iter().map(|&p| plan.addresses[p].ip()).collect();
-        Lobby::admitting(Admission::ring(plan), &sources)
+        let expected =
+            plan.accepts.iter().map(|&p| (p, Source::of(plan.addresses[p].ip()))).collect();
+        Lobby::admitting(Admission::ring(plan), expected)
     }
 
-    /// An empty lobby that admits whom `admission` says, preferring `preferred` sources.
-    pub(crate) fn admitting(admission: Admission<'t>, preferred: &[IpAddr]) -> Self {
+    /// An empty lobby that admits whom `admission` says, expecting each rank of `expected`
+    /// from its source.
+    pub(crate) fn admitting(admission: Admission<'t>, expected: Vec<(usize, Source)>) -> Self {
         Lobby {
             admission,
-            preferred: preferred.iter().map(IpAddr::to_canonical).collect(),
+            expected,
             held: Vec::new(),
+            per_source: HashMap::new(),
             next_id: 0,
             fresh_from: 0,
             refused: 0,
             last_refusal: String::new(),
-        }
-    }
-
-    /// Prefers connections from `source` from now on.
-    pub(crate) fn prefer(&mut self, source: IpAddr) {
-        let source = source.to_canonical();
-        if !self.preferred.contains(&source) {
-            self.preferred.push(source);
-            for p in &mut self.held {
-                p.preferred |= p.remote.ip().to_canonical() == source;
-            }
+            tally: Tally::default(),
         }
     }
 
@@ -323,12 +320,26 @@ impl<'t> Lobby<'t> {
         &self.held
     }
 
+    /// Logs a summary of what was rejected, if one is due at `now`.
+    pub(crate) fn report(&mut self, now: Instant) {
+        if let Some(line) = self.tally.summary(now) {
+            warn!("{line}");
+        }
+    }
+
+    /// When [`Lobby::report`] has a summary to log, if it has anything to tell.
+    pub(crate) fn next_report(&self) -> Option<Instant> {
+        self.tally.due()
+    }
+
     /// Drops every handshake past its deadline.
     pub(crate) fn expire(&mut self, now: Instant) {
+        let (per_source, tally) = (&mut self.per_source, &mut self.tally);
         self.held.retain(|p| {
             let alive = now < p.deadline;
             if !alive {
-                warn!(remote = %p.remote, "rejected connection: no handshake within {HANDSHAKE_DEADLINE:?}");
+                release(per_source, p.source);
+                tally.count(now, Rejection::Late);
             }
             alive
         });
@@ -343,17 +354,25 @@ impl<'t> Lobby<'t> {
     ) -> Vec<Joined> {
         let mut joined = Vec::new();
         let mut kept = Vec::with_capacity(self.held.len());
+        let now = Instant::now();
         for incoming in std::mem::take(&mut self.held) {
             if !is_ready(incoming.id) {
                 kept.push(incoming);
                 continue;
             }
-            let remote = incoming.remote;
+            let (remote, source) = (incoming.remote, incoming.source);
             match incoming.step() {
                 Step::Waiting(incoming) => kept.push(incoming),
-                Step::Formed { stream, rank } => joined.push(Joined { stream, remote, rank }),
+                Step::Formed { stream, rank } => {
+                    release(&mut self.per_source, source);
+                    if let Some(at) = self.expected.iter().position(|(r, _)| *r == rank) {
+                        self.expected.swap_remove(at);
+                    }
+                    joined.push(Joined { stream, remote, rank });
+                }
                 Step::Dropped { remote, reason, claims } => {
-                    warn!(%remote, %reason, "rejected connection");
+                    release(&mut self.per_source, source);
+                    self.tally.failed(now, remote, &reason);
                     self.refused += 1;
                     let refusal = Refused { remote, reason, claims };
                     refused(&refusal);
@@ -376,8 +395,8 @@ impl<'t> Lobby<'t> {
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
                 Err(e) => {
                     // Out of descriptors, most likely: make room by the same rule as a cap.
-                    warn!(error = %e, "accept failed");
-                    if !self.evict(|_| true, "accept failed and room was needed") {
+                    self.tally.accept_failed(Instant::now(), &e);
+                    if !self.evict(None) {
                         return Ok(Accepted::Starved);
                     }
                 }
@@ -386,43 +405,65 @@ impl<'t> Lobby<'t> {
         Ok(Accepted::Turn)
     }
 
+    /// How many ranks are still expected from `source`.
+    fn expected_from(&self, source: Source) -> usize {
+        self.expected.iter().filter(|(_, s)| *s == source).count()
+    }
+
     /// Holds one new connection, dropping another if a cap says so (or the newcomer, if none
     /// may go).
     fn admit(&mut self, stream: TcpStream, remote: SocketAddr) -> io::Result<()> {
         if stream.set_nonblocking(true).is_err() {
             return Ok(());
         }
-        // A dual-stack listener sees IPv4 peers as IPv4-mapped IPv6 addresses.
-        let source = remote.ip().to_canonical();
-        let preferred = self.preferred.contains(&source);
-        let from_source = |p: &Incoming<'t, TcpStream>| p.remote.ip().to_canonical() == source;
-        let crowded = !preferred
-            && self.held.iter().filter(|p| from_source(p)).count() >= MAX_PER_SOURCE
-            && !self.evict(from_source, "too many handshakes from one address");
-        let full = self.held.len() >= MAX_PENDING && !self.evict(|_| true, "too many handshakes");
+        let source = Source::of(remote.ip());
+        let cap = MAX_PER_SOURCE + self.expected_from(source);
+        let crowded =
+            self.per_source.get(&source).copied().unwrap_or(0) >= cap && !self.evict(Some(source));
+        let full = self.held.len() >= MAX_PENDING && !self.evict(None);
         if crowded || full {
-            warn!(%remote, "rejected connection: no room, and every handshake held is newer or further");
+            // Every handshake that could make room is newer, or welcomed: the newcomer goes.
+            self.tally.count(Instant::now(), Rejection::Room);
             return Ok(());
         }
         let role = self.admission.role()?;
         let deadline = Instant::now() + HANDSHAKE_DEADLINE;
-        self.held.push(Incoming::new(self.next_id, stream, role, remote, preferred, deadline));
+        self.held.push(Incoming::new(self.next_id, stream, role, remote, deadline));
+        *self.per_source.entry(source).or_insert(0) += 1;
         self.next_id += 1;
         Ok(())
     }
 
-    /// Drops the [`victim`] among the handshakes `among` selects; false if none may go.
-    fn evict(&mut self, among: impl Fn(&Incoming<'t, TcpStream>) -> bool, why: &str) -> bool {
-        let candidates: Vec<usize> =
-            (0..self.held.len()).filter(|&i| among(&self.held[i])).collect();
+    /// Drops a handshake for room, by fair share: the oldest of `source`'s, or with `None`
+    /// of the source holding the most beyond the ranks expected from it. False if none may go.
+    fn evict(&mut self, source: Option<Source>) -> bool {
         let fresh_from = self.fresh_from;
-        let standings = candidates.iter().map(|&i| self.held[i].standing(fresh_from));
-        let Some(pick) = victim(standings) else {
+        let standings: Vec<Standing> = self.held.iter().map(|p| p.standing(fresh_from)).collect();
+        let pick = match source {
+            Some(source) => oldest_from(&standings, source),
+            None => {
+                let beyond =
+                    |(s, n): (&Source, &usize)| (*s, n.saturating_sub(self.expected_from(*s)));
+                victim(&standings, self.per_source.iter().map(beyond))
+            }
+        };
+        let Some(pick) = pick else {
             return false;
         };
-        let dropped = self.held.remove(candidates[pick]);
-        warn!(remote = %dropped.remote, "rejected connection: {why}");
+        let dropped = self.held.remove(pick);
+        release(&mut self.per_source, dropped.source);
+        self.tally.count(Instant::now(), Rejection::Room);
         true
+    }
+}
+
+/// One handshake fewer from `source`.
+fn release(per_source: &mut HashMap<Source, usize>, source: Source) {
+    if let Some(n) = per_source.get_mut(&source) {
+        *n -= 1;
+        if *n == 0 {
+            per_source.remove(&source);
+        }
     }
 }
 
@@ -434,34 +475,6 @@ mod tests {
     use crate::RejectReason;
     use crate::handshake::{Connector, MESSAGE_LEN, MessageKind};
 
-    fn standing(preferred: bool, progress: Progress, id: u64) -> Standing {
-        Standing { preferred, progress, fresh: false, id }
-    }
-
-    #[test]
-    fn the_victim_is_a_stranger_first_then_the_least_advanced_then_the_oldest() {
-        use Progress::*;
-        // A preferred connection that has said nothing outlives a stranger that sent a Hello.
-        let held = [standing(true, Silent, 0), standing(false, Challenged, 1)];
-        assert_eq!(victim(held), Some(1));
-        // Among strangers, the silent go before the challenged, the oldest first.
-        let held = [
-            standing(false, Challenged, 0),
-            standing(false, Silent, 3),
-            standing(false, Silent, 2),
-        ];
-        assert_eq!(victim(held), Some(2));
-        // From the neighbour's own address, a Hello counts, then age.
-        let held = [standing(true, Challenged, 0), standing(true, Challenged, 1)];
-        assert_eq!(victim(held), Some(0));
-        // A welcomed connection is never dropped, nor one accepted in this turn.
-        assert_eq!(victim([standing(false, Welcomed, 0)]), None);
-        let fresh = Standing { fresh: true, ..standing(false, Silent, 0) };
-        assert_eq!(victim([fresh, standing(true, Challenged, 1)]), Some(1));
-        assert_eq!(victim([fresh]), None);
-        assert_eq!(victim([]), None);
-    }
-
     const ROSTER: [u8; 32] = [9; 32];
 
     fn incoming(acceptor_token: &'static [u8]) -> (Incoming<'static, UnixStream>, UnixStream) {
@@ -470,7 +483,7 @@ mod tests {
         let role = Acceptor::new(acceptor_token, ROSTER, 3, 1, 0, [4; 16]);
         let remote = "10.0.0.1:5000".parse().unwrap();
         let far = Instant::now() + Duration::from_secs(3600);
-        (Incoming::new(0, ours, role, remote, true, far), theirs)
+        (Incoming::new(0, ours, role, remote, far), theirs)
     }
 
     fn read(stream: &mut UnixStream) -> Message {
@@ -491,11 +504,9 @@ mod tests {
     fn an_honest_neighbour_is_challenged_then_welcomed_and_formed() {
         let (p, mut neighbour) = incoming(b"job");
         let p = waiting(p.step());
-        assert_eq!(p.standing(u64::MAX).progress, Progress::Silent);
         let (mut connector, hello) = Connector::start(b"job", ROSTER, 3, 0, 1, [5; 16]);
         neighbour.write_all(&hello.encode()).unwrap();
         let p = waiting(p.step());
-        assert_eq!(p.standing(u64::MAX).progress, Progress::Challenged);
         let Next::Send(proof) = connector.on_message(&read(&mut neighbour)) else { panic!() };
         neighbour.write_all(&proof.encode()).unwrap();
         let Step::Formed { rank: 0, .. } = p.step() else {
@@ -583,7 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn one_source_other_than_the_neighbours_holds_at_most_its_share() {
+    fn every_source_holds_at_most_its_share_and_the_neighbours_one_more_for_the_neighbour() {
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
         let addresses: Vec<SocketAddr> =
             vec!["10.0.0.1:7000".parse().unwrap(), "10.0.0.2:7000".parse().unwrap()];
@@ -603,10 +614,76 @@ mod tests {
         let stranger = held.iter().filter(|s| *s == "10.9.9.9").count();
         let neighbour = held.iter().filter(|s| *s == "10.0.0.1").count();
         assert_eq!(stranger, MAX_PER_SOURCE, "one stranger source kept more than its share");
-        assert_eq!(neighbour, MAX_PER_SOURCE + 5, "the neighbour's address is not capped");
-        // The stranger's oldest went first: the newest are held.
-        let oldest_kept = lobby.held.iter().filter(|p| p.remote.ip().to_string() == "10.9.9.9");
-        assert_eq!(oldest_kept.map(|p| p.remote.port()).min(), Some(1005));
+        // Strangers from the neighbour's own address are capped too, one later: the neighbour
+        // is still expected from there.
+        assert_eq!(neighbour, MAX_PER_SOURCE + 1);
+        // Each source's oldest went first: the newest are held.
+        let oldest_kept = |ip: &str| {
+            let from = lobby.held.iter().filter(|p| p.remote.ip().to_string() == ip);
+            from.map(|p| p.remote.port()).min()
+        };
+        assert_eq!(oldest_kept("10.9.9.9"), Some(1005));
+        assert_eq!(oldest_kept("10.0.0.1"), Some(1004));
+    }
+
+    /// Finding 1 of the review: a flood from the address a real rank is expected from (or at
+    /// the exchange, came from), and floods from 16 other addresses, never drop a rank that
+    /// connects from an address of its own, however many turns they go on: at the exchange,
+    /// and at a ring listener whose peer connects from behind a NAT (not its advertised
+    /// address).
+    #[test]
+    fn a_rank_holding_one_handshake_outlasts_floods_from_its_peers_address_and_16_others() {
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        // Rank 1 of 8 expects rank 0 (10.0.0.1) and, as chord peers, ranks 7 and 5.
+        let addresses: Vec<SocketAddr> =
+            (1..=8).map(|h| format!("10.0.0.{h}:7000").parse().unwrap()).collect();
+        let plan = Plan {
+            rank: 1,
+            world: 8,
+            dials: &[2, 3],
+            accepts: &[0, 7, 5],
+            ..lobby_plan(&addresses)
+        };
+        let exchange = Admission { peers: None, ..Admission::ring(&plan) };
+        for mut lobby in [Lobby::admitting(exchange, Vec::new()), Lobby::new(&plan)] {
+            let mut keep = Vec::new();
+            let flood = |n: usize| {
+                if n % 5 == 0 {
+                    format!("10.0.0.1:{}", 2000 + n % 20_000)
+                } else {
+                    format!("10.9.0.{}:{}", 1 + n % 16, 2000 + n % 20_000)
+                }
+            };
+            let mut n = 0;
+            let mut turn = |lobby: &mut Lobby<'_>,
+                            keep: &mut Vec<TcpStream>,
+                            real: Option<&str>| {
+                let mut script: Vec<_> = real.iter().map(|r| arrival(&server, keep, r)).collect();
+                for _ in 0..MAX_ACCEPTS_PER_TURN - script.len() {
+                    script.push(arrival(&server, keep, &flood(n)));
+                    n += 1;
+                }
+                assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
+                keep.clear(); // the strangers' ends: closing them changes nothing held
+            };
+            // The floods fill the lobby first.
+            for _ in 0..2 * MAX_PENDING / MAX_ACCEPTS_PER_TURN {
+                turn(&mut lobby, &mut keep, None);
+            }
+            assert_eq!(lobby.held.len(), MAX_PENDING, "the floods fill the lobby");
+            // A real rank connects from an address of its own; the floods go on, 50 turns more.
+            turn(&mut lobby, &mut keep, Some("10.0.0.50:999"));
+            for _ in 0..50 {
+                turn(&mut lobby, &mut keep, None);
+                assert!(
+                    lobby.held.iter().any(|p| p.remote.to_string() == "10.0.0.50:999"),
+                    "the rank was dropped for room"
+                );
+                let held = sources(&lobby);
+                let from_peer = held.iter().filter(|s| *s == "10.0.0.1").count();
+                assert!(from_peer <= MAX_PER_SOURCE + 1, "{from_peer} from rank 0's address");
+            }
+        }
     }
 
     #[test]
@@ -637,8 +714,9 @@ mod tests {
         let plan = lobby_plan(&addresses);
         let mut lobby = Lobby::new(&plan);
         let mut keep = Vec::new();
+        // Each from its own address: no source's cap is reached.
         let script: std::collections::VecDeque<_> = (0..MAX_ACCEPTS_PER_TURN + 3)
-            .map(|i| arrival(&server, &mut keep, &format!("10.0.0.1:{}", 1000 + i)))
+            .map(|i| arrival(&server, &mut keep, &format!("10.1.0.{}:1000", 1 + i)))
             .collect();
         let listener = Scripted::new(script);
         assert_eq!(lobby.accept(&listener).unwrap(), Accepted::Turn);
@@ -675,7 +753,7 @@ mod tests {
     }
 
     #[test]
-    fn every_rank_a_ring_with_chords_accepts_is_preferred_and_a_stranger_goes_first() {
+    fn every_rank_a_ring_with_chords_accepts_is_expected_and_a_stranger_goes_first() {
         // Rank 0 of 8 accepts rank 7 (its left neighbour) and the chord peers 6 and 4.
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
         let addresses: Vec<SocketAddr> =
@@ -692,11 +770,12 @@ mod tests {
         let script = ["10.0.0.8:1", "10.0.0.7:1", "10.0.0.5:1", "10.0.0.9:1", "10.0.0.2:1"]
             .map(|remote| arrival(&server, &mut keep, remote));
         assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
-        let preferred: Vec<bool> =
-            lobby.held.iter().map(|p| p.standing(u64::MAX).preferred).collect();
-        // Ranks 7, 6 and 4 are preferred; rank 1 (dialled, never accepted) and a stranger not.
-        assert_eq!(preferred, [true, true, true, false, false]);
-        // Out of room, a source that is not preferred gives way first, the oldest of them.
+        let expected: Vec<usize> =
+            lobby.held.iter().map(|p| lobby.expected_from(p.source)).collect();
+        // Ranks 7, 6 and 4 are expected; rank 1 (dialled, never accepted) and a stranger not.
+        assert_eq!(expected, [1, 1, 1, 0, 0]);
+        // Out of room, each source holds one: one holding more than it is expected to gives
+        // way first, the oldest of them.
         assert_eq!(lobby.accept(&Scripted::new(vec![emfile()])).unwrap(), Accepted::Turn);
         let kept: Vec<String> = lobby.held.iter().map(|p| p.remote.to_string()).collect();
         assert_eq!(kept, ["10.0.0.8:1", "10.0.0.7:1", "10.0.0.5:1", "10.0.0.2:1"]);
@@ -715,8 +794,8 @@ mod tests {
             arrival(&server, &mut keep, "[::ffff:10.0.0.9]:1000"),
         ];
         assert_eq!(lobby.accept(&Scripted::new(script)).unwrap(), Accepted::Turn);
-        let preferred: Vec<bool> =
-            lobby.held.iter().map(|p| p.standing(u64::MAX).preferred).collect();
-        assert_eq!(preferred, [true, false]);
+        let expected: Vec<usize> =
+            lobby.held.iter().map(|p| lobby.expected_from(p.source)).collect();
+        assert_eq!(expected, [1, 0]);
     }
 }

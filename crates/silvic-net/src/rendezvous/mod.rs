@@ -19,6 +19,7 @@ pub(crate) mod accept;
 mod conn;
 mod dial;
 mod evict;
+mod tally;
 
 use std::collections::HashSet;
 use std::io;
@@ -131,10 +132,11 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
             return Err(timeout_error(plan, &dials, &dialers, &lobby, &accepted));
         }
         lobby.expire(now);
+        lobby.report(now);
         accept_paused_until = accept_paused_until.filter(|until| now < *until);
         let listening = !all_in && accept_paused_until.is_none();
 
-        let wake = [deadline, accept_paused_until]
+        let wake = [deadline, accept_paused_until, lobby.next_report()]
             .into_iter()
             .chain(dials.iter().map(Dial::wake_at))
             .chain(lobby.held().iter().map(|p| Some(p.deadline())))

@@ -81,7 +81,7 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
     let mut server = Server {
         plan,
         listen_address,
-        lobby: Lobby::admitting(admission, &[]),
+        lobby: Lobby::admitting(admission, Vec::new()),
         proven: Vec::new(),
         members: (0..plan.world).map(|_| None).collect(),
         refusals: vec![None; plan.world],
@@ -118,6 +118,7 @@ impl Server<'_> {
                 );
             }
             self.lobby.expire(now);
+            self.lobby.report(now);
             self.proven.retain(|p| {
                 let alive = now < p.deadline;
                 if !alive {
@@ -143,13 +144,18 @@ impl Server<'_> {
     fn turn(&mut self) -> Result<(), ConnectError> {
         let listening = self.accept_paused_until.is_none();
         let contests = self.members.iter().flatten().filter_map(|m| m.contender.as_ref());
-        let wake = [Some(self.plan.deadline), Some(self.next_progress), self.accept_paused_until]
-            .into_iter()
-            .flatten()
-            .chain(self.lobby.held().iter().map(|p| p.deadline()))
-            .chain(self.proven.iter().map(|p| p.deadline))
-            .chain(contests.map(|(_, until)| *until))
-            .min();
+        let wake = [
+            Some(self.plan.deadline),
+            Some(self.next_progress),
+            self.accept_paused_until,
+            self.lobby.next_report(),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.lobby.held().iter().map(|p| p.deadline()))
+        .chain(self.proven.iter().map(|p| p.deadline))
+        .chain(contests.map(|(_, until)| *until))
+        .min();
         let mut slots = Vec::new();
         let mut fds = Vec::new();
         if listening {
@@ -217,7 +223,7 @@ impl Server<'_> {
             deadline,
         }));
         for (Joined { stream, remote, rank }, address) in arrived {
-            self.lobby.prefer(remote.ip());
+            debug!(%remote, %address, "address exchange: rank {rank} sent its address");
             self.claim(rank, Member::new(stream, address))?;
         }
         if ready.contains(&Slot::Listener) {
@@ -512,7 +518,7 @@ mod tests {
         let mut server = Server {
             plan: &plan,
             listen_address: at.to_string(),
-            lobby: Lobby::admitting(admission, &[]),
+            lobby: Lobby::admitting(admission, Vec::new()),
             proven: Vec::new(),
             members,
             refusals: vec![None; 3],
