@@ -15,9 +15,10 @@
 //!   `ValueError` instead of racing the ring; it is writeable again when the call returns,
 //!   whether it succeeded or raised. (Other views of the same memory are not covered.)
 //! - **Logging.** The library's tracing events reach Python's `logging` under the logger
-//!   "silvic_net" (and its children, named after the Rust modules): a warning for every
-//!   refused connection, for a short job token, for a collective that waits long. Levels are
-//!   read when first used and again at every `connect` and `from_env`.
+//!   "silvic_net" (and its children, named after the Rust modules): warnings that sum up the
+//!   connections refused (at gaps doubling to a minute), for a short job token, for a collective
+//!   that waits long. Levels are read when first used and again at every `connect` and
+//!   `from_env`.
 //! - **The GIL.** It is released while connecting and during every collective, so other Python
 //!   threads run while a rank waits on the network. A `TcpCollective` is used by one thread at a
 //!   time: a second thread calling it meanwhile gets a `RuntimeError` (already borrowed), and the

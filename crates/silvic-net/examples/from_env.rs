@@ -10,7 +10,8 @@
 //!
 //! Each rank joins the ring, sums `rank + 1` across ranks, gathers every rank's host name, and
 //! prints one line such as `rank 2 of 4: sum 10 (expected 10), hosts node-0,node-1,...`. It exits
-//! 0 when the sum is right and 1 (printing the error) otherwise.
+//! 0 when the sum is right and 1 (printing the error) otherwise. Its one optional argument is
+//! the timeout in seconds (60 by default): `./from_env 1800`.
 //!
 //! The library's warnings (a short job token, a refused connection, a long wait) go to stderr
 //! through a tracing subscriber filtered by `RUST_LOG`: warnings by default,
@@ -43,7 +44,11 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<String, Box<dyn std::error::Error>> {
-    let mut ring = TcpCollective::from_env(Duration::from_secs(60))?;
+    let timeout = match std::env::args().nth(1) {
+        Some(seconds) => Duration::try_from_secs_f64(seconds.parse()?)?,
+        None => Duration::from_secs(60),
+    };
+    let mut ring = TcpCollective::from_env(timeout)?;
     let (rank, world) = (ring.rank(), ring.world_size());
     let mut sum = [rank as f64 + 1.0];
     ring.allreduce_sum_f64(&mut sum)?;

@@ -70,7 +70,8 @@
 //! **not** protect the data: after the handshake the streams are plain TCP, neither encrypted
 //! nor authenticated, so whoever is on the path can read or alter what the ranks exchange. Run
 //! on a trusted network, or under WireGuard or IPsec. Strangers at a listener cost bounded
-//! descriptors, never the ring (docs/protocol.md has the whole threat model).
+//! descriptors and share its handshake slots by source, never a real rank's place unless they
+//! connect from its own address (docs/protocol.md has the whole threat model).
 //!
 //! # Threads
 //!

@@ -1,4 +1,4 @@
-//! The address exchange under a flood: strangers from one host (127.0.0.2) open connections to
+//! The address exchange under floods: first, strangers from one host (127.0.0.2) open connections to
 //! rank 0's exchange port as fast as two threads can, up to 20,000 a second, each sending a
 //! valid Hello (the right version and world, a rank of the world) and then holding it or
 //! resetting it, while four real ranks (processes of the `from_env` example, on 127.0.0.1)
@@ -8,7 +8,13 @@
 //! asserted: that is a benchmark's job): how long the ranks took from
 //! their start, and the strangers' rate while they ran. Bounded: the flood stops when the ranks
 //! end or at its own limit, and a rank that has not ended by [`LIMIT`] is killed and fails the
-//! test.
+//! test. Their warnings go to stderr, which the test reads only when they end: a rank 0 that
+//! logged a line per stranger would fill the pipe and block there.
+//!
+//! Second, a rank 0 whose stderr nobody reads, and 10,000 strangers: it must meet its deadline
+//! (see the test's doc).
+
+mod common;
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -20,6 +26,7 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::MARGIN;
 use silvic_net::handshake::Connector;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -117,9 +124,6 @@ fn four_ranks_form_their_ring_through_a_flood_of_strangers_at_the_exchange() {
             .env("SILVIC_WORLD_SIZE", WORLD.to_string())
             .env("SILVIC_RENDEZVOUS", format!("tcp://{target}"))
             .env("SILVIC_JOB_TOKEN", TOKEN)
-            // The example logs warnings to stderr, rank 0 one per stranger it drops: thousands
-            // a second, which would fill the pipe this test reads only at the end and block it.
-            .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -192,4 +196,97 @@ fn four_ranks_form_their_ring_through_a_flood_of_strangers_at_the_exchange() {
         strangers_meanwhile as f64 / ranks_took.as_secs_f64(),
         rank0_took
     );
+}
+
+/// Strangers in the second test: as many as the review's flood.
+const STRANGERS_UNREAD: usize = 10_000;
+/// Rank 0's timeout in the second test: the flood runs through it.
+const UNREAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Finding 2 of the review: a launcher that reads a child's stderr only at its exit leaves the
+/// pipe full, and a rank 0 that logs a line per stranger then blocks in `write(2)` for ever,
+/// where no deadline can fire. Here rank 0 (the `from_env` example, whose tracing subscriber
+/// writes warnings to stderr, as a user's would) waits for a rank that never comes while
+/// 10,000 strangers reach its exchange, each sending a valid Hello, and nobody reads its
+/// stderr: it must still give up at its timeout and say so on stdout.
+#[test]
+fn rank_0_whose_stderr_nobody_reads_meets_its_deadline_through_10000_strangers() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let target: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let started = Instant::now();
+    let mut rank0: Child = Command::new(example())
+        .arg(UNREAD_TIMEOUT.as_secs().to_string())
+        .env_clear()
+        .env("SILVIC_RANK", "0")
+        .env("SILVIC_WORLD_SIZE", "2")
+        .env("SILVIC_RENDEZVOUS", format!("tcp://{target}"))
+        .env("SILVIC_JOB_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped()) // never read while rank 0 runs
+        .spawn()
+        .expect("start the from_env example");
+    let mut stdout = rank0.stdout.take().expect("piped");
+    let said = thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    // The strangers, as fast as this thread opens them, each holding its connection until 512
+    // newer ones are open.
+    let source: SocketAddr = format!("{STRANGERS}:0").parse().unwrap();
+    let mut held = VecDeque::new();
+    let mut opened = 0;
+    let flood_limit = started + UNREAD_TIMEOUT + MARGIN;
+    while opened < STRANGERS_UNREAD && Instant::now() < flood_limit {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        socket.bind(&source.into()).unwrap();
+        socket.set_linger(Some(Duration::ZERO)).unwrap();
+        if socket.connect_timeout(&target.into(), Duration::from_millis(200)).is_err() {
+            thread::sleep(Duration::from_millis(1)); // rank 0 not listening yet
+            continue;
+        }
+        let rank = 1;
+        let nonce = (opened as u64).to_be_bytes().repeat(2).try_into().unwrap();
+        let hello = Connector::start(b"not-the-job-key", [0; 32], 2, rank, 0, nonce).1;
+        let _ = (&socket).write_all(&hello.encode());
+        opened += 1;
+        if held.len() == 512 {
+            held.pop_front();
+        }
+        held.push_back(socket);
+    }
+    let flooded = started.elapsed();
+    // Rank 0 ends by its timeout, plus the margin a loaded machine may take.
+    let bound = started + UNREAD_TIMEOUT + MARGIN;
+    let ended = loop {
+        if let Some(status) = rank0.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() >= bound {
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    if ended.is_none() {
+        let _ = rank0.kill();
+        let _ = rank0.wait();
+    }
+    drop(held);
+    let mut logged = String::new();
+    if let Some(mut stderr) = rank0.stderr.take() {
+        let _ = stderr.read_to_string(&mut logged);
+    }
+    let out = said.join().unwrap();
+    eprintln!(
+        "unread stderr: {opened} strangers in {flooded:?}; rank 0 ended after {took:?} \
+         ({ended:?}), having logged {} lines ({} bytes)",
+        logged.lines().count(),
+        logged.len()
+    );
+    assert!(ended.is_some(), "rank 0 did not end within {UNREAD_TIMEOUT:?} + {MARGIN:?}");
+    assert_eq!(opened, STRANGERS_UNREAD, "the strangers did not all reach rank 0");
+    assert!(out.starts_with("error: timed out"), "rank 0 said: {out}");
+    assert!(out.contains("ranks [1] never gave their addresses"), "rank 0 said: {out}");
 }

@@ -245,13 +245,8 @@ struct Run {
 fn run(net: &Net, relay: SocketAddr, port: u16) -> Run {
     let exchange: SocketAddr = format!("{}:{port}", host_ip(0)).parse().unwrap();
     // Rank 0 logs as a user's would, warnings; and when a rank has sent its address.
-    let rank0 = Rank::start(
-        net,
-        &net.hosts[0],
-        0,
-        exchange,
-        "warn,silvic_net::launch::exchange=debug",
-    );
+    let rank0 =
+        Rank::start(net, &net.hosts[0], 0, exchange, "warn,silvic_net::launch::exchange=debug");
     let rank1 = Rank::start(net, &net.hosts[1], 1, exchange, "warn");
     let deadline = Instant::now() + LIMIT;
     let admitted = rank0.wait_for("rank 1 sent its address", deadline);
@@ -311,8 +306,7 @@ fn run(net: &Net, relay: SocketAddr, port: u16) -> Run {
 }
 
 #[test]
-fn netns_a_rank_joins_the_exchange_within_2s_through_floods_from_its_peers_address_and_16_others()
-{
+fn netns_a_rank_joins_the_exchange_within_2s_through_floods_from_its_peers_address_and_16_others() {
     require("exchange_fairness");
     let net = Net::create("xfair", 4).unwrap_or_else(|e| panic!("network: {e}"));
     for i in 0..SOURCES {
@@ -361,10 +355,7 @@ fn netns_a_rank_joins_the_exchange_within_2s_through_floods_from_its_peers_addre
             });
         });
     }
-    let late: Vec<(usize, &Run)> = runs
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.joined.is_none_or(|t| t > JOIN_BOUND))
-        .collect();
+    let late: Vec<(usize, &Run)> =
+        runs.iter().enumerate().filter(|(_, r)| r.joined.is_none_or(|t| t > JOIN_BOUND)).collect();
     assert!(late.is_empty(), "rank 2 was late or never joined while the floods ran: {late:?}");
 }

@@ -26,8 +26,11 @@
 //!   or learn the world size, protocol version or which ranks exist: rank 0 answers every Hello
 //!   alike and judges claims only after a valid proof. Nothing they send panics rank 0 or sizes
 //!   an allocation. They can cost rank 0 descriptors and handshake slots, within the lobby's
-//!   caps (in all, per source address, per turn), never a real rank's place unless they connect
-//!   from that rank's own address; out of descriptors, rank 0 rests rather than spins.
+//!   caps (in all, per source, per turn), never a real rank's place unless they connect from
+//!   that rank's own address or from more sources (IPv4 addresses, IPv6 /64s) than the lobby
+//!   has slots: room goes by fair share, the source holding the most giving way first. Their
+//!   refusals are summarised at doubling gaps, not logged one by one, so a flood cannot block
+//!   rank 0 on a log nobody reads; out of descriptors, rank 0 rests rather than spins.
 //! - **On the path** (no token), a peer can see the addresses, drop or delay connections, and
 //!   so delay or fail the start, but not rewrite a proven rank or address into another: every
 //!   field of the handshake is bound by its MACs. The address list itself travels in the clear
