@@ -337,3 +337,46 @@ fn ipv6_addresses_are_bracketed() {
     let listener = TcpCollective::bind("::1").unwrap();
     assert!(listener.address().starts_with("[::1]:"), "{}", listener.address());
 }
+
+/// `connect` returns within its timeout plus a second whatever a peer does before the ring
+/// forms: it goes silent (its port takes the connection and answers nothing), or it trickles
+/// its handshake a byte at a time on both streams, each byte in time for any per-read wait.
+#[test]
+fn connect_meets_its_deadline_under_a_peer_that_goes_silent_or_trickles() {
+    use std::net::TcpListener;
+    use std::thread;
+    for trickle in [false, true] {
+        let listener = TcpCollective::bind("127.0.0.1").unwrap();
+        let own = listener.address();
+        let peer = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addresses = vec![own.clone(), peer.local_addr().unwrap().to_string()];
+        let until = Instant::now() + LIMIT;
+        let peer = thread::spawn(move || {
+            if !trickle {
+                thread::sleep(Duration::from_secs(4));
+                return drop(peer);
+            }
+            let slowly = |mut stream: TcpStream| {
+                thread::spawn(move || {
+                    for byte in b"SILVICNT".iter().chain(&[0u8; 64]).cycle() {
+                        if stream.write_all(&[*byte]).is_err() || Instant::now() > until {
+                            return;
+                        }
+                        thread::sleep(Duration::from_millis(200));
+                    }
+                })
+            };
+            let dialled = slowly(TcpStream::connect(&own).unwrap());
+            let accepted = slowly(peer.accept().unwrap().0);
+            let _ = (dialled.join(), accepted.join());
+        });
+        let timeout = Duration::from_secs(2);
+        let started = Instant::now();
+        let e = TcpCollective::connect(listener, 0, &addresses, "t", timeout).map(drop);
+        let took = started.elapsed();
+        assert!(took <= timeout + Duration::from_secs(1), "trickle {trickle}: {took:?}");
+        let e = e.unwrap_err();
+        assert!(matches!(e, ConnectError::Timeout { peer: 1, .. }), "trickle {trickle}: {e}");
+        drop(peer);
+    }
+}

@@ -333,7 +333,8 @@ fn launch_ring(
         Meeting::Folder(dir) => {
             listener = bind_ring(launch, None)?;
             folder::publish(dir, rank, world, &listener.address(), token)?;
-            addresses = match folder::gather(dir, world, token, timeout) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            addresses = match folder::gather(dir, world, token, left) {
                 Ok(list) => list,
                 Err(e) => {
                     folder::withdraw(dir, rank);

@@ -1,5 +1,10 @@
 //! Every other rank's side of the exchange: prove the token to rank 0, send this rank's
 //! address, read the list (or the news that another process claims this rank).
+//!
+//! Every wait ends at one absolute deadline, the caller's (and, for rank 0's answers during the
+//! handshake, [`HANDSHAKE_DEADLINE`] after the connection was made): each read and write is
+//! given only the time left, so neither a trickle of bytes nor PINGs sent for ever can stretch
+//! a wait past it.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -76,12 +81,61 @@ fn lost(e: &io::Error) -> bool {
     )
 }
 
+/// Reads exactly `buf.len()` bytes before `until`: each read waits at most the time left.
+fn read_until(stream: &mut TcpStream, buf: &mut [u8], until: Instant) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `bytes` before `until`: each write waits at most the time left.
+fn write_until(stream: &mut TcpStream, bytes: &[u8], until: Instant) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left))?;
+        match stream.write(&bytes[sent..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> {
     let server = plan.server.to_string();
-    let left =
-        || plan.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let mut stream = TcpStream::connect_timeout(&plan.server, left())
+    let left = plan.deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Attempt::Retry("no time left to connect".into()));
+    }
+    let mut stream = TcpStream::connect_timeout(&plan.server, left)
         .map_err(|e| Attempt::Retry(e.to_string()))?;
+    // Rank 0 answers a handshake at once: past this, the port is another program's (or rank 0
+    // is too busy to take this connection).
+    let handshake_until = plan.deadline.min(Instant::now() + HANDSHAKE_DEADLINE);
     let timed_out = |what: &str| {
         Attempt::Fatal(ConnectError::Timeout {
             peer: 0,
@@ -100,35 +154,37 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
     };
     // Reads exactly `buf.len()` bytes before the deadline.
     let read = |stream: &mut TcpStream, buf: &mut [u8], what: &str| -> Result<(), Attempt> {
-        stream.set_read_timeout(Some(left())).map_err(|e| io_failure(e, "at once"))?;
-        match stream.read_exact(buf) {
+        match read_until(stream, buf, plan.deadline) {
             Ok(()) => Ok(()),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                Err(timed_out(what))
-            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(timed_out(what)),
             Err(e) => Err(io_failure(e, "before sending the address list")),
         }
     };
-    let _ = stream.set_write_timeout(Some(left()));
+    let write = |stream: &mut TcpStream, bytes: &[u8], when: &str| -> Result<(), Attempt> {
+        match write_until(stream, bytes, plan.deadline) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                Err(timed_out("to take this rank's bytes"))
+            }
+            Err(e) => Err(io_failure(e, when)),
+        }
+    };
     let nonce =
         fresh_nonce().map_err(|e| Attempt::Fatal(ConnectError::io(0, server.clone(), &e)))?;
     let (connector, hello) =
         Connector::start(key, NO_ROSTER, plan.world as u32, plan.rank as u32, 0, nonce);
     let mut connector = connector.blind();
-    stream.write_all(&hello.encode()).map_err(|e| io_failure(e, "during the handshake"))?;
+    write(&mut stream, &hello.encode(), "during the handshake")?;
     let mut inbox = [0u8; MESSAGE_LEN];
     let handshake = |reason: String| {
         Attempt::Fatal(ConnectError::Handshake { peer: 0, address: server.clone(), reason })
     };
     loop {
-        // Rank 0 answers at once; a port that stays silent is another program's (or a rank 0
-        // too busy to take this connection): try again, and say so if time runs out.
-        stream
-            .set_read_timeout(Some(left().min(HANDSHAKE_DEADLINE)))
-            .map_err(|e| io_failure(e, "at once"))?;
-        match stream.read_exact(&mut inbox) {
+        // A port that stays silent is another program's (or a rank 0 too busy to take this
+        // connection): try again, and say so if time runs out.
+        match read_until(&mut stream, &mut inbox, handshake_until) {
             Ok(()) => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Err(Attempt::Retry(format!(
                     "no exchange handshake answer within {HANDSHAKE_DEADLINE:?}: is another \
                      program listening on that port?"
@@ -138,16 +194,14 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
         }
         let message = Message::decode(&inbox).map_err(|e| handshake(e.to_string()))?;
         match connector.on_message(&message) {
-            Next::Send(reply) => stream
-                .write_all(&reply.encode())
-                .map_err(|e| io_failure(e, "during the handshake"))?,
+            Next::Send(reply) => write(&mut stream, &reply.encode(), "during the handshake")?,
             Next::Done => break,
             Next::SendAndDone(_) => {
                 return Err(handshake("a connector never ends by sending".into()));
             }
             Next::Fail(failure, reply) => {
                 if let Some(reply) = reply {
-                    let _ = stream.write_all(&reply.encode());
+                    let _ = write_until(&mut stream, &reply.encode(), handshake_until);
                 }
                 let claims = connector.peer_claims.unwrap_or_default();
                 return Err(match failure {
@@ -164,9 +218,7 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
             }
         }
     }
-    stream
-        .write_all(&encode_address(plan.own))
-        .map_err(|e| io_failure(e, "during the handshake"))?;
+    write(&mut stream, &encode_address(plan.own), "during the handshake")?;
     let mut kind = [0u8; 1];
     loop {
         read(&mut stream, &mut kind, "to send the address list (waiting for the other ranks)")?;
@@ -174,7 +226,7 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
             break;
         }
         // Another process claims this rank: rank 0 asks whether this one is still there.
-        stream.write_all(&[PING]).map_err(|e| io_failure(e, "while asking after this rank"))?;
+        write(&mut stream, &[PING], "while asking after this rank")?;
     }
     let mut address = [0u8; ADDRESS_LEN];
     match kind[0] {

@@ -556,6 +556,136 @@ mod tests {
         assert!(e.to_string().contains("is another program listening on that port?"), "{e}");
     }
 
+    /// What a hostile or broken rank 0 does to a joiner, in [`a_joiner_meets_its_deadline`].
+    #[derive(Debug, Clone, Copy)]
+    enum Rank0 {
+        /// Accepts, and never says a word.
+        Silent,
+        /// Sends its Challenge one byte at a time.
+        TrickledChallenge,
+        /// Takes the address, then asks whether the rank is still there, for ever.
+        Pings,
+        /// Takes the address, then sends the list one byte at a time.
+        TrickledList,
+    }
+
+    /// Serves one joiner as `rank0` says, until the joiner goes or a minute has passed.
+    fn hostile_rank0(rank0: Rank0) -> (SocketAddr, thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        let handle = thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let until = Instant::now() + Duration::from_secs(60);
+            let slowly = |stream: &mut TcpStream, bytes: &[u8]| {
+                for byte in bytes {
+                    if stream.write_all(&[*byte]).is_err() || Instant::now() > until {
+                        return false;
+                    }
+                    thread::sleep(Duration::from_millis(200));
+                }
+                true
+            };
+            let mut inbox = [0u8; MESSAGE_LEN];
+            if matches!(rank0, Rank0::Silent) || stream.read_exact(&mut inbox).is_err() {
+                // Holds the connection open, answering nothing.
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+                let _ = stream.read_to_end(&mut Vec::new());
+                return;
+            }
+            let key = exchange_key(b"t");
+            let mut acceptor = Acceptor::any_other_rank(&key, NO_ROSTER, 2, 0, [3; 16]);
+            let Next::Send(challenge) = acceptor.on_message(&Message::decode(&inbox).unwrap())
+            else {
+                panic!("the joiner's Hello")
+            };
+            if matches!(rank0, Rank0::TrickledChallenge) {
+                slowly(&mut stream, &challenge.encode());
+                return;
+            }
+            stream.write_all(&challenge.encode()).unwrap();
+            stream.read_exact(&mut inbox).unwrap();
+            let Next::SendAndDone(welcome) = acceptor.on_message(&Message::decode(&inbox).unwrap())
+            else {
+                panic!("the joiner's Proof")
+            };
+            stream.write_all(&welcome.encode()).unwrap();
+            stream.read_exact(&mut [0u8; ADDRESS_LEN]).unwrap();
+            match rank0 {
+                Rank0::Pings => {
+                    stream.set_nonblocking(true).unwrap();
+                    while Instant::now() < until {
+                        if stream.write(&[PING]).is_err() {
+                            return; // the joiner gave up
+                        }
+                        let _ = stream.read(&mut [0u8; 64]);
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                _ => {
+                    let mut list = vec![super::wire::LIST];
+                    list.extend_from_slice(&encode_address(addr("10.0.0.1:100")));
+                    list.extend_from_slice(&encode_address(addr("10.0.0.2:200")));
+                    slowly(&mut stream, &list);
+                }
+            }
+        });
+        (at, handle)
+    }
+
+    /// Finding 4 of the second review: every wait of a joining rank ends at its deadline, plus
+    /// a second: a rank 0 that says nothing, trickles its answers a byte at a time, or sends
+    /// PINGs for ever (each of which used to re-arm the wait) holds it no longer.
+    #[test]
+    fn a_joiner_meets_its_deadline() {
+        let timeout = Duration::from_secs(2);
+        let joiners: Vec<_> =
+            [Rank0::Silent, Rank0::TrickledChallenge, Rank0::Pings, Rank0::TrickledList]
+                .into_iter()
+                .map(|rank0| {
+                    let (at, _hostile) = hostile_rank0(rank0);
+                    let started = Instant::now();
+                    let joiner = thread::spawn(move || {
+                        join(&Join {
+                            server: at,
+                            rank: 1,
+                            world: 2,
+                            own: addr("10.0.0.2:200"),
+                            token: b"t",
+                            deadline: started + timeout,
+                            timeout,
+                        })
+                    });
+                    (rank0, started, joiner)
+                })
+                .collect();
+        for (rank0, started, joiner) in joiners {
+            let outcome = joiner.join().unwrap();
+            let took = started.elapsed();
+            assert!(took <= timeout + Duration::from_secs(1), "{rank0:?}: returned after {took:?}");
+            let e = outcome.unwrap_err();
+            assert_eq!(e.kind(), "timeout", "{rank0:?}: {e}");
+        }
+    }
+
+    /// The same through `from_env`: its timeout bounds the whole start, however rank 0 waits.
+    #[test]
+    fn from_env_meets_its_deadline_under_a_rank_0_that_pings_for_ever() {
+        let (at, _hostile) = hostile_rank0(Rank0::Pings);
+        let timeout = Duration::from_secs(2);
+        let vars = move |name: &str| match name {
+            "SILVIC_RANK" => Some("1".to_string()),
+            "SILVIC_WORLD_SIZE" => Some("2".into()),
+            "SILVIC_RENDEZVOUS" => Some(format!("tcp://{at}")),
+            "SILVIC_JOB_TOKEN" => Some("t".into()),
+            _ => None,
+        };
+        let started = Instant::now();
+        let e = crate::TcpCollective::from_vars(vars, timeout).map(drop).unwrap_err();
+        let took = started.elapsed();
+        assert!(took <= timeout + Duration::from_secs(1), "returned after {took:?}");
+        assert_eq!(e.kind(), "timeout", "{e}");
+    }
+
     #[test]
     fn the_exchange_key_is_not_the_token_and_depends_on_it() {
         assert_ne!(exchange_key(b"a"), exchange_key(b"b"));
