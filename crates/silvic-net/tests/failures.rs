@@ -240,7 +240,7 @@ fn a_wrong_job_token_fails_fast_with_the_reason_and_never_shows_the_token() {
 }
 
 #[test]
-fn a_wrong_world_size_is_refused_with_the_reason() {
+fn a_wrong_world_size_is_refused_as_another_address_list() {
     let (listeners, addresses) = common::listeners(3);
     let mut longer = addresses.clone();
     longer.push("127.0.0.1:1".into());
@@ -254,12 +254,18 @@ fn a_wrong_world_size_is_refused_with_the_reason() {
     assert!(
         matches!(
             error,
-            ConnectError::Rejected { peer: 1, reason: RejectReason::WorldMismatch, .. }
+            ConnectError::Rejected { peer: 1, reason: RejectReason::AddressMismatch, .. }
         ),
         "{error}"
     );
-    // A refusal tells its reason only, not the refusing rank's world size.
-    assert!(error.to_string().ends_with(": this rank has 4 ranks"), "{error}");
+    // A listener refuses a Hello of another address list before it looks at the world, and
+    // tells its reason only, not its own world size: this rank says its own.
+    assert!(
+        error.to_string().ends_with(
+            ": the ranks were handed different address lists (this rank's has 4 addresses)"
+        ),
+        "{error}"
+    );
     assert!(*elapsed < timeout, "rank 0 waited out the timeout: {elapsed:?}");
     for (rank, result, _) in &results[1..] {
         assert!(result.is_err(), "rank {rank} formed a ring with a rank of another world");

@@ -62,7 +62,9 @@ pub enum RejectReason {
     WorldMismatch,
     /// The connection came from, or reached, a rank other than the ring neighbour.
     WrongRank,
-    /// The ranks were given different address lists (same length, other entries or order).
+    /// The ranks were given different address lists (another length, other entries or
+    /// order). A ring listener answers every Hello that does not carry its own list's digest
+    /// with this reason alone, whatever else the Hello claims.
     AddressMismatch,
 }
 

@@ -27,8 +27,11 @@
 //! different address lists never form a link, and the acceptor compares the Hello's digest
 //! first, so they fail with that reason rather than as a token mismatch. The roster digest is
 //! not secret (who connects to whom is visible on the network anyway). Each role checks what
-//! it can (version, world, rank, roster, proof) and tells the other side why it rejects, so a
-//! misconfigured rank fails fast.
+//! it can (roster, version, world, rank, proof) and tells the other side why it rejects, so a
+//! misconfigured rank fails fast; but the acceptor judges the roster first, and a Hello whose
+//! roster is not its own gets one refusal ([`RejectReason::AddressMismatch`]) whatever it
+//! claims, so a stranger who does not know the job's address list learns only that it was
+//! refused, not this rank's version, world, rank or chord peers.
 //!
 //! This module is sans-IO: [`Connector`] and [`Acceptor`] take messages and return what to send;
 //! the rendezvous loop owns the sockets and the clocks.
@@ -383,18 +386,25 @@ impl<'t> Acceptor<'t> {
                 if among == Some(true) {
                     t.connector = m.rank;
                 }
-                match check_claims(m, t.world, t.connector) {
-                    Err(reason) => refuse(reason),
-                    // Not in the set, though it claims this side's own rank (the placeholder).
-                    Ok(()) if among == Some(false) => refuse(RejectReason::WrongRank),
-                    Ok(()) if m.mac != t.roster => refuse(RejectReason::AddressMismatch),
-                    Ok(()) => {
-                        t.nonce_c = m.nonce;
-                        let mut challenge =
-                            Message::new(MessageKind::Challenge, t.world, t.acceptor);
-                        challenge.nonce = t.nonce_a;
-                        self.state = AcceptorState::AwaitProof;
-                        return Next::Send(challenge);
+                // The roster first: a connection that does not know this job's address list hears
+                // one refusal, whatever else it claims, and so learns nothing of this side's
+                // version, world, rank or peers.
+                if m.mac != t.roster {
+                    refuse(RejectReason::AddressMismatch)
+                } else {
+                    match check_claims(m, t.world, t.connector) {
+                        Err(reason) => refuse(reason),
+                        // Not in the set, though it claims this side's own rank (the
+                        // placeholder).
+                        Ok(()) if among == Some(false) => refuse(RejectReason::WrongRank),
+                        Ok(()) => {
+                            t.nonce_c = m.nonce;
+                            let mut challenge =
+                                Message::new(MessageKind::Challenge, t.world, t.acceptor);
+                            challenge.nonce = t.nonce_a;
+                            self.state = AcceptorState::AwaitProof;
+                            return Next::Send(challenge);
+                        }
                     }
                 }
             }
@@ -547,9 +557,11 @@ mod tests {
 
     #[test]
     fn another_version_is_refused_with_the_reason() {
+        // A rank of the job (it knows the address list) that runs another version.
         let mut acc = Acceptor::new(b"t", ROSTER, 2, 1, 0, [0; 16]);
         let mut hello = Message::new(MessageKind::Hello, 2, 0);
         hello.version = VERSION + 1;
+        hello.mac = ROSTER;
         let next = acc.on_message(&Message::decode(&hello.encode()).unwrap());
         assert!(matches!(
             next,
@@ -703,6 +715,48 @@ mod tests {
         let (mut conn, _) = Connector::start(b"t", ROSTER, 5, 2, 3, [1; 16]);
         assert!(matches!(conn.on_message(&refusal), Next::Fail(Failure::RefusedBy(_), None)));
         assert_eq!(conn.peer_claims, None);
+    }
+
+    /// Finding 5 of the second review: a ring listener answered a stranger by reason (another
+    /// version, world, rank, a rank outside its chord peers), which told it the version, the
+    /// world size and, from 8 ranks, the listener's chord peers and so its rank. Without the
+    /// job's address list, every Hello now hears the same refusal, byte for byte.
+    #[test]
+    fn a_stranger_learns_nothing_from_a_ring_listeners_refusal_but_that_it_was_refused() {
+        let peers = [3usize, 2, 0];
+        let acceptors = || {
+            [
+                Acceptor::new(b"t", ROSTER, 8, 3, 2, [0; 16]),
+                Acceptor::from_one_of(b"t", ROSTER, 8, 4, &peers, [0; 16]),
+            ]
+        };
+        let mut answers = std::collections::HashSet::new();
+        for version in [VERSION, VERSION + 1, 1, 0] {
+            for world in [8, 5, 9, 0, u32::MAX] {
+                for rank in [0, 1, 2, 3, 4, 7, 8, u32::MAX] {
+                    for roster in [[0; 32], [7; 32]] {
+                        let (_, mut hello) =
+                            Connector::start(b"?", roster, world, rank, 4, [1; 16]);
+                        hello.version = version;
+                        let hello = roundtrip(&hello);
+                        for mut acceptor in acceptors() {
+                            let Next::Fail(Failure::Refused(_), Some(refusal)) =
+                                acceptor.on_message(&hello)
+                            else {
+                                panic!("a stranger's Hello was not refused: {hello:?}");
+                            };
+                            answers.insert(refusal.encode());
+                        }
+                    }
+                }
+            }
+        }
+        let expected = reject(RejectReason::AddressMismatch).unwrap().encode();
+        assert_eq!(answers.into_iter().collect::<Vec<_>>(), [expected]);
+        // One who knows the list is told why, as a misconfigured rank of the job needs.
+        let (_, hello) = Connector::start(b"t", ROSTER, 5, 2, 3, [1; 16]);
+        let mut acc = Acceptor::new(b"t", ROSTER, 8, 3, 2, [0; 16]);
+        assert_eq!(acc.on_message(&hello), refuse(RejectReason::WorldMismatch));
     }
 
     #[test]

@@ -257,9 +257,10 @@ impl<'p> Dialer<'p> {
             (RejectReason::WrongRank, None) => {
                 format!(": this rank is {} of {}", plan.rank, plan.world)
             }
-            (RejectReason::AddressMismatch, _) => {
-                ": the ranks were handed different address lists".to_string()
-            }
+            (RejectReason::AddressMismatch, _) => format!(
+                ": the ranks were handed different address lists (this rank's has {} addresses)",
+                plan.world
+            ),
             _ => String::new(),
         };
         ConnectError::Rejected {
