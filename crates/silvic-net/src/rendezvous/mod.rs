@@ -123,10 +123,10 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
             let state = std::mem::replace(&mut dials[i], Dial::start(Instant::now()));
             dials[i] = dialer.advance(state, dial_ready[i], Instant::now())?;
         }
-        let all_in = accepted.iter().all(Option::is_some);
-        if all_in && dials.iter().all(|d| matches!(d, Dial::Joined(_))) {
-            return Ok(formed(dials, accepted));
+        if let Some(formed) = formed(&mut dials, &mut accepted) {
+            return Ok(formed);
         }
+        let all_in = accepted.iter().all(Option::is_some);
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return Err(timeout_error(plan, &dials, &dialers, &lobby, &accepted));
@@ -175,8 +175,18 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
         let joined = lobby.step_ready(|id| ready.contains(&Slot::Incoming(id)), |_| {});
         let some_joined = !joined.is_empty();
         for stream in joined {
+            // The lobby admits only the ranks the plan accepts; were it ever to admit another,
+            // that is an error of this rank's, never a panic.
             let Some(i) = plan.accepts.iter().position(|&p| p == stream.rank) else {
-                unreachable!("the lobby admits only the ranks the plan accepts")
+                return Err(ConnectError::Handshake {
+                    peer: stream.rank,
+                    address: stream.remote.to_string(),
+                    reason: format!(
+                        "a connection proved rank {}, which this rank does not accept (it \
+                         accepts {:?})",
+                        stream.rank, plan.accepts
+                    ),
+                });
             };
             if accepted[i].is_some() {
                 warn!(peer = stream.rank, remote = %stream.remote, "dropped a second stream");
@@ -198,16 +208,22 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
     }
 }
 
-/// The streams of a rendezvous whose every dial and accept is done.
-fn formed(dials: Vec<Dial<'_>>, accepted: Vec<Option<TcpStream>>) -> Formed {
-    let dialed = dials
+/// The streams of the rendezvous, taken out of `dials` and `accepted`, once every dial has
+/// joined and every accepted rank is in; `None` (and nothing taken) before.
+fn formed(dials: &mut Vec<Dial<'_>>, accepted: &mut [Option<TcpStream>]) -> Option<Formed> {
+    let done =
+        accepted.iter().all(Option::is_some) && dials.iter().all(|d| matches!(d, Dial::Joined(_)));
+    if !done {
+        return None;
+    }
+    let dialed = std::mem::take(dials)
         .into_iter()
-        .map(|d| match d {
-            Dial::Joined(stream) => stream,
-            _ => unreachable!("every dial has joined"),
+        .filter_map(|d| match d {
+            Dial::Joined(stream) => Some(stream),
+            _ => None,
         })
         .collect();
-    Formed { dialed, accepted: accepted.into_iter().map(|s| s.expect("every rank in")).collect() }
+    Some(Formed { dialed, accepted: accepted.iter_mut().filter_map(Option::take).collect() })
 }
 
 fn timeout_error(
@@ -222,8 +238,9 @@ fn timeout_error(
         let last = dialer.last_error.as_deref().unwrap_or("none");
         (dialer.peer, format!("{} (last error: {last})", dial.waiting_for()))
     } else {
-        let missing = accepted.iter().position(Option::is_none);
-        let missing = missing.expect("a rendezvous times out with a stream missing");
+        // A rendezvous times out with a stream missing; the first accepted rank stands in if
+        // none is (a deadline that fell in the turn that formed the ring).
+        let missing = accepted.iter().position(Option::is_none).unwrap_or(0);
         let mut what = "to connect to this rank".to_string();
         if lobby.refused > 0 {
             what += &format!(
@@ -244,6 +261,23 @@ fn timeout_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Finding 9 of the second review: forming the result takes the streams only once every
+    /// dial and accept is done, and cannot panic on a state the loop did not expect.
+    #[test]
+    fn the_streams_are_taken_only_once_every_dial_and_accept_is_done() {
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = || TcpStream::connect(server.local_addr().unwrap()).unwrap();
+        let mut dials = vec![Dial::Joined(stream()), Dial::start(Instant::now())];
+        let mut accepted = vec![Some(stream()), None];
+        assert!(formed(&mut dials, &mut accepted).is_none());
+        assert_eq!((dials.len(), accepted.iter().flatten().count()), (2, 1), "nothing taken");
+        dials[1] = Dial::Joined(stream());
+        assert!(formed(&mut dials, &mut accepted).is_none(), "an accept still missing");
+        accepted[1] = Some(stream());
+        let done = formed(&mut dials, &mut accepted).expect("every stream in");
+        assert_eq!((done.dialed.len(), done.accepted.len()), (2, 2));
+    }
 
     #[test]
     fn a_plan_never_shows_its_token() {

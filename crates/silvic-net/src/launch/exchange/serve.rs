@@ -242,11 +242,13 @@ impl Server<'_> {
     /// claims a live rank: both are duplicates), or its end (a contender takes its place).
     fn hear(&mut self, rank: usize) -> Result<(), ConnectError> {
         let Some(member) = &mut self.members[rank] else { return Ok(()) };
-        match listen_to(&mut member.stream) {
-            Heard::Nothing => Ok(()),
-            Heard::Pong if member.contender.is_some() => {
-                let mut first = self.members[rank].take().expect("checked above");
-                let (second, _) = first.contender.take().expect("checked above");
+        let heard = listen_to(&mut member.stream);
+        if matches!(heard, Heard::Nothing) {
+            return Ok(());
+        }
+        let Some(mut first) = self.members[rank].take() else { return Ok(()) };
+        match (heard, first.contender.take()) {
+            (Heard::Pong, Some((second, _))) => {
                 let message = duplicate_message(first.address, second.address);
                 let error = ConnectError::DuplicateRank {
                     rank,
@@ -257,10 +259,10 @@ impl Server<'_> {
                 tell(second.stream, &message);
                 Err(error)
             }
-            Heard::Pong | Heard::Gone => {
-                let mut gone = self.members[rank].take().expect("checked above");
-                warn!(rank, address = %gone.address, "exchange: a rank left before the list was complete");
-                if let Some((contender, _)) = gone.contender.take() {
+            // Closed, or a PING nobody asked for: gone.
+            (_, contender) => {
+                warn!(rank, address = %first.address, "exchange: a rank left before the list was complete");
+                if let Some((contender, _)) = contender {
                     debug!(rank, "exchange: a restarted rank takes its place");
                     self.members[rank] = Some(*contender);
                 }
@@ -273,10 +275,10 @@ impl Server<'_> {
     /// died, a frozen process), and the contender takes its place.
     fn settle_contests(&mut self, now: Instant) {
         for (rank, slot) in self.members.iter_mut().enumerate() {
-            if slot.as_ref().and_then(|m| m.contender.as_ref()).is_some_and(|(_, t)| now >= *t) {
-                let mut silent = slot.take().expect("checked above");
+            let due = |m: &mut Member| m.contender.as_ref().is_some_and(|(_, t)| now >= *t);
+            if let Some(silent) = slot.take_if(due) {
                 warn!(rank, address = %silent.address, "exchange: a rank did not answer while another process claimed its rank; replaced");
-                *slot = silent.contender.take().map(|(m, _)| *m);
+                *slot = silent.contender.map(|(m, _)| *m);
             }
         }
     }
