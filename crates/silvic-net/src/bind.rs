@@ -91,10 +91,10 @@ fn invalid(message: String) -> ConnectError {
     ConnectError::InvalidArgument(message)
 }
 
-/// `host` without the brackets of an IPv6 literal (`[fd00::1]` is `fd00::1`); the one place
-/// brackets come off.
+/// `host` without the brackets of an IPv6 literal (`[fd00::1]` is `fd00::1`); a host whose
+/// brackets do not pair (`[fd00::1`) is left as it is, and so fails to parse or resolve.
 pub(crate) fn unbracket(host: &str) -> &str {
-    host.trim_start_matches('[').trim_end_matches(']')
+    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
 }
 
 /// Parses an IP address, with or without IPv6 brackets.

@@ -296,6 +296,30 @@ fn from_env_without_a_token_says_so() {
     );
 }
 
+/// Finding 8 of the second review: a `SILVIC_RENDEZVOUS` that is not UTF-8 was taken as unset,
+/// and rank 1 went to `MASTER_ADDR`'s exchange without a word (here, to wait out its timeout
+/// for a rank 0 that is not there). It is refused, naming the variable.
+#[test]
+fn from_env_with_a_variable_that_is_not_utf8_names_it() {
+    use std::os::unix::ffi::OsStrExt;
+    let mut command = Command::new(example());
+    command.arg("5").env_clear();
+    command.env("SILVIC_RENDEZVOUS", std::ffi::OsStr::from_bytes(b"tcp://node-\xff:29400"));
+    for (k, v) in [
+        ("SILVIC_RANK", "1"),
+        ("SILVIC_WORLD_SIZE", "2"),
+        ("SILVIC_JOB_TOKEN", TOKEN),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "1"),
+    ] {
+        command.env(k, v);
+    }
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let ends = finish(vec![command.spawn().expect("start the from_env example")], LIMIT);
+    assert!(!ends[0].0);
+    assert_eq!(ends[0].1.trim(), r#"error: SILVIC_RENDEZVOUS: not UTF-8: "tcp://node-\xFF:29400""#);
+}
+
 #[test]
 fn from_env_with_a_short_token_warns_on_stderr_without_colour_codes() {
     // Two ranks on loopback meeting in a folder: no network namespaces needed.

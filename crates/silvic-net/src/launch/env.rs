@@ -2,7 +2,8 @@
 //! interface and the ports.
 //!
 //! Pure: [`Launch::parse`] reads variables through a lookup function and opens nothing, so every
-//! rule is tested without sockets or a real environment. Every error names the variable at fault.
+//! rule is tested without sockets or a real environment. Every error names the variable at fault;
+//! a value that is not UTF-8 is an error that says so ([`process_var`]), never taken as unset.
 //!
 //! Which variables, first match wins:
 //!
@@ -14,10 +15,10 @@
 //! - interface: `SILVIC_SOCKET_IFNAME` (optional);
 //! - ring ports: `SILVIC_PORTS` (optional: `29500` or `29500-29599`).
 
+use std::net::Ipv6Addr;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
-use crate::bind::unbracket;
 use crate::error::ConnectError;
 
 /// The rank and world variables of each launcher, in the order they are looked at.
@@ -82,6 +83,18 @@ pub(crate) fn env_error(variable: &str, message: impl Into<String>) -> ConnectEr
     ConnectError::Environment { variable: variable.to_string(), message: message.into() }
 }
 
+/// The process environment's `name`: `None` where it is unset, an error where its value is not
+/// UTF-8 (no launcher variable can mean anything then, and taking it as unset would silently
+/// pick another, as `MASTER_ADDR` in place of `SILVIC_RENDEZVOUS`).
+pub(crate) fn process_var(name: &str) -> Result<Option<String>, ConnectError> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(value) => {
+            value.into_string().map(Some).map_err(|v| env_error(name, format!("not UTF-8: {v:?}")))
+        }
+    }
+}
+
 fn number(variable: &str, text: &str) -> Result<usize, ConnectError> {
     text.trim()
         .parse()
@@ -110,33 +123,50 @@ pub(crate) fn parse_ports(variable: &str, text: &str) -> Result<RangeInclusive<u
     Ok(first..=last)
 }
 
+/// A host as a variable gives it: a name or an IPv4 address, or an IPv6 address in brackets
+/// (or bare, where `bare_ipv6`, as torchrun's `MASTER_ADDR` may be); without the brackets.
+/// `None` for anything else: an unclosed bracket, brackets round anything but an IPv6 address,
+/// a colon outside brackets.
+fn host(text: &str, bare_ipv6: bool) -> Option<String> {
+    if let Some(inner) = text.strip_prefix('[') {
+        let inner = inner.strip_suffix(']')?;
+        return inner.parse::<Ipv6Addr>().is_ok().then(|| inner.to_string());
+    }
+    if text.is_empty() || text.contains(']') {
+        return None;
+    }
+    if text.contains(':') && !(bare_ipv6 && text.parse::<Ipv6Addr>().is_ok()) {
+        return None;
+    }
+    Some(text.to_string())
+}
+
 /// Parses `HOST:PORT` (IPv6 as `[ip]:PORT`).
 fn parse_host_port(variable: &'static str, text: &str) -> Result<Meeting, ConnectError> {
     let bad = || env_error(variable, format!("{text:?} is not HOST:PORT (IPv6 as [ip]:PORT)"));
     let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
-    if host.is_empty() || (host.contains(':') && !host.starts_with('[')) {
-        return Err(bad());
-    }
+    let host = self::host(host, false).ok_or_else(bad)?;
     let port = parse_ports(variable, port)?;
     if port.start() != port.end() {
         return Err(bad());
     }
-    let host = unbracket(host).to_string();
     Ok(Meeting::Tcp { host, port: *port.start(), variable })
 }
 
 /// Parses torchrun's pair: `MASTER_ADDR` a bare host (IPv6 with or without brackets) and
 /// `MASTER_PORT` one port.
-fn parse_master(host: &str, port: &str) -> Result<Meeting, ConnectError> {
-    let host = unbracket(host);
+fn parse_master(host: &str, port: &str) -> Result<(String, u16), ConnectError> {
     if host.is_empty() {
         return Err(env_error("MASTER_ADDR", "empty"));
     }
+    let host = self::host(host, true).ok_or_else(|| {
+        env_error("MASTER_ADDR", format!("{host:?} is not a host name or IP address"))
+    })?;
     let ports = parse_ports("MASTER_PORT", port)?;
     if ports.start() != ports.end() {
         return Err(env_error("MASTER_PORT", format!("{port:?} is a range, not one port")));
     }
-    Ok(Meeting::Tcp { host: host.to_string(), port: *ports.start(), variable: "MASTER_ADDR" })
+    Ok((host, *ports.start()))
 }
 
 /// Parses `SILVIC_RENDEZVOUS`: `tcp://HOST:PORT` or `file:///PATH`.
@@ -158,12 +188,15 @@ pub(crate) fn parse_rendezvous(text: &str) -> Result<Meeting, ConnectError> {
 }
 
 impl Launch {
-    /// Reads the variables through `var` (a missing or empty variable is `None`).
-    pub(crate) fn parse(var: impl Fn(&str) -> Option<String>) -> Result<Launch, ConnectError> {
-        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    /// Reads the variables through `var` (a missing or blank variable is `None`; one that
+    /// cannot be read, such as a value that is not UTF-8, is its error).
+    pub(crate) fn parse(
+        var: impl Fn(&str) -> Result<Option<String>, ConnectError>,
+    ) -> Result<Launch, ConnectError> {
+        let var = |name: &str| Ok(var(name)?.filter(|v| !v.trim().is_empty()));
         let mut found = None;
         for (rank_var, world_var) in RANK_VARIABLES {
-            match (var(rank_var), var(world_var)) {
+            match (var(rank_var)?, var(world_var)?) {
                 (None, None) => continue,
                 (Some(_), None) => {
                     return Err(env_error(world_var, format!("missing, while {rank_var} is set")));
@@ -183,17 +216,20 @@ impl Launch {
             // Another launcher's pair that says otherwise: a wrapper script that set SILVIC_*
             // for one job inside another's allocation, most likely. The first pair wins.
             for (other_rank, other_world) in RANK_VARIABLES {
-                let said = |name: &str| var(name).and_then(|v| v.trim().parse::<usize>().ok());
                 if other_rank == rank_var {
                     continue;
                 }
-                let disagree = |name: &str, mine: &str, value: usize| {
-                    said(name).filter(|&v| v != value).map(|v| {
-                        format!(
-                            "{mine}={value} and {name}={v} disagree; using {mine} (the first \
-                             of SILVIC_*, torchrun's, Slurm's and OpenMPI's variables)"
-                        )
-                    })
+                let disagree = |name: &str, mine: &str, value: usize| match var(name) {
+                    Err(e) => Some(format!("{e}: ignored, {mine} is used")),
+                    Ok(said) => {
+                        let said = said.and_then(|v| v.trim().parse::<usize>().ok());
+                        said.filter(|&v| v != value).map(|v| {
+                            format!(
+                                "{mine}={value} and {name}={v} disagree; using {mine} (the \
+                                 first of SILVIC_*, torchrun's, Slurm's and OpenMPI's variables)"
+                            )
+                        })
+                    }
                 };
                 notes.extend(disagree(other_rank, rank_var, rank));
                 notes.extend(disagree(other_world, world_var, world));
@@ -221,16 +257,13 @@ impl Launch {
                 format!("rank {rank} is out of range for {world_var}={world}"),
             ));
         }
-        let meeting = match var("SILVIC_RENDEZVOUS") {
+        let meeting = match var("SILVIC_RENDEZVOUS")? {
             Some(text) => parse_rendezvous(text.trim())?,
-            None => match (var("MASTER_ADDR"), var("MASTER_PORT")) {
-                (Some(host), Some(port)) if var("TORCHELASTIC_RUN_ID").is_some() => {
+            None => match (var("MASTER_ADDR")?, var("MASTER_PORT")?) {
+                (Some(host), Some(port)) if var("TORCHELASTIC_RUN_ID")?.is_some() => {
                     // torchrun's own store listens on MASTER_PORT on rank 0's host: the
                     // exchange takes the port after it.
-                    let Meeting::Tcp { host, port, .. } = parse_master(host.trim(), port.trim())?
-                    else {
-                        unreachable!("parse_master gives a tcp meeting")
-                    };
+                    let (host, port) = parse_master(host.trim(), port.trim())?;
                     let next = port.checked_add(1).ok_or_else(|| {
                         env_error(
                             "MASTER_PORT",
@@ -245,7 +278,10 @@ impl Launch {
                     ));
                     Meeting::Tcp { host, port: next, variable: "MASTER_PORT" }
                 }
-                (Some(host), Some(port)) => parse_master(host.trim(), port.trim())?,
+                (Some(host), Some(port)) => {
+                    let (host, port) = parse_master(host.trim(), port.trim())?;
+                    Meeting::Tcp { host, port, variable: "MASTER_ADDR" }
+                }
                 (Some(_), None) => {
                     return Err(env_error("MASTER_PORT", "missing, while MASTER_ADDR is set"));
                 }
@@ -262,14 +298,14 @@ impl Launch {
                 }
             },
         };
-        let token = var("SILVIC_JOB_TOKEN").ok_or_else(|| {
+        let token = var("SILVIC_JOB_TOKEN")?.ok_or_else(|| {
             env_error(
                 "SILVIC_JOB_TOKEN",
                 "missing: every rank of a job needs the same secret job token",
             )
         })?;
-        let interface = var("SILVIC_SOCKET_IFNAME").map(|s| s.trim().to_string());
-        let ports = var("SILVIC_PORTS").map(|p| parse_ports("SILVIC_PORTS", &p)).transpose()?;
+        let interface = var("SILVIC_SOCKET_IFNAME")?.map(|s| s.trim().to_string());
+        let ports = var("SILVIC_PORTS")?.map(|p| parse_ports("SILVIC_PORTS", &p)).transpose()?;
         if let (Some(ports), Meeting::Tcp { port, variable, .. }) = (&ports, &meeting) {
             if ports.contains(port) {
                 return Err(env_error(
@@ -304,7 +340,7 @@ mod tests {
     fn parse(vars: &[(&str, &str)]) -> Result<Launch, ConnectError> {
         let vars: Vec<(String, String)> =
             vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Launch::parse(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        Launch::parse(|name| Ok(vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())))
     }
 
     fn message(vars: &[(&str, &str)]) -> String {
@@ -455,6 +491,12 @@ mod tests {
             ("tcp://a:0", "is not a port"),
             ("tcp://a:70000", "is not a port"),
             ("tcp://a:1-9", "is not HOST:PORT"),
+            // Finding 8 of the second review: a bracket left open was taken as closed.
+            ("tcp://[::1:29400", "is not HOST:PORT"),
+            ("tcp://::1]:29400", "is not HOST:PORT"),
+            ("tcp://[::1]]:29400", "is not HOST:PORT"),
+            ("tcp://[node-0]:29400", "is not HOST:PORT"),
+            ("tcp://[]:29400", "is not HOST:PORT"),
             ("file://shared/x", "absolute path"),
         ] {
             let e = parse_rendezvous(text).unwrap_err().to_string();
@@ -465,6 +507,38 @@ mod tests {
             parse_rendezvous("tcp://a:1/").unwrap(),
             Meeting::Tcp { host: "a".into(), port: 1, variable: "SILVIC_RENDEZVOUS" }
         );
+        assert_eq!(
+            parse_rendezvous("tcp://[fd00::1]:7").unwrap(),
+            Meeting::Tcp { host: "fd00::1".into(), port: 7, variable: "SILVIC_RENDEZVOUS" }
+        );
+        for bad in ["[fd00::1", "fd00::1]", "[node-0]", "node:0"] {
+            let e = parse_master(bad, "29500").unwrap_err().to_string();
+            assert!(e.starts_with("MASTER_ADDR: "), "{bad}: {e}");
+        }
+    }
+
+    /// Finding 8 of the second review: a variable that cannot be read (not UTF-8) is an error
+    /// naming it, never taken as unset (which made a broken SILVIC_RENDEZVOUS fall back to
+    /// MASTER_ADDR's exchange without a word).
+    #[test]
+    fn a_variable_that_is_not_utf8_is_an_error_naming_it_not_unset() {
+        let vars = with(&[("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "node-0")]);
+        let lookup = |unreadable: &'static str| {
+            let vars = vars.clone();
+            move |name: &str| {
+                if name == unreadable {
+                    return Err(env_error(name, "not UTF-8"));
+                }
+                Ok(vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+            }
+        };
+        for unreadable in ["SILVIC_RENDEZVOUS", "RANK", "SILVIC_JOB_TOKEN", "SILVIC_PORTS"] {
+            let e = Launch::parse(lookup(unreadable)).unwrap_err().to_string();
+            assert_eq!(e, format!("{unreadable}: not UTF-8"));
+        }
+        // Another launcher's variable, read only to compare, is noted and passed over.
+        let l = Launch::parse(lookup("SLURM_PROCID")).unwrap();
+        assert_eq!(l.notes, ["SLURM_PROCID: not UTF-8: ignored, RANK is used"]);
     }
 
     #[test]

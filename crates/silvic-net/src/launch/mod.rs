@@ -60,6 +60,7 @@ use crate::options::{self, ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
 use crate::tcp::{RingListener, TcpCollective};
 use crate::topology::Chords;
 use crate::wait::Backoff;
+pub(crate) use env::process_var;
 use env::{Launch, Meeting, env_error};
 
 // Here rather than in tcp.rs: launching builds on the ring, so this module imports `tcp` and
@@ -87,7 +88,7 @@ impl TcpCollective {
     /// processes claiming one rank are both refused ([`ConnectError::DuplicateRank`]), while a
     /// rank that restarts before every rank has joined takes its place again.
     pub fn from_env(timeout: Duration) -> Result<TcpCollective, ConnectError> {
-        TcpCollective::from_vars(|name| std::env::var(name).ok(), timeout)
+        TcpCollective::from_env_with_options(timeout, &ConnectOptions::default())
     }
 
     /// [`TcpCollective::from_env`] with `options` as [`TcpCollective::connect_with_options`]
@@ -96,7 +97,7 @@ impl TcpCollective {
         timeout: Duration,
         options: &ConnectOptions,
     ) -> Result<TcpCollective, ConnectError> {
-        TcpCollective::from_vars_with_options(|name| std::env::var(name).ok(), timeout, options)
+        launch_from(process_var, timeout, options)
     }
 
     /// [`TcpCollective::from_env`] with the variables looked up in `vars` (a name in, its
@@ -119,13 +120,22 @@ impl TcpCollective {
         timeout: Duration,
         options: &ConnectOptions,
     ) -> Result<TcpCollective, ConnectError> {
-        let allreduce = options::resolve(options, vars(ALLREDUCE_VARIABLE).as_deref())?;
-        let launch = Launch::parse(vars)?;
-        for note in &launch.notes {
-            tracing::warn!("from_env: {note}");
-        }
-        launch_ring(&launch, timeout, allreduce)
+        launch_from(|name| Ok(vars(name)), timeout, options)
     }
+}
+
+/// `from_env`'s steps, with the variables looked up in `vars`.
+fn launch_from(
+    vars: impl Fn(&str) -> Result<Option<String>, ConnectError>,
+    timeout: Duration,
+    options: &ConnectOptions,
+) -> Result<TcpCollective, ConnectError> {
+    let allreduce = options::resolve(options, vars(ALLREDUCE_VARIABLE)?.as_deref())?;
+    let launch = Launch::parse(vars)?;
+    for note in &launch.notes {
+        tracing::warn!("from_env: {note}");
+    }
+    launch_ring(&launch, timeout, allreduce)
 }
 
 /// `timeout` after `now`; a timeout too long for an `Instant` (`Duration::MAX`, as `connect`
