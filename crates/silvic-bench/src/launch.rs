@@ -197,17 +197,16 @@ fn one_rank(config: &Config, rank: usize, dir: &Path, token: &str) -> Result<u64
         None => host_address()?,
     };
     let listener = bind(config, &host)?;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("rendezvous folder {}: cannot create it: {e}", dir.display()))?;
-    folder::publish(dir, rank, config.world, &listener.address(), token.as_bytes())?;
-    let addresses = folder::gather(dir, config.world, token.as_bytes(), config.timeout)?;
+    let folder = folder::Folder::open(dir)?;
+    folder.publish(rank, config.world, &listener.address(), token.as_bytes())?;
+    let addresses = folder.gather(config.world, token.as_bytes(), config.timeout)?;
     let (timeout, options) = (config.timeout, options(config));
     let mut ring =
         TcpCollective::connect_with_options(listener, rank, &addresses, token, timeout, &options)
             .map_err(|e| format!("rank {rank}: {e}"))?;
     // Every rank has read every file once all have joined the ring; only then may they go.
     ring.allreduce_sum_f64(&mut [0.0]).map_err(|e| format!("rank {rank}: {e}"))?;
-    folder::withdraw(dir, rank);
+    folder.withdraw(rank);
     let preamble = describe(config, "one process per rank", &host);
     body(&mut ring, config, &host, &preamble, "(MiB/rank)")
         .map_err(|e| format!("rank {rank}: {e}").into())

@@ -15,11 +15,15 @@
 //! ```
 //!
 //! Invariants:
+//! - The folder is opened once ([`Folder::open`]: `O_DIRECTORY | O_NOFOLLOW`, so a symlink at
+//!   its name is refused) and every later step works relative to what was opened, so the owner
+//!   and mode checked are those of the folder written and read, whatever happens to the path.
 //! - The folder is this user's and writable by no one else: one this rank creates is made
 //!   0700; one owned by another user, or writable by others, is refused with the fix.
-//! - A file is written under a fresh random name (`create_new`, mode 0600: nothing planted
-//!   there is followed or overwritten) and claimed with a hard link to `rank-R`, which fails if
-//!   that name exists: of two processes claiming one rank, exactly one succeeds.
+//! - A file is written under a fresh random name (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600:
+//!   nothing planted there is followed or overwritten) and claimed with a hard link to
+//!   `rank-R`, which fails if that name exists: of two processes claiming one rank, exactly one
+//!   succeeds.
 //! - Rank files are opened without following a symlink and without blocking (a FIFO cannot
 //!   hold a rank), and read only if they are regular files of at most [`MAX_FILE`] bytes.
 //! - A file of another job (another token: an earlier run's, another user's experiment) or one
@@ -27,17 +31,20 @@
 //!   A file of this job with another world size fails at once: ranks started with different
 //!   worlds do not wait out the timeout. A file of this job for the rank this one claims
 //!   (an earlier run with the same token, or another process) is refused.
-//! - [`withdraw`] removes this rank's file once every rank has read it.
+//! - [`Folder::withdraw`] removes this rank's file once every rank has read it.
 //! - Nothing in the files is secret: the job identity and the MACs are derived from the token
 //!   one way; the token never leaves the process.
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
+use rustix::fs::{AtFlags, CWD, Mode, OFlags};
+use rustix::io::Errno;
 use sha2::Sha256;
 
 use crate::error::ConnectError;
@@ -51,8 +58,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// The longest file a rank reads: a whole valid one is under 300 bytes.
 pub const MAX_FILE: u64 = 512;
 
-fn path(dir: &Path, rank: usize) -> PathBuf {
-    dir.join(format!("rank-{rank}"))
+/// Rank `rank`'s file name.
+fn name(rank: usize) -> String {
+    format!("rank-{rank}")
 }
 
 fn folder_error(path: &Path, message: impl Into<String>) -> ConnectError {
@@ -90,92 +98,212 @@ fn mac_of(token: &[u8], body: &str) -> String {
     hex(&mac.finalize().into_bytes())
 }
 
-/// Creates `dir` (0700) if it is missing, and refuses one another user owns or others may
-/// write to: anyone who can write there can make ranks dial their address or fail.
-pub fn prepare(dir: &Path) -> Result<(), ConnectError> {
-    match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) => return Err(io_error(dir, &e)),
-    }
-    let meta = fs::metadata(dir).map_err(|e| io_error(dir, &e))?;
-    if !meta.is_dir() {
-        return Err(folder_error(dir, "not a folder"));
-    }
-    let me = rustix::process::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(folder_error(
-            dir,
-            format!(
-                "owned by user {}, not this process's {me}: anyone who can write there can \
-                 misdirect the ranks; use a folder of your own",
-                meta.uid()
-            ),
-        ));
-    }
-    let mode = meta.permissions().mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        return Err(folder_error(
-            dir,
-            format!(
-                "mode {mode:04o} lets other users write there, and so misdirect the ranks; \
-                 use a folder only you can write to (chmod 700)"
-            ),
-        ));
-    }
-    Ok(())
+/// The rendezvous folder, opened once: every later step works on what was opened and checked,
+/// relative to it, so the path cannot be swapped for another folder (a symlink, a rename) once
+/// its owner and mode were checked.
+#[derive(Debug)]
+pub struct Folder {
+    /// The folder itself, opened `O_DIRECTORY | O_NOFOLLOW`.
+    fd: OwnedFd,
+    /// Its path, for messages only.
+    path: PathBuf,
 }
 
-/// Writes this rank's `address` into `dir` (see [`prepare`]), signed with the job `token`;
-/// refuses when `rank-R` is already there (another process claims this rank, or the folder
-/// holds an earlier run's file).
-pub fn publish(
-    dir: &Path,
-    rank: usize,
-    world: usize,
-    address: &str,
-    token: &[u8],
-) -> Result<(), ConnectError> {
-    prepare(dir)?;
-    let target = path(dir, rank);
-    let body = body(token, rank, world, address);
-    let text = format!("{body}mac {}\n", mac_of(token, &body));
-    let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(|e| folder_error(dir, format!("no random bytes: {e}")))?;
-    let temporary = dir.join(format!(".rank-{rank}.{}.tmp", hex(&suffix)));
-    let written = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temporary)
-        .and_then(|mut file| file.write_all(text.as_bytes()));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&temporary);
-        return Err(io_error(&temporary, &e));
-    }
-    // The claim: a hard link fails if the name exists, so one process wins a rank.
-    let claimed = fs::hard_link(&temporary, &target);
-    let _ = fs::remove_file(&temporary);
-    match claimed {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let whose = match read(&target).map(|text| check(&text, token, Some(rank), world)) {
-                Ok(Ok(_)) | Ok(Err(Verdict::OtherWorld(_))) => "another process of this job \
-                    claims it, or an earlier run with the same token left it"
-                    .to_string(),
-                Ok(Err(Verdict::Ignored(why))) => format!("it holds {why}"),
-                Err(e) => e.to_string(),
-            };
-            Err(folder_error(
-                &target,
-                format!(
-                    "already exists ({whose}); each rank must be started once, and each run \
-                     needs an empty folder (or one its earlier runs withdrew from)"
-                ),
-            ))
+impl Folder {
+    /// Creates `dir` (0700) if it is missing, opens it without following a symlink at its
+    /// name, and refuses one another user owns or others may write to: anyone who can write
+    /// there can make ranks dial their address or fail.
+    pub fn open(dir: &Path) -> Result<Folder, ConnectError> {
+        match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) => return Err(io_error(dir, &e)),
         }
-        Err(e) => Err(io_error(&target, &e)),
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(CWD, dir, flags, Mode::empty()).map_err(|e| match e {
+            Errno::LOOP | Errno::NOTDIR if is_symlink(dir) => folder_error(
+                dir,
+                "a symbolic link: give the folder's own path (a link there could be pointed \
+                 elsewhere between the ranks' checks)",
+            ),
+            Errno::NOTDIR => folder_error(dir, "not a folder"),
+            e => io_error(dir, &e.into()),
+        })?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(dir, &e.into()))?;
+        let me = rustix::process::geteuid().as_raw();
+        if stat.st_uid != me {
+            return Err(folder_error(
+                dir,
+                format!(
+                    "owned by user {}, not this process's {me}: anyone who can write there can \
+                     misdirect the ranks; use a folder of your own",
+                    stat.st_uid
+                ),
+            ));
+        }
+        let mode = stat.st_mode & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(folder_error(
+                dir,
+                format!(
+                    "mode {mode:04o} lets other users write there, and so misdirect the ranks; \
+                     use a folder only you can write to (chmod 700)"
+                ),
+            ));
+        }
+        Ok(Folder { fd, path: dir.to_path_buf() })
     }
+
+    /// Where rank `rank`'s file is, for messages.
+    fn path_of(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Writes this rank's `address`, signed with the job `token`; refuses when `rank-R` is
+    /// already there (another process claims this rank, or the folder holds an earlier run's
+    /// file).
+    pub fn publish(
+        &self,
+        rank: usize,
+        world: usize,
+        address: &str,
+        token: &[u8],
+    ) -> Result<(), ConnectError> {
+        let target = name(rank);
+        let body = body(token, rank, world, address);
+        let text = format!("{body}mac {}\n", mac_of(token, &body));
+        let mut suffix = [0u8; 8];
+        getrandom::fill(&mut suffix)
+            .map_err(|e| folder_error(&self.path, format!("no random bytes: {e}")))?;
+        let temporary = format!(".rank-{rank}.{}.tmp", hex(&suffix));
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let written = rustix::fs::openat(&self.fd, &temporary, flags, Mode::RUSR | Mode::WUSR)
+            .map_err(io::Error::from)
+            .and_then(|fd| fs::File::from(fd).write_all(text.as_bytes()));
+        if let Err(e) = written {
+            let _ = rustix::fs::unlinkat(&self.fd, &temporary, AtFlags::empty());
+            return Err(io_error(&self.path_of(&temporary), &e));
+        }
+        // The claim: a hard link fails if the name exists, so one process wins a rank.
+        let claimed = rustix::fs::linkat(&self.fd, &temporary, &self.fd, &target, AtFlags::empty());
+        let _ = rustix::fs::unlinkat(&self.fd, &temporary, AtFlags::empty());
+        let target_path = self.path_of(&target);
+        match claimed {
+            Ok(()) => Ok(()),
+            Err(Errno::EXIST) => {
+                let whose = match self
+                    .read(&target)
+                    .map(|text| check(&text, token, Some(rank), world))
+                {
+                    Ok(Ok(_)) | Ok(Err(Verdict::OtherWorld(_))) => "another process of this job \
+                        claims it, or an earlier run with the same token left it"
+                        .to_string(),
+                    Ok(Err(Verdict::Ignored(why))) => format!("it holds {why}"),
+                    Err(e) => e.to_string(),
+                };
+                Err(folder_error(
+                    &target_path,
+                    format!(
+                        "already exists ({whose}); each rank must be started once, and each \
+                         run needs an empty folder (or one its earlier runs withdrew from)"
+                    ),
+                ))
+            }
+            Err(e) => Err(io_error(&target_path, &e.into())),
+        }
+    }
+
+    /// Reads a rank file: a regular file, not followed through a symlink, opened without
+    /// blocking (a FIFO), at most [`MAX_FILE`] bytes.
+    fn read(&self, name: &str) -> io::Result<String> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let mut opened = fs::File::from(rustix::fs::openat(&self.fd, name, flags, Mode::empty())?);
+        let meta = opened.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        if meta.len() > MAX_FILE {
+            return Err(io::Error::other(format!(
+                "{} bytes, more than a rank file's {MAX_FILE}",
+                meta.len()
+            )));
+        }
+        let mut bytes = Vec::with_capacity(MAX_FILE as usize);
+        (&mut opened).take(MAX_FILE + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_FILE {
+            return Err(io::Error::other(format!("more than a rank file's {MAX_FILE} bytes")));
+        }
+        String::from_utf8(bytes).map_err(|_| io::Error::other("not text"))
+    }
+
+    /// Waits until every rank's file of this job is in the folder and returns the addresses in
+    /// rank order; past `timeout`, an error naming the first rank still missing (and all of
+    /// them, and what was ignored in their place).
+    pub fn gather(
+        &self,
+        world: usize,
+        token: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<String>, ConnectError> {
+        let deadline = super::deadline_after(Instant::now(), timeout);
+        let mut addresses: Vec<Option<String>> = vec![None; world];
+        let mut ignored: Vec<Option<String>> = vec![None; world];
+        let mut backoff = Backoff::new((POLL, POLL));
+        loop {
+            for (rank, slot) in addresses.iter_mut().enumerate().filter(|(_, a)| a.is_none()) {
+                let file = name(rank);
+                let why = match self.read(&file) {
+                    Ok(text) => match check(&text, token, Some(rank), world) {
+                        Ok(address) => {
+                            *slot = Some(address);
+                            continue;
+                        }
+                        Err(Verdict::OtherWorld(why)) => {
+                            return Err(folder_error(&self.path_of(&file), why));
+                        }
+                        Err(Verdict::Ignored(why)) => why,
+                    },
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => e.to_string(),
+                };
+                if ignored[rank].as_ref() != Some(&why) {
+                    let file = self.path_of(&file);
+                    tracing::warn!(file = %file.display(), %why, "rendezvous folder: ignored a rank file");
+                    ignored[rank] = Some(why);
+                }
+            }
+            let missing: Vec<usize> = (0..world).filter(|&r| addresses[r].is_none()).collect();
+            if missing.is_empty() {
+                return Ok(addresses.into_iter().flatten().collect());
+            }
+            if Instant::now() >= deadline {
+                let mut detail = String::new();
+                for &rank in &missing {
+                    if let Some(why) = &ignored[rank] {
+                        detail += &format!("; rank-{rank} was ignored: {why}");
+                    }
+                }
+                return Err(ConnectError::RendezvousTimeout {
+                    rendezvous: self.path.display().to_string(),
+                    missing,
+                    waited: timeout,
+                    detail,
+                });
+            }
+            backoff.sleep(deadline);
+        }
+    }
+
+    /// Removes this rank's file, once every rank has read it (for one, once the ring is formed
+    /// and a first collective has passed).
+    pub fn withdraw(&self, rank: usize) {
+        let _ = rustix::fs::unlinkat(&self.fd, name(rank), AtFlags::empty());
+    }
+}
+
+/// Whether `path` names a symbolic link (for the message of a folder that is one).
+fn is_symlink(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 /// Why a file is not a rank's address.
@@ -227,98 +355,45 @@ fn check(text: &str, token: &[u8], rank: Option<usize>, world: usize) -> Result<
     Ok(address)
 }
 
-/// Reads a rank file: a regular file, not followed through a symlink, opened without blocking
-/// (a FIFO), at most [`MAX_FILE`] bytes.
-fn read(file: &Path) -> io::Result<String> {
-    let mut opened = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(file)?;
-    let meta = opened.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(io::Error::other("not a regular file"));
-    }
-    if meta.len() > MAX_FILE {
-        return Err(io::Error::other(format!(
-            "{} bytes, more than a rank file's {MAX_FILE}",
-            meta.len()
-        )));
-    }
-    let mut bytes = Vec::with_capacity(MAX_FILE as usize);
-    (&mut opened).take(MAX_FILE + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_FILE {
-        return Err(io::Error::other(format!("more than a rank file's {MAX_FILE} bytes")));
-    }
-    String::from_utf8(bytes).map_err(|_| io::Error::other("not text"))
-}
-
-/// Waits until every rank's file of this job is in `dir` and returns the addresses in rank
-/// order; past `timeout`, an error naming the first rank still missing (and all of them, and
-/// what was ignored in their place).
-pub fn gather(
-    dir: &Path,
-    world: usize,
-    token: &[u8],
-    timeout: Duration,
-) -> Result<Vec<String>, ConnectError> {
-    let deadline = super::deadline_after(Instant::now(), timeout);
-    let mut addresses: Vec<Option<String>> = vec![None; world];
-    let mut ignored: Vec<Option<String>> = vec![None; world];
-    let mut backoff = Backoff::new((POLL, POLL));
-    loop {
-        for (rank, slot) in addresses.iter_mut().enumerate().filter(|(_, a)| a.is_none()) {
-            let file = path(dir, rank);
-            let why = match read(&file) {
-                Ok(text) => match check(&text, token, Some(rank), world) {
-                    Ok(address) => {
-                        *slot = Some(address);
-                        continue;
-                    }
-                    Err(Verdict::OtherWorld(why)) => return Err(folder_error(&file, why)),
-                    Err(Verdict::Ignored(why)) => why,
-                },
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => e.to_string(),
-            };
-            if ignored[rank].as_ref() != Some(&why) {
-                tracing::warn!(file = %file.display(), %why, "rendezvous folder: ignored a rank file");
-                ignored[rank] = Some(why);
-            }
-        }
-        let missing: Vec<usize> = (0..world).filter(|&r| addresses[r].is_none()).collect();
-        if missing.is_empty() {
-            return Ok(addresses.into_iter().flatten().collect());
-        }
-        if Instant::now() >= deadline {
-            let mut detail = String::new();
-            for &rank in &missing {
-                if let Some(why) = &ignored[rank] {
-                    detail += &format!("; rank-{rank} was ignored: {why}");
-                }
-            }
-            return Err(ConnectError::RendezvousTimeout {
-                rendezvous: dir.display().to_string(),
-                missing,
-                waited: timeout,
-                detail,
-            });
-        }
-        backoff.sleep(deadline);
-    }
-}
-
-/// Removes this rank's file, once every rank has read it (for one, once the ring is formed and
-/// a first collective has passed).
-pub fn withdraw(dir: &Path, rank: usize) {
-    let _ = fs::remove_file(path(dir, rank));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::mpsc;
 
     const TOKEN: &[u8] = b"a-folder-test-token";
+
+    // Each step on a folder opened afresh, as separate processes would.
+    fn prepare(dir: &Path) -> Result<(), ConnectError> {
+        Folder::open(dir).map(drop)
+    }
+
+    fn publish(
+        dir: &Path,
+        rank: usize,
+        world: usize,
+        address: &str,
+        token: &[u8],
+    ) -> Result<(), ConnectError> {
+        Folder::open(dir)?.publish(rank, world, address, token)
+    }
+
+    fn gather(
+        dir: &Path,
+        world: usize,
+        token: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<String>, ConnectError> {
+        Folder::open(dir)?.gather(world, token, timeout)
+    }
+
+    fn withdraw(dir: &Path, rank: usize) {
+        Folder::open(dir).unwrap().withdraw(rank);
+    }
+
+    fn path(dir: &Path, rank: usize) -> PathBuf {
+        dir.join(name(rank))
+    }
 
     fn scratch_dir(name: &str) -> PathBuf {
         let dir =
@@ -461,6 +536,34 @@ mod tests {
         let e = publish(&theirs, 0, 2, "127.0.0.1:1", TOKEN).unwrap_err();
         assert!(e.to_string().contains("not this process's"), "{e}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Finding 10 of the second review: the path was checked, then followed again at every
+    /// step, so swapping the folder for another (a rename, a symlink) after the check sent
+    /// the ranks' files there. The folder opened is the folder used; and a symlink at the
+    /// folder's own name is refused.
+    #[test]
+    fn the_folder_opened_is_the_folder_used_whatever_happens_to_its_path() {
+        let dir = scratch_dir("swap");
+        let elsewhere = scratch_dir("swap-elsewhere");
+        let folder = Folder::open(&dir).unwrap();
+        // The path now leads elsewhere: the folder moved, and a link took its name.
+        let moved = dir.with_extension("moved");
+        let _ = fs::remove_dir_all(&moved);
+        fs::rename(&dir, &moved).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        folder.publish(0, 1, "127.0.0.1:1", TOKEN).unwrap();
+        assert!(path(&moved, 0).exists(), "the file went where the folder is");
+        assert!(!path(&elsewhere, 0).exists(), "the file followed the path");
+        assert_eq!(folder.gather(1, TOKEN, Duration::from_millis(50)).unwrap(), ["127.0.0.1:1"]);
+        folder.withdraw(0);
+        assert!(!path(&moved, 0).exists());
+        // A link at the folder's name is refused when opened.
+        let e = Folder::open(&dir).unwrap_err().to_string();
+        assert!(e.contains("a symbolic link: give the folder's own path"), "{e}");
+        fs::remove_file(&dir).unwrap();
+        fs::remove_dir_all(&moved).unwrap();
+        fs::remove_dir_all(&elsewhere).unwrap();
     }
 
     const CLAIM_CHILD: &str = "launch::folder::tests::claim_child";

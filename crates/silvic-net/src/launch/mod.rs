@@ -48,7 +48,6 @@ pub(crate) mod exchange;
 pub mod folder;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use silvic_core::Collective;
@@ -62,6 +61,7 @@ use crate::topology::Chords;
 use crate::wait::Backoff;
 pub(crate) use env::process_var;
 use env::{Launch, Meeting, env_error};
+use folder::Folder;
 
 // Here rather than in tcp.rs: launching builds on the ring, so this module imports `tcp` and
 // `tcp` imports nothing of it.
@@ -309,6 +309,7 @@ fn launch_ring(
     let deadline = deadline_after(started, timeout);
     let addresses: Vec<String>;
     let listener;
+    let mut folder = None;
     match &launch.meeting {
         Meeting::Tcp { host, port, variable } => {
             let meeting = resolve_meeting(host, *port, variable, deadline)?;
@@ -342,15 +343,17 @@ fn launch_ring(
         }
         Meeting::Folder(dir) => {
             listener = bind_ring(launch, None)?;
-            folder::publish(dir, rank, world, &listener.address(), token)?;
+            let opened = Folder::open(dir)?;
+            opened.publish(rank, world, &listener.address(), token)?;
             let left = deadline.saturating_duration_since(Instant::now());
-            addresses = match folder::gather(dir, world, token, left) {
+            addresses = match opened.gather(world, token, left) {
                 Ok(list) => list,
                 Err(e) => {
-                    folder::withdraw(dir, rank);
+                    opened.withdraw(rank);
                     return Err(e);
                 }
             };
+            folder = Some(opened);
         }
     }
     info!(rank, world, elapsed = ?started.elapsed(), "addresses exchanged");
@@ -365,15 +368,15 @@ fn launch_ring(
         Chords::Auto,
         allreduce,
     );
-    let mut ring = match (&launch.meeting, connected) {
-        (Meeting::Folder(dir), Err(e)) => {
-            folder::withdraw(dir, rank);
+    let mut ring = match (&folder, connected) {
+        (Some(folder), Err(e)) => {
+            folder.withdraw(rank);
             return Err(e);
         }
         (_, connected) => connected?,
     };
-    if let Meeting::Folder(dir) = &launch.meeting {
-        leave_folder(&mut ring, dir, &addresses)?;
+    if let Some(folder) = &folder {
+        leave_folder(&mut ring, folder, &addresses)?;
     }
     ring.set_timeout(timeout);
     Ok(ring)
@@ -383,11 +386,11 @@ fn launch_ring(
 /// rank that takes part in one has formed the ring, and so has read every address.
 fn leave_folder(
     ring: &mut TcpCollective,
-    dir: &Path,
+    folder: &Folder,
     addresses: &[String],
 ) -> Result<(), ConnectError> {
     let passed = ring.allgather_bytes(&[]);
-    folder::withdraw(dir, ring.rank());
+    folder.withdraw(ring.rank());
     passed.map(drop).map_err(|e| {
         let peer = e.peer().unwrap_or(0);
         let failed =
