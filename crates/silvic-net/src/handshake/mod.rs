@@ -363,6 +363,13 @@ impl<'t> Acceptor<'t> {
         self.transcript.connector
     }
 
+    /// Whether the other side sent a Hello this side accepted and was challenged. Weak
+    /// evidence: anyone who knows the address list can send one, and
+    /// [`Acceptor::any_other_rank`] challenges every Hello.
+    pub fn challenged(&self) -> bool {
+        self.state == AcceptorState::AwaitProof
+    }
+
     /// Takes the connector's next message.
     pub fn on_message(&mut self, m: &Message) -> Next {
         let t = &mut self.transcript;
@@ -800,13 +807,16 @@ mod tests {
     }
 
     #[test]
-    fn a_connector_says_when_its_proof_is_out() {
+    fn roles_say_when_the_proof_is_out_and_when_a_hello_was_taken() {
         let (mut conn, hello) = Connector::start(b"t", ROSTER, 2, 0, 1, [1; 16]);
         let mut acc = Acceptor::new(b"t", ROSTER, 2, 1, 0, [2; 16]);
+        assert!(!acc.challenged());
         let Next::Send(challenge) = acc.on_message(&hello) else { panic!() };
+        assert!(acc.challenged());
         assert!(!conn.proved());
         let Next::Send(proof) = conn.on_message(&challenge) else { panic!() };
         assert!(conn.proved());
         assert!(matches!(acc.on_message(&proof), Next::SendAndDone(_)));
+        assert!(!acc.challenged());
     }
 }

@@ -18,9 +18,10 @@
 //!   the same moment as a burst). A source holding fewer handshakes than another is therefore
 //!   never the one to give way, however fast the others connect. When nothing may go, the
 //!   newcomer is closed instead; when accept fails and nothing may go, the caller rests the
-//!   listener ([`Accepted::Starved`]). How far a handshake got weighs nothing: a valid Hello is
-//!   not a claim (anyone who knows the ranks and the address list can send one); only the proof
-//!   is, and a proven connection leaves the lobby at once.
+//!   listener ([`Accepted::Starved`]). How far a handshake got weighs only among the handshakes
+//!   that must give way (one that sent nothing goes before one that sent a Hello): a valid
+//!   Hello is not a claim (anyone who knows the ranks and the address list can send one); only
+//!   the proof is, and a proven connection leaves the lobby at once.
 //! - A refusal is counted, not logged one by one: [`Lobby::report`] logs a summary when one is
 //!   due (`tally.rs`: at most one line per gap, the gaps doubling to a minute), so a flood
 //!   cannot fill a log that nobody reads and block the rendezvous in a write. The listener keeps
@@ -202,7 +203,12 @@ impl<'t, S: Read + Write> Incoming<'t, S> {
 impl<S> Incoming<'_, S> {
     /// What the eviction rule weighs; ids from `fresh_from` on were accepted this turn.
     pub(super) fn standing(&self, fresh_from: u64) -> Standing {
-        Standing { source: self.source, welcomed: self.welcomed, fresh: self.id >= fresh_from }
+        Standing {
+            source: self.source,
+            spoke: self.role.challenged(),
+            welcomed: self.welcomed,
+            fresh: self.id >= fresh_from,
+        }
     }
 
     /// Which turn of accepting it came from, for telling poll results apart.

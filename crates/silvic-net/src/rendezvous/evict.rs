@@ -1,12 +1,14 @@
 //! The lobby's room, shared fairly, pure: where a connection comes from ([`Source`]) and, when
 //! the lobby is full, which held handshake gives way ([`victim`]).
 //!
-//! Fair share: the victim comes from the source holding the most handshakes, the oldest of
-//! them; among sources holding as many, the oldest handshake of any. Never one already welcomed
-//! or accepted in the current turn. So a source holding fewer handshakes than another is never
-//! the one to give way: a real rank, which holds one, outlasts any flood from other sources
-//! for as long as there are fewer sources than the lobby has room. How far a handshake got
-//! counts for nothing: a Hello is free to send, and the exchange's Challenge claims nothing.
+//! Fair share: the victim comes from the source holding the most handshakes; among sources
+//! holding as many, any of them. Within those, one that has sent no Hello goes before one that
+//! has, then the oldest. Never one already welcomed or accepted in the current turn. So a
+//! source holding fewer handshakes than another is never the one to give way: a real rank,
+//! which holds one, outlasts any flood from other sources for as long as there are fewer
+//! sources than the lobby has room. How far a handshake got weighs only among the sources that
+//! must give way (a port scanner behind a rank's own address goes first), never against a
+//! source holding fewer: a Hello is free to send, and the exchange challenges every one.
 
 use std::net::IpAddr;
 
@@ -40,6 +42,8 @@ impl Source {
 pub(super) struct Standing {
     /// Where it comes from.
     pub(super) source: Source,
+    /// It sent a Hello that was answered with a Challenge.
+    pub(super) spoke: bool,
     /// Proven and welcomed: the Welcome is being written.
     pub(super) welcomed: bool,
     /// It was accepted in the current turn, and not yet polled.
@@ -53,8 +57,8 @@ impl Standing {
 }
 
 /// The handshake to drop for room, as an index into `held` (oldest first), if any may go:
-/// the oldest that may go of the sources holding the most, where `counts` says how many each
-/// source holds.
+/// of the sources holding the most (`counts` says how many each holds), the oldest that may go
+/// and has sent no Hello, else the oldest that may go.
 pub(super) fn victim(
     held: &[Standing],
     counts: impl IntoIterator<Item = (Source, usize)>,
@@ -65,20 +69,25 @@ pub(super) fn victim(
     while let Some(&(most, _)) = rest.first() {
         let tied = rest.iter().take_while(|(count, _)| *count == most).count();
         let sources = &rest[..tied];
-        let oldest = held
-            .iter()
-            .position(|h| h.may_go() && sources.iter().any(|(_, source)| *source == h.source));
-        if oldest.is_some() {
-            return oldest;
+        let pick = first_to_go(held, |h| sources.iter().any(|(_, source)| *source == h.source));
+        if pick.is_some() {
+            return pick;
         }
         rest = &rest[tied..];
     }
     None
 }
 
-/// The oldest handshake from `source` that may go, as an index into `held` (oldest first).
+/// The handshake from `source` to drop for room, as an index into `held` (oldest first): the
+/// oldest that may go and has sent no Hello, else the oldest that may go.
 pub(super) fn oldest_from(held: &[Standing], source: Source) -> Option<usize> {
-    held.iter().position(|h| h.may_go() && h.source == source)
+    first_to_go(held, |h| h.source == source)
+}
+
+/// Among the handshakes `among` selects, the oldest silent one that may go, else the oldest.
+fn first_to_go(held: &[Standing], among: impl Fn(&Standing) -> bool) -> Option<usize> {
+    let silent = held.iter().position(|h| h.may_go() && !h.spoke && among(h));
+    silent.or_else(|| held.iter().position(|h| h.may_go() && among(h)))
 }
 
 #[cfg(test)]
@@ -99,7 +108,9 @@ mod tests {
     }
 
     fn held(sources: &[&str]) -> Vec<Standing> {
-        sources.iter().map(|s| Standing { source: ip(s), welcomed: false, fresh: false }).collect()
+        let standing =
+            |s: &&str| Standing { source: ip(s), spoke: true, welcomed: false, fresh: false };
+        sources.iter().map(standing).collect()
     }
 
     #[test]
@@ -134,6 +145,19 @@ mod tests {
         assert_eq!(oldest_from(&h, ip("10.0.0.1")), None);
         h[4].fresh = false;
         assert_eq!(oldest_from(&h, ip("10.0.0.2")), Some(4));
+    }
+
+    #[test]
+    fn a_silent_handshake_goes_before_one_that_spoke_among_those_that_must_give_way_only() {
+        // A port scanner behind the rank's own address: its silent connection goes first.
+        let mut h = held(&["10.0.0.1", "10.0.0.1", "10.0.0.2"]);
+        h[1].spoke = false;
+        assert_eq!(victim(&h, counts(&h)), Some(1));
+        assert_eq!(oldest_from(&h, ip("10.0.0.1")), Some(1));
+        // A silent source holding fewer never goes for a source holding more that spoke.
+        let mut h = held(&["10.0.0.2", "10.0.0.1", "10.0.0.1"]);
+        h[0].spoke = false;
+        assert_eq!(victim(&h, counts(&h)), Some(1));
     }
 
     #[test]
