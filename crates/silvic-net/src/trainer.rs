@@ -100,3 +100,35 @@ impl TrainerCollective for TcpCollective {
         })
     }
 }
+
+impl TcpCollective {
+    /// Fails a call of `op` that this rank cannot make, because its own caller handed it
+    /// arguments no collective can run with (`reason` says which): the call fails as one that
+    /// refused its arguments would, with [`CollectiveError::InvalidArgument`], so the ring is
+    /// closed, both neighbours are told, and every other rank's current or next call fails
+    /// naming this rank instead of waiting for it. For a caller that checks what it was handed
+    /// before it can even build the call's arguments, as a foreign-function hook must (LightGBM's
+    /// network hooks in the Python binding). Returns the error, which sticks as any failure does
+    /// (in a world of one, with no ring to close, it is only returned).
+    ///
+    /// ```
+    /// use silvic_net::{Collective, CollectiveError, Op, TcpCollective};
+    /// use std::time::Duration;
+    ///
+    /// let listener = TcpCollective::bind("127.0.0.1")?;
+    /// let addresses = vec![listener.address()];
+    /// let mut ring = TcpCollective::connect(listener, 0, &addresses, "job-1", Duration::from_secs(5))?;
+    /// let e = ring.refuse(Op::AllgatherBlocks, "a null output");
+    /// assert_eq!(e, CollectiveError::InvalidArgument { reason: "a null output".into() });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refuse(&mut self, op: Op, reason: impl Into<String>) -> CollectiveError {
+        let error = CollectiveError::InvalidArgument { reason: reason.into() };
+        let refused = if self.world == 1 {
+            self.alone(op, || Err::<(), _>(error))
+        } else {
+            self.run(op, 0, |_, _, _| Err(error))
+        };
+        refused.err().unwrap_or_else(|| CollectiveError::InvalidArgument { reason: String::new() })
+    }
+}

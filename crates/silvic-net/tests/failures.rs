@@ -386,3 +386,37 @@ fn connect_meets_its_deadline_under_a_peer_that_goes_silent_or_trickles() {
         drop(peer);
     }
 }
+
+/// A rank whose caller handed it arguments it cannot even build a call from (LightGBM's hooks,
+/// through the Python binding) refuses the call: every other rank's call fails naming it,
+/// at once, instead of waiting out its timeout for a rank that never joined the call.
+#[test]
+fn a_rank_that_refuses_a_call_fails_every_other_rank_naming_it() {
+    use silvic_net::{Op, TrainerCollective};
+    let results = ring_of_threads(3, LIMIT, |rank, mut ring| {
+        ring.set_timeout(LIMIT);
+        let started = Instant::now();
+        let error = if rank == 1 {
+            ring.refuse(Op::AllgatherBlocks, "LightGBM passed a null output")
+        } else {
+            let mut buf = vec![0u8; 12];
+            ring.allgather_blocks(&mut buf, &[4, 4, 4]).unwrap_err()
+        };
+        let later = ring.allgather_bytes(b"x").unwrap_err();
+        (error, later, started.elapsed())
+    });
+    let refused =
+        CollectiveError::InvalidArgument { reason: "LightGBM passed a null output".into() };
+    assert_eq!(results[1].0, refused);
+    for (rank, (error, later, took)) in results.into_iter().enumerate() {
+        assert_eq!(error, later, "rank {rank}: the failure must stick");
+        assert!(took < LIMIT / 2, "rank {rank} waited {took:?}");
+        if rank != 1 {
+            assert_eq!(
+                error,
+                CollectiveError::Aborted { origin: 1, cause: Box::new(refused.clone()) },
+                "rank {rank}"
+            );
+        }
+    }
+}
