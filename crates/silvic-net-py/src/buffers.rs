@@ -1,14 +1,83 @@
 //! Numpy arrays as the buffers of in-place collectives: the checks that make a bad array an
-//! error before a byte is sent, and the read-only flag that keeps other Python threads off an
-//! array while a collective runs on it (see the crate doc's Buffers).
+//! error before a byte is sent, and [`reduce_in_place`], which runs the collective on a copy
+//! (see the crate doc's Buffers).
+//!
+//! Invariants: the ring never reads or writes a numpy array's memory without the GIL. Numpy
+//! lets other Python threads free that memory (`a.resize(n, refcheck=False)`, which a buffer
+//! export does not prevent) or write it through another view at any moment, so the collective
+//! runs on a copy taken with the GIL held, and the result goes back only into the very memory
+//! the copy came from; an array resized or replaced meanwhile gets no result, and the call
+//! fails on every rank instead, so no rank goes on with a result the others have and it lacks.
 
 use numpy::{Element, PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray};
 use numpy::{PyReadwriteArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use silvic_net::{CollectiveError, Op, TcpCollective};
+
+use crate::errors;
+
+/// What one in-place reduction is, for its checks and messages.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InPlace<'a> {
+    /// The method's name, as errors give it.
+    pub(crate) name: &'a str,
+    /// The dtype it takes, as errors give it.
+    pub(crate) dtype: &'a str,
+    /// The collective, for the ring's record of a call that fails.
+    pub(crate) op: Op,
+}
+
+/// Reduces `buf`, a writeable 1-D C-contiguous numpy array of `T`, across `ring` with
+/// `reduce`, in place as far as Python sees: `reduce` runs without the GIL on a copy of the
+/// array, and the result is written back with the GIL held. While it runs the array is
+/// read-only to Python (a write through it raises `ValueError`); writes through another view
+/// are overwritten by the result. An array resized or replaced meanwhile (its memory is not
+/// the memory copied) gets nothing: the call fails, here and on every other rank
+/// ([`TcpCollective::refuse`]), and the ring is closed. Bad arrays raise before a byte is sent.
+pub(crate) fn reduce_in_place<T: Element + Copy + Send>(
+    ring: &mut TcpCollective,
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    call: InPlace<'_>,
+    reduce: impl FnOnce(&mut TcpCollective, &mut [T]) -> Result<(), CollectiveError> + Send,
+) -> PyResult<()> {
+    let (at, mut work) = {
+        let array = writeable::<T>(buf, call.name, call.dtype)?;
+        let slice = contiguous(&array, call.name)?;
+        (slice.as_ptr() as usize, slice.to_vec())
+    };
+    let read_only = ReadOnlyWhileInUse::new(buf)?;
+    let reduced = py.detach(|| reduce(ring, &mut work));
+    drop(read_only);
+    reduced.map_err(|e| errors::collective(py, &e))?;
+    let placed = writeable::<T>(buf, call.name, call.dtype).ok().and_then(|mut array| {
+        let slice = array.as_slice_mut().ok()?;
+        let same = slice.as_ptr() as usize == at && slice.len() == work.len();
+        same.then(|| slice.copy_from_slice(&work))
+    });
+    if placed.is_none() {
+        let error = ring.refuse(
+            call.op,
+            format!(
+                "the array was resized or replaced while {} ran on it: its result is lost, and \
+                 the ring is closed",
+                call.name
+            ),
+        );
+        return Err(errors::collective(py, &error));
+    }
+    Ok(())
+}
+
+fn contiguous<'a, T: Element>(array: &'a PyReadwriteArray1<'_, T>, op: &str) -> PyResult<&'a [T]> {
+    array
+        .as_slice()
+        .map_err(|e| PyValueError::new_err(format!("{op} needs a contiguous array: {e}")))
+}
 
 /// Borrows `buf` as a writeable 1-D C-contiguous array of `T`, or says why it is not one.
-pub(crate) fn writeable<'py, T: Element>(
+fn writeable<'py, T: Element>(
     buf: &Bound<'py, PyAny>,
     op: &str,
     dtype: &str,
@@ -49,12 +118,12 @@ pub(crate) fn writeable<'py, T: Element>(
 
 /// Keeps an array read-only to Python while a collective runs on it, and makes it writeable
 /// again when dropped, on every path out of the call. Made only for arrays found writeable.
-pub(crate) struct ReadOnlyWhileInUse<'py> {
+struct ReadOnlyWhileInUse<'py> {
     flags: Bound<'py, PyAny>,
 }
 
 impl<'py> ReadOnlyWhileInUse<'py> {
-    pub(crate) fn new(array: &Bound<'py, PyAny>) -> PyResult<Self> {
+    fn new(array: &Bound<'py, PyAny>) -> PyResult<Self> {
         let flags = array.getattr("flags")?;
         flags.setattr("writeable", false)?;
         Ok(ReadOnlyWhileInUse { flags })

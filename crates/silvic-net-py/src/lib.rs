@@ -10,10 +10,14 @@
 //! - **Buffers.** Allreduces take a 1-D, C-contiguous, writeable numpy array of the exact dtype
 //!   (float64 or int64) and reduce it in place. Anything else raises `TypeError` (not an array,
 //!   another dtype) or `ValueError` (another shape, strided, read-only) before a byte is sent,
-//!   so a bad argument never desynchronises the ring. While the collective runs the array is
-//!   read-only to Python (`a.flags.writeable` is false), so another thread writing it gets a
-//!   `ValueError` instead of racing the ring; it is writeable again when the call returns,
-//!   whether it succeeded or raised. (Other views of the same memory are not covered.)
+//!   so a bad argument never desynchronises the ring. The collective runs on a copy of the
+//!   array, taken and written back with the GIL held (`buffers.rs`), so nothing another thread
+//!   does to the array meanwhile reaches memory the ring uses: while it runs the array is
+//!   read-only to Python (`a.flags.writeable` is false: a write through it raises
+//!   `ValueError`), writes through another view are overwritten by the result, and an array
+//!   resized meanwhile (numpy allows it with `refcheck=False`) gets no result: the call raises,
+//!   and the ring closes so that every rank's next call raises too. The array is writeable
+//!   again when the call returns, whether it succeeded or raised.
 //! - **Logging.** The library's tracing events reach Python's `logging` under the logger
 //!   "silvic_net" (and its children, named after the Rust modules): warnings that sum up the
 //!   connections refused (at gaps doubling to a minute), for a short job token, for a collective
@@ -44,13 +48,12 @@ mod trainer;
 mod watch;
 
 use numpy::Element;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use silvic_net::Collective;
+use silvic_net::{Collective, Op};
 
 use arguments::{connect_options, port_range, seconds};
-use buffers::{ReadOnlyWhileInUse, writeable};
+use buffers::{InPlace, reduce_in_place};
 use listener::RingListener;
 use watch::RingWatch;
 
@@ -87,24 +90,17 @@ impl Drop for TcpCollective {
 }
 
 impl TcpCollective {
-    fn allreduce<T: Element + Send>(
+    fn allreduce<T: Element + Copy + Send>(
         &mut self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        op: &str,
-        dtype: &str,
+        call: InPlace<'_>,
         reduce: fn(
             &mut silvic_net::TcpCollective,
             &mut [T],
         ) -> Result<(), silvic_net::CollectiveError>,
     ) -> PyResult<()> {
-        let mut array = writeable::<T>(buf, op, dtype)?;
-        let slice = array
-            .as_slice_mut()
-            .map_err(|e| PyValueError::new_err(format!("{op} needs a contiguous array: {e}")))?;
-        let _read_only = ReadOnlyWhileInUse::new(buf)?;
-        let inner = self.ring()?;
-        py.detach(|| reduce(inner, slice)).map_err(|e| errors::collective(py, &e))
+        reduce_in_place(self.ring()?, py, buf, call, reduce)
     }
 }
 
@@ -295,7 +291,8 @@ impl TcpCollective {
     /// The result is bitwise identical on every rank. Raises TypeError or ValueError for a bad
     /// array (before anything is sent) and CollectiveError if the ring fails.
     fn allreduce_sum_f64(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.allreduce(py, buf, "allreduce_sum_f64", "float64", |c, b| c.allreduce_sum_f64(b))
+        let call = InPlace { name: "allreduce_sum_f64", dtype: "float64", op: Op::AllreduceSumF64 };
+        self.allreduce(py, buf, call, |c, b| c.allreduce_sum_f64(b))
     }
 
     /// Sums buf (1-D C-contiguous writeable numpy int64) across ranks, in place; sums wrap.
@@ -303,7 +300,8 @@ impl TcpCollective {
     /// Raises TypeError or ValueError for a bad array (before anything is sent) and
     /// CollectiveError if the ring fails.
     fn allreduce_sum_i64(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.allreduce(py, buf, "allreduce_sum_i64", "int64", |c, b| c.allreduce_sum_i64(b))
+        let call = InPlace { name: "allreduce_sum_i64", dtype: "int64", op: Op::AllreduceSumI64 };
+        self.allreduce(py, buf, call, |c, b| c.allreduce_sum_i64(b))
     }
 
     /// Element-wise maximum of buf (1-D C-contiguous writeable numpy float64) across ranks, in
@@ -312,7 +310,8 @@ impl TcpCollective {
     /// Raises TypeError or ValueError for a bad array (before anything is sent) and
     /// CollectiveError if the ring fails.
     fn allreduce_max_f64(&mut self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.allreduce(py, buf, "allreduce_max_f64", "float64", |c, b| c.allreduce_max_f64(b))
+        let call = InPlace { name: "allreduce_max_f64", dtype: "float64", op: Op::AllreduceMaxF64 };
+        self.allreduce(py, buf, call, |c, b| c.allreduce_max_f64(b))
     }
 
     /// Every rank's bytes, as a list indexed by rank. Every rank passes the same length.

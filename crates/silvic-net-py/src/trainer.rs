@@ -17,10 +17,10 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use silvic_net::{
-    Collective, CollectiveError, Numbers, Reduction, TcpCollective, TrainerCollective,
+    Collective, CollectiveError, Numbers, Op, Reduction, TcpCollective, TrainerCollective,
 };
 
-use crate::buffers::{ReadOnlyWhileInUse, writeable};
+use crate::buffers::{InPlace, reduce_in_place};
 use crate::errors;
 
 fn reduction(op: &str) -> PyResult<Reduction> {
@@ -34,7 +34,7 @@ fn reduction(op: &str) -> PyResult<Reduction> {
     }
 }
 
-fn typed<T: Element + Send>(
+fn typed<T: Element + Copy + Send>(
     ring: &mut TcpCollective,
     py: Python<'_>,
     buf: &Bound<'_, PyAny>,
@@ -42,12 +42,9 @@ fn typed<T: Element + Send>(
     reduction: Reduction,
     numbers: fn(&mut [T]) -> Numbers<'_>,
 ) -> PyResult<()> {
-    let mut array = writeable::<T>(buf, "allreduce", dtype)?;
-    let slice = array
-        .as_slice_mut()
-        .map_err(|e| PyValueError::new_err(format!("allreduce needs a contiguous array: {e}")))?;
-    let _read_only = ReadOnlyWhileInUse::new(buf)?;
-    py.detach(|| ring.allreduce(numbers(slice), reduction)).map_err(|e| errors::collective(py, &e))
+    let op = Op::allreduce(reduction, numbers(&mut []).dtype());
+    let call = InPlace { name: "allreduce", dtype, op };
+    reduce_in_place(ring, py, buf, call, |ring, work| ring.allreduce(numbers(work), reduction))
 }
 
 /// `ring.allreduce(buf, op)`: `buf` a float32, float64, int32, int64 or uint64 array.

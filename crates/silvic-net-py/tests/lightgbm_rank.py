@@ -5,12 +5,14 @@ ring from ``TcpCollective.from_env``, made LightGBM's network by ``silvic_net.li
 ``socket`` (LightGBM's own network, ``machines`` from ``LGBM_MACHINES``, this rank's port from
 ``LGBM_PORT``); rank and world come from ``RANK`` and ``WORLD_SIZE``. EXIT_AT is the iteration at
 which rank ``EXIT_RANK`` ends its process (-1: none); rank ``ODD_RANK`` trains with
-``ODD_LEAVES`` leaves (a rank whose LightGBM calls differ). Prints one JSON line: the trees, or
-the error ``lgb.train`` raised and when.
+``ODD_LEAVES`` leaves (a rank whose LightGBM calls differ); rank ``MISCOUNT_RANK`` starts
+LightGBM's network by hand with one machine too many (so LightGBM passes the hooks one block too
+many). Prints one JSON line: the trees, or the error ``lgb.train`` raised and when.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -29,6 +31,31 @@ def partition(rank: int, world: int) -> tuple[np.ndarray[Any, Any], np.ndarray[A
     x = rng.normal(size=(1200 * world, 12))
     y = x[:, 0] + 0.5 * x[:, 1] ** 2 - x[:, 2] * x[:, 3] + rng.normal(scale=0.1, size=len(x))
     return x[rank::world], y[rank::world]
+
+
+def miscounted(ring: Any, params: dict[str, Any], x: Any, y: Any) -> Any:
+    """Trains over `ring` as ``silvic_net.lightgbm.network`` would, but with LightGBM's network
+    started for one machine more than the ring has."""
+    from silvic_net import _native
+
+    basic = lgb.basic
+    rank, world, reduce_scatter, allgather = _native._lightgbm_lend(ring)
+    try:
+        basic._safe_call(
+            basic._LIB.LGBM_NetworkInitWithFunctions(
+                ctypes.c_int(world + 1),
+                ctypes.c_int(rank),
+                ctypes.c_void_p(reduce_scatter),
+                ctypes.c_void_p(allgather),
+            )
+        )
+        try:
+            data = lgb.Dataset(x, y, params=params)
+            return lgb.train(params, data, num_boost_round=ROUNDS)
+        finally:
+            basic._safe_call(basic._LIB.LGBM_NetworkFree())
+    finally:
+        _native._lightgbm_return(ring)
 
 
 def main() -> None:
@@ -64,9 +91,14 @@ def main() -> None:
             from silvic_net import TcpCollective
 
             ring = TcpCollective.from_env(60.0)
-            with silvic_net.lightgbm.network(ring):
-                data = lgb.Dataset(x, y, params=params)
-                booster = lgb.train(params, data, num_boost_round=ROUNDS, callbacks=[exit_early])
+            if rank == int(os.environ.get("MISCOUNT_RANK", "-1")):
+                booster = miscounted(ring, params, x, y)
+            else:
+                with silvic_net.lightgbm.network(ring):
+                    data = lgb.Dataset(x, y, params=params)
+                    booster = lgb.train(
+                        params, data, num_boost_round=ROUNDS, callbacks=[exit_early]
+                    )
         else:
             params["machines"] = os.environ["LGBM_MACHINES"]
             params["local_listen_port"] = int(os.environ["LGBM_PORT"])

@@ -58,6 +58,7 @@ def run(
     exit_rank: int = -1,
     exit_at: int = -1,
     odd: tuple[int, int] = (-1, 0),
+    miscount_rank: int = -1,
 ) -> list[tuple[int, dict[str, Any]]]:
     """Runs one training on WORLD rank processes; each one's exit code and last JSON line."""
     meet = tmp / f"meet-{network}-{tree_learner}-{len(list(tmp.iterdir()))}"
@@ -69,6 +70,7 @@ def run(
         "EXIT_RANK": str(exit_rank),
         "ODD_RANK": str(odd[0]),
         "ODD_LEAVES": str(odd[1]),
+        "MISCOUNT_RANK": str(miscount_rank),
         "SILVIC_RENDEZVOUS": f"file://{meet}",
         "SILVIC_JOB_TOKEN": "lgbm-token-8c1f2e7d9a3b4c5d",
         "SILVIC_SOCKET_IFNAME": "lo",
@@ -178,6 +180,24 @@ def test_a_rank_whose_lightgbm_calls_differ_fails_every_rank_out_of_step(tmp_pat
         closed = "rank 3 closed the connection" in errors[r]
         assert named or closed, f"rank {r}: {errors[r]}"
         assert "out of step" in errors[r] or closed, f"rank {r}: {errors[r]}"
+
+
+def test_a_rank_whose_lightgbm_counts_another_world_fails_every_rank_naming_it(
+    tmp_path: Path,
+) -> None:
+    # Rank 1's LightGBM network is started for five machines on a ring of four: LightGBM hands
+    # its hooks five blocks. That rank refuses before reading them; every rank's lgb.train
+    # raises, the others naming rank 1, instead of waiting out the timeout for it.
+    done = run(tmp_path, "silvic", miscount_rank=1)
+    errors = []
+    for r, (code, result) in enumerate(done):
+        assert code == 0 and "error" in result, f"rank {r}: {result}"
+        errors.append(result["error"])
+    assert "LightGBM passed 5 blocks to a ring of 4 ranks" in errors[1], errors[1]
+    for r in (0, 2, 3):
+        assert "rank 1 failed: invalid argument: LightGBM passed 5 blocks" in errors[r], errors[r]
+    finished = [result["at"] for _, result in done]
+    assert max(finished) - min(finished) < 20.0, finished
 
 
 def test_a_lent_ring_refuses_python_calls_until_the_block_ends() -> None:
