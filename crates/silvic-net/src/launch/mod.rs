@@ -37,7 +37,8 @@
 //!   after the proof, unauthenticated, like the ring's streams: on an untrusted network, run
 //!   under WireGuard or IPsec.
 //! - **The folder** is trusted as far as its permissions: every rank refuses one writable by
-//!   other users or owned by another, and creates its own 0700. Files are opened without following
+//!   other users or owned by another, and creates its own 0700. It is opened once (never
+//!   through a symlink at its name) and used relative to what was opened and checked. Files are opened without following
 //!   links or blocking, bounded in size, and carry a job identity and a MAC keyed by the token,
 //!   so another job's (an earlier run's) or a forged file is ignored, never dialled. Claiming a
 //!   rank is atomic (a hard link): two processes never both hold one. Anyone who can write in
