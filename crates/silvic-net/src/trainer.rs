@@ -112,7 +112,7 @@ impl TcpCollective {
     /// (in a world of one, with no ring to close, it is only returned).
     ///
     /// ```
-    /// use silvic_net::{Collective, CollectiveError, Op, TcpCollective};
+    /// use silvic_net::{CollectiveError, Op, TcpCollective};
     /// use std::time::Duration;
     ///
     /// let listener = TcpCollective::bind("127.0.0.1")?;
