@@ -274,7 +274,7 @@ fn small_buffers_chord_ring() {
             }
         }
     }
-    use crate::ring::cost::Path;
+    use crate::ring::choice::Path;
     use crate::ring::oracle::{bits, input, reference};
     let (world, len) = (8, (1 << 17) + 7);
     let inputs: Vec<Vec<f64>> = (0..world).map(|r| input(r, len)).collect();
@@ -292,7 +292,7 @@ fn small_buffers_chord_ring() {
 
 #[test]
 fn every_allreduce_path_over_tcp_with_chords_gives_the_same_bits() {
-    use crate::ring::cost::Path;
+    use crate::ring::choice::Path;
     use crate::ring::oracle::{bits, input, reference};
     // Each path forced, over real sockets, at worlds a power of two and not (chords forced at
     // the small ones): every rank's bits equal the fold-order oracle's.
@@ -321,8 +321,8 @@ fn every_allreduce_path_over_tcp_with_chords_gives_the_same_bits() {
 fn sums_on(
     ring: &mut TcpCollective,
     input: &[f64],
-    paths: &[crate::ring::cost::Path],
-) -> Vec<(crate::ring::cost::Path, Vec<u64>)> {
+    paths: &[crate::ring::choice::Path],
+) -> Vec<(crate::ring::choice::Path, Vec<u64>)> {
     let (rank, world) = (ring.rank, ring.world);
     paths
         .iter()

@@ -121,7 +121,7 @@ pub fn replay(
                 .map(Some)
         }
         Buffer::Blocks(b, blocks) => {
-            crate::ring::records::allgather_blocks(&mut link, call(Op::AllgatherBlocks), b, blocks)
+            crate::ring::allgather_blocks(&mut link, call(Op::AllgatherBlocks), b, blocks)
                 .map(|()| None)
         }
         Buffer::Broadcast(b, root) => {
@@ -150,7 +150,7 @@ fn reduce<T: Element, C: Fn(T, T) -> T + Copy>(
 /// path: every smaller one does too, every larger one takes the ring. The tests that drive
 /// both sides of the cut over TCP ask here rather than copy the cost model.
 pub fn gather_limit(world: usize) -> usize {
-    crate::ring::schedule::gather_limit(world)
+    crate::ring::choice::gather_limit(world)
 }
 
 /// What [`exchange_rank0`] saw: rank 0's outcome and each honest rank's, in rank order from 1.

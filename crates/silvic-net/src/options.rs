@@ -10,7 +10,7 @@
 use std::str::FromStr;
 
 use crate::error::ConnectError;
-use crate::ring::cost;
+use crate::ring::choice::Path;
 
 /// The variable `connect` and `from_env` read the allreduce path from.
 pub const ALLREDUCE_VARIABLE: &str = "SILVIC_ALLREDUCE";
@@ -60,26 +60,28 @@ impl AllreducePath {
     ];
 
     /// The path's name, as `SILVIC_ALLREDUCE` spells it: `auto`, `ring`, `gather`, `bruck` or
-    /// `index`.
+    /// `index` (a forced path's is the name its frames give it, `frame/`).
     pub fn name(self) -> &'static str {
+        self.forced().map_or("auto", Path::name)
+    }
+
+    /// The path a call is forced onto, if any: the one conversion between the public names
+    /// and the crate's [`Path`], which the options, the probe's agreement, the choice and the
+    /// simulator all go through.
+    pub(crate) fn forced(self) -> Option<Path> {
         match self {
-            AllreducePath::Auto => "auto",
-            AllreducePath::Ring => "ring",
-            AllreducePath::Gather => "gather",
-            AllreducePath::Bruck => "bruck",
-            AllreducePath::Index => "index",
+            AllreducePath::Auto => None,
+            AllreducePath::Ring => Some(Path::Ring),
+            AllreducePath::Gather => Some(Path::Gather),
+            AllreducePath::Bruck => Some(Path::Bruck),
+            AllreducePath::Index => Some(Path::Index),
         }
     }
 
-    /// The path a call is forced onto, if any.
-    pub(crate) fn forced(self) -> Option<cost::Path> {
-        match self {
-            AllreducePath::Auto => None,
-            AllreducePath::Ring => Some(cost::Path::Ring),
-            AllreducePath::Gather => Some(cost::Path::Gather),
-            AllreducePath::Bruck => Some(cost::Path::Bruck),
-            AllreducePath::Index => Some(cost::Path::Index),
-        }
+    /// The public name of `path`: the one whose [`AllreducePath::forced`] it is.
+    pub(crate) fn of(path: Path) -> AllreducePath {
+        let forcing = Self::ALL.into_iter().find(|p| p.forced() == Some(path));
+        forcing.expect("every path has a public name")
     }
 
     /// The path's number in the probe's agreement: one more than its place in
@@ -239,6 +241,10 @@ mod tests {
         for path in AllreducePath::ALL {
             assert_eq!(path.name().parse::<AllreducePath>(), Ok(path));
             assert_eq!(AllreducePath::from_code(path.code()), Some(path));
+        }
+        for path in crate::ring::choice::Path::ALL {
+            assert_eq!(AllreducePath::of(path).forced(), Some(path));
+            assert_eq!(AllreducePath::of(path).name(), path.name());
         }
         assert_eq!(AllreducePath::from_code(0), None);
         assert_eq!(AllreducePath::from_code(6), None);

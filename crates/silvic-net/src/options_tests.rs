@@ -215,7 +215,7 @@ fn ranks_launched_with_another_variable_fail_alike_naming_the_rank() {
 /// on `paths[rank]` (as if each had been forced alone, past the agreement); every rank's error.
 /// The ranks hold their rings until all are done: a rank that closes its ring early would fail
 /// its neighbours' calls with its close instead of the frames under test.
-fn one_sum_on(paths: &'static [cost::Path]) -> Vec<CollectiveError> {
+fn one_sum_on(paths: &'static [crate::ring::choice::Path]) -> Vec<CollectiveError> {
     let world = paths.len();
     let done = Arc::new(Barrier::new(world));
     let outcomes = ring(&vec![AllreducePath::Auto; world], move |rank, mut ring| {
@@ -245,11 +245,11 @@ fn refused_naming(error: &CollectiveError, peers: &[usize]) -> bool {
 
 #[test]
 fn two_ranks_on_different_paths_fail_at_the_first_frame_naming_each_other() {
-    use cost::Path::{Bruck, Gather, Index, Ring};
+    use crate::ring::choice::Path::{Bruck, Gather, Index, Ring};
     // World 2 carries every path over its two ring streams; any two differ at the first frame
     // (a timeout would mean a rank waited for frames that never came).
     for pair in [[Ring, Index], [Gather, Ring], [Bruck, Gather], [Index, Bruck]] {
-        let paths: &'static [cost::Path] = Box::leak(Box::new(pair));
+        let paths: &'static [crate::ring::choice::Path] = Box::leak(Box::new(pair));
         let errors = one_sum_on(paths);
         assert!(refused_naming(&errors[0], &[1]), "{pair:?} rank 0: {}", errors[0]);
         assert!(refused_naming(&errors[1], &[0]), "{pair:?} rank 1: {}", errors[1]);
@@ -258,7 +258,7 @@ fn two_ranks_on_different_paths_fail_at_the_first_frame_naming_each_other() {
 
 #[test]
 fn a_rank_on_another_path_among_eight_fails_every_rank_naming_it() {
-    use cost::Path::{Bruck, Ring};
+    use crate::ring::choice::Path::{Bruck, Ring};
     // Rank 3 takes Bruck's rounds (over chords, formed at eight ranks) while the rest take the
     // ring. The ranks that get a frame of rank 3's refuse it, naming it; the others hear the
     // refusal relayed; rank 3 refuses a ring frame, or hears its own frame was refused.

@@ -48,8 +48,9 @@ use tracing::{info, warn};
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
 use crate::options::{self, AllreducePath};
+use crate::ring::choice::{self, Forced, Path};
 use crate::ring::seam::{Network, Route};
-use crate::ring::{self, Call, Link, Scratch, allreduce, bruck, cost, schedule, twoway};
+use crate::ring::{self, Call, Link, Scratch, allreduce, bruck, schedule, twoway};
 
 /// Timed probes of the hop. The first also waits for the slowest rank to arrive, so the fastest
 /// of the rest is the figure.
@@ -193,7 +194,7 @@ fn timed_ring(
     (agreement, also): (Call, u64),
     scratch: &mut Scratch,
 ) -> Result<(Duration, u64), CollectiveError> {
-    let ring = cost::Path::Ring;
+    let ring = Path::Ring;
     let mut buf = vec![agreement.rank as u64; bytes / 8];
     let mut fastest = Duration::MAX;
     for (i, probe) in probes.enumerate() {
@@ -266,11 +267,11 @@ pub(crate) fn settle(
                     ring.carries(route) && ring.carries(Route { offset: -route.offset })
                 });
             let network = Network { chords, ..network };
-            ring.measured(network, path.forced());
-            let (hop_us, window) = (network.hop_ns / 1000, schedule::window(network));
+            ring.measured(network, Forced { path: path.forced() });
+            let (hop_us, window) = (network.hop_ns / 1000, choice::window(network));
             // 0: not measured, the hops being short (the cut is loopback's).
             let (bytes_per_us, folds_per_us) = (network.bytes_per_us, network.folds_per_us);
-            let cuts = ring::describe_cuts(world, network);
+            let cuts = choice::describe_cuts(world, network);
             let log_depth = network.log_depth();
             let allreduce = path.name();
             info!(
@@ -354,7 +355,7 @@ pub(crate) fn rate_probe_bytes(world: usize) -> usize {
 pub(crate) fn longer_probe_bytes(first: Duration, world: usize, hop_ns: u64) -> Option<usize> {
     let low = rate_probe_bytes(world);
     let high = LONGER_PROBE_MAX_BYTES.min(one_slice_bytes(world));
-    let ring = cost::traffic(cost::Path::Ring, low, 8, world);
+    let ring = choice::traffic(Path::Ring, low, 8, world);
     let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
     let bytes_ns = first.as_nanos().saturating_sub(hops_ns);
     if bytes_ns >= hops_ns || high <= low {
@@ -380,7 +381,7 @@ pub(crate) fn rate_from(
     hop_ns: u64,
     folds_per_us: u64,
 ) -> u64 {
-    let ring = cost::traffic(cost::Path::Ring, bytes, 8, world);
+    let ring = choice::traffic(Path::Ring, bytes, 8, world);
     let n = world.max(1) as u128;
     let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
     // The model's fold time, `folded_n / n` bytes at `folds_per_us`, rounded down.
@@ -559,7 +560,7 @@ mod tests {
                 assert_eq!(rated, rate_from_hop_ns == 0, "world {world}: {:?}", first.network);
                 for (rank, agreed) in networks.iter().enumerate() {
                     assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another one");
-                    assert_eq!(schedule::window(agreed.network), schedule::window(first.network));
+                    assert_eq!(choice::window(agreed.network), choice::window(first.network));
                 }
             }
         }

@@ -76,7 +76,7 @@ impl TrainerCollective for TcpCollective {
         }
         let (rank, world, op) = (self.rank, self.world, Op::AllgatherBlocks);
         self.run(op, buf.len(), |link, seq, _| {
-            ring::records::allgather_blocks(link, Call { rank, world, op, seq }, buf, blocks)
+            ring::allgather_blocks(link, Call { rank, world, op, seq }, buf, blocks)
         })
     }
 

@@ -68,7 +68,8 @@ use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
 use crate::frame::HEADER_LEN;
-use crate::ring::seam::{Call, FramePlan, Link, Network, Path, Route};
+use crate::frame::Path;
+use crate::ring::seam::{Call, Forced, FramePlan, Link, Network, Route};
 use crate::wait::wait;
 
 mod abort;
@@ -130,7 +131,7 @@ pub(crate) struct TcpRing {
     /// What the ranks measured of the network when the ring formed (`probe.rs`).
     network: Network,
     /// The path every rank agreed to force allreduces onto (`options.rs`).
-    forced: Option<Path>,
+    forced: Forced,
 }
 
 /// Where the ring sits in its world: this rank, the world size and every rank's address.
@@ -170,14 +171,14 @@ impl TcpRing {
             table: Table::default(),
             clock: Watch::default(),
             network: Network::UNMEASURED,
-            forced: None,
+            forced: Forced::default(),
         }
     }
 
     /// Takes the network and the forced path every rank agreed on, and starts the counts of
     /// [`TcpRing::stats`] afresh: what was moved to measure it is not the caller's. Bytes read
     /// ahead and not yet taken belong to the caller's first call, and are counted when it runs.
-    pub(crate) fn measured(&mut self, network: Network, forced: Option<Path>) {
+    pub(crate) fn measured(&mut self, network: Network, forced: Forced) {
         (self.network, self.forced) = (network, forced);
         for stream in &mut self.streams {
             (stream.sent, stream.received, stream.waited) = (0, 0, Duration::ZERO);
@@ -419,7 +420,7 @@ impl Link for TcpRing {
         self.network
     }
 
-    fn forced(&self) -> Option<Path> {
+    fn forced(&self) -> Forced {
         self.forced
     }
 

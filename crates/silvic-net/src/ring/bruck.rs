@@ -25,19 +25,11 @@
 
 use silvic_core::CollectiveError;
 
-use super::Scratch;
 use super::element::Element;
-use super::gather::{Blocks, gathered_allreduce, room_for};
+pub(crate) use super::log_depth::rounds;
 use super::seam::{Call, FramePlan, Link, Moved, Route};
+use super::shared::{Blocks, Scratch, gathered_allreduce, room_for};
 use crate::frame::{Dir, Header, Path};
-
-/// Rounds of a Bruck exchange in a world of `world`: `ceil(log2 world)` (none for one rank).
-pub(crate) fn rounds(world: usize) -> usize {
-    match world {
-        0 | 1 => 0,
-        _ => (usize::BITS - (world - 1).leading_zeros()) as usize,
-    }
-}
 
 /// The route of round `k`: to `rank - 2^k`, from `rank + 2^k`.
 pub(crate) fn route(k: usize) -> Route {

@@ -1,5 +1,4 @@
 use super::*;
-use crate::ring::gather::{Flat, fold_gathered};
 use crate::ring::lockstep::drive;
 use crate::ring::mem::{Dice, Driver, on_ring};
 use crate::ring::oracle::assert_gates_keep_the_rule;
@@ -8,6 +7,7 @@ use crate::ring::plan_checks::{
     assert_incoming_headers_differ, assert_nothing_overwritten_in_flight,
     assert_ways_share_streams_in_turn, bytes_of, every_op,
 };
+use crate::ring::shared::{Flat, fold_gathered};
 use silvic_core::Op;
 
 fn block_bytes(rank: usize, len: usize) -> Vec<u8> {
@@ -202,9 +202,15 @@ fn bruck_block_allgather_equals_the_two_way_one() {
             mine[start..start + blocks[r]].copy_from_slice(&block_bytes(r, blocks[r]));
             let mut two_way = mine.clone();
             let call = |seq| Call { rank: r, world, op: Op::AllgatherBlocks, seq };
-            crate::ring::records::bruck_allgather_blocks(link, call(0), &mut mine, &blocks)
-                .unwrap();
-            crate::ring::records::allgather_blocks(link, call(1), &mut two_way, &blocks).unwrap();
+            crate::ring::records::allgather_blocks_on(
+                Path::Bruck,
+                link,
+                call(0),
+                &mut mine,
+                &blocks,
+            )
+            .unwrap();
+            crate::ring::allgather_blocks(link, call(1), &mut two_way, &blocks).unwrap();
             (mine, two_way)
         });
         let whole: Vec<u8> = (0..world).flat_map(|r| block_bytes(r, blocks[r])).collect();

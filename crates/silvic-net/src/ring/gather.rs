@@ -11,68 +11,11 @@
 
 use silvic_core::CollectiveError;
 
-use super::element::{Element, as_bytes, elements};
-use super::schedule::{self, segment};
+use super::element::Element;
 use super::seam::{Call, FramePlan, Link, Moved, Route};
+use super::shared::{Blocks, RIGHTWARD, Scratch, TWO_WAYS, gathered_allreduce, room_for, wire_dir};
 use super::twoway::{self, Move};
-use super::{RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use crate::frame::{Header, Path};
-
-/// The blocks of an allgather, one per rank, each of a length every rank knows before the
-/// frames move (one length for all, or lengths learned first).
-pub(super) trait Blocks {
-    /// Rank `rank`'s block: whole once it has come in (this rank's own from the start).
-    fn block(&self, rank: usize) -> &[u8];
-    /// The length rank `rank`'s block has once it is in: what its frames must carry.
-    fn expected(&self, rank: usize) -> usize {
-        self.block(rank).len()
-    }
-    /// Room for the next bytes of rank `rank`'s block, `filled` of them in so far; empty once
-    /// all are in.
-    fn room(&mut self, rank: usize, filled: usize) -> &mut [u8];
-}
-
-/// Where one way's incoming frame stands: the frame, and its bytes in so far.
-pub(super) type Filling = (usize, usize);
-
-/// Room for the next bytes of incoming frame `j`, which carries rank `rank`'s block, as
-/// `filling` records them (started afresh when `j` is a new frame).
-pub(super) fn room_for<'b, B: Blocks + ?Sized>(
-    blocks: &'b mut B,
-    filling: &mut Filling,
-    rank: usize,
-    j: usize,
-) -> &'b mut [u8] {
-    if filling.0 != j {
-        *filling = (j, 0);
-    }
-    blocks.room(rank, filling.1)
-}
-
-/// One vector per rank, all as long as this rank's: what `allgather_bytes` returns.
-impl Blocks for [Vec<u8>] {
-    fn block(&self, rank: usize) -> &[u8] {
-        &self[rank]
-    }
-    fn room(&mut self, rank: usize, filled: usize) -> &mut [u8] {
-        &mut self[rank][filled..]
-    }
-}
-
-/// Equal blocks laid end to end in one buffer: the gather path's, kept in [`Scratch`].
-pub(super) struct Flat<'a> {
-    pub(super) buf: &'a mut [u8],
-    pub(super) block: usize,
-}
-
-impl Blocks for Flat<'_> {
-    fn block(&self, rank: usize) -> &[u8] {
-        &self.buf[rank * self.block..][..self.block]
-    }
-    fn room(&mut self, rank: usize, filled: usize) -> &mut [u8] {
-        &mut self.buf[rank * self.block..][filled..self.block]
-    }
-}
 
 /// The two-way gather as a plan (see the module doc): way [`RIGHTWARD`] runs
 /// [`twoway::hops`] frames, the leftward way [`twoway::left_hops`].
@@ -135,29 +78,6 @@ impl<B: Blocks + ?Sized> FramePlan for GatherPlan<'_, B> {
     }
 }
 
-/// Allgathers one equal-length block per rank: on return `blocks[r]` holds rank `r`'s block.
-/// `blocks[rank]` is this rank's on entry. `total` is the length the frames report.
-///
-/// Two-way ([`twoway`]): each block travels both ways round the ring at once, so the gather
-/// takes `floor(world / 2)` hops; where the link has chord streams, Bruck's rounds instead
-/// ([`super::bruck`], `ceil(log2 world)` of them). The same blocks either way.
-pub(crate) fn allgather(
-    link: &mut dyn Link,
-    call: Call,
-    total: u64,
-    blocks: &mut [Vec<u8>],
-) -> Result<(), CollectiveError> {
-    debug_assert_eq!(blocks.len(), call.world);
-    let block = blocks[call.rank].len();
-    for b in blocks.iter_mut() {
-        b.resize(block, 0);
-    }
-    if link.network().log_depth() {
-        return super::bruck::bruck_gather(link, call, total, blocks);
-    }
-    gather(link, call, total, blocks)
-}
-
 /// The two-way allgather over any [`Blocks`]: each frame carries its block's
 /// [`Blocks::expected`] length, and `total` in its header.
 pub(super) fn gather<B: Blocks + ?Sized>(
@@ -195,66 +115,10 @@ pub(crate) fn gather_allreduce<T: Element, C: Fn(T, T) -> T>(
     })
 }
 
-/// An allreduce by gathering: every rank's whole buffer gathered by `rounds` (the two-way
-/// gather's, or Bruck's), then each element folded in fold order on every rank.
-pub(super) fn gathered_allreduce<T: Element, C: Fn(T, T) -> T>(
-    link: &mut dyn Link,
-    call: Call,
-    buf: &mut [T],
-    combine: C,
-    scratch: &mut Scratch,
-    rounds: impl FnOnce(&mut dyn Link, u64, &mut Flat<'_>) -> Result<(), CollectiveError>,
-) -> Result<(), CollectiveError> {
-    let Call { rank, world, .. } = call;
-    let mine = as_bytes(buf);
-    let block = mine.len();
-    // Every block is written before it is read, so what the buffer held before does not matter.
-    scratch.gathered.resize(world * block, 0);
-    let gathered = &mut scratch.gathered[..];
-    gathered[rank * block..(rank + 1) * block].copy_from_slice(mine);
-    rounds(link, block as u64, &mut Flat { buf: gathered, block })?;
-    fold_gathered(buf, world, gathered, block, combine);
-    Ok(())
-}
-
-/// Folds the whole buffers of a world of `world`, gathered end to end in `gathered` (`block`
-/// bytes each, rank by rank), into `buf`, element by element in fold order: what every path
-/// that gathers raw contributions does once they are in, so all of them give the same bits.
-pub(crate) fn fold_gathered<T: Element, C: Fn(T, T) -> T>(
-    buf: &mut [T],
-    world: usize,
-    gathered: &[u8],
-    block: usize,
-    combine: C,
-) {
-    // Segment by segment, rank by rank in fold order: each element sees the same sequence of
-    // combines as one folded alone would, while the inner loop runs straight over memory.
-    let len = buf.len();
-    for j in 0..world {
-        let seg = segment(len, world, j);
-        if seg.is_empty() {
-            continue; // a buffer shorter than the world: segments past its end hold nothing
-        }
-        let width = size_of::<T>();
-        let bytes = seg.start * width..seg.end * width;
-        let out = &mut buf[seg];
-        let mut order = schedule::fold_order(j, world);
-        let first = order.next().expect("a world has a rank");
-        let values = |r: usize| elements::<T>(&gathered[r * block..][bytes.clone()]);
-        for (o, v) in out.iter_mut().zip(values(first)) {
-            *o = v;
-        }
-        for r in order {
-            for (o, v) in out.iter_mut().zip(values(r)) {
-                *o = combine(*o, v);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::allgather;
     use crate::ring::mem::{Driver, on_ring};
     use silvic_core::Op;
 

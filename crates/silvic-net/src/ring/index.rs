@@ -53,16 +53,15 @@ use std::ops::Range;
 
 use silvic_core::CollectiveError;
 
-use super::Scratch;
-use super::bruck::{gather_arrival, gather_frames, gather_move, rounds, route};
+use super::bruck::{gather_arrival, gather_frames, gather_move, route};
 use super::element::{Element, as_bytes, as_bytes_mut, elements};
-use super::ring_path::FOLD_SCRATCH;
+#[cfg(test)]
+use super::log_depth::cells;
+use super::log_depth::{STORE_MAX_BYTES, chunks, rounds};
 use super::schedule::{segment, slice};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
+use super::shared::{FOLD_SCRATCH, Scratch};
 use crate::frame::{Dir, Header, Path};
-
-/// The most bytes the transit store may hold; larger calls are chunked (see the module doc).
-pub(crate) const STORE_MAX_BYTES: usize = 1 << 20;
 
 /// Slots with bit `k` set among `0..world`: the frames of index round `k`.
 pub(crate) fn index_frames(world: usize, k: usize) -> usize {
@@ -89,25 +88,6 @@ fn moves_before(i: usize, k: usize) -> usize {
 /// The round of slot `i`'s move before round `k`, if it moved before.
 fn previous_round(i: usize, k: usize) -> Option<usize> {
     (i & ((1 << k) - 1)).checked_ilog2().map(|b| b as usize)
-}
-
-/// Store cells of a world of `world`: one per slot of two or more set bits, and a second per
-/// slot of three or more.
-pub(crate) fn cells(world: usize) -> usize {
-    (0..world).map(|i| (i.count_ones() as usize).saturating_sub(1).min(2)).sum()
-}
-
-/// Chunks a buffer of `len` elements of `elem` bytes is cut into in a world of `world`, so that
-/// the store holds at most `max(cap, cells(world) × elem)` bytes.
-pub(crate) fn chunks(len: usize, world: usize, elem: usize, cap: usize) -> usize {
-    let longest = len.div_ceil(world);
-    if cells(world) == 0 {
-        return 1; // no store: nothing to bound
-    }
-    match cap / (cells(world) * elem.max(1)) {
-        0 => longest.max(1),
-        q => longest.div_ceil(q).max(1),
-    }
 }
 
 /// The store's layout: per slot, its two cells' first byte, `usize::MAX` for a cell it does not

@@ -259,7 +259,7 @@ fn every_path_gives_the_same_bits_through_allreduce_on() {
         let expected = bytes_of(&crate::ring::oracle::reference(&all, combine));
         let results = on_ring(Driver::new(world).seed(len as u64), |r, link| {
             let mut scratch = Scratch::default();
-            let paths = crate::ring::cost::Path::ALL;
+            let paths = crate::ring::choice::Path::ALL;
             paths.map(|path| {
                 let mut buf = all[r].clone();
                 let call = Call { rank: r, world, op: Op::AllreduceSumF64, seq: path as u64 };
@@ -283,7 +283,7 @@ fn every_path_gives_the_same_bits_through_allreduce_on() {
 /// paths, naming each other, never with garbage.
 #[test]
 fn mismatched_lengths_are_caught_at_the_first_frame_on_both_paths() {
-    for path in [crate::ring::cost::Path::Bruck, crate::ring::cost::Path::Index] {
+    for path in [crate::ring::choice::Path::Bruck, crate::ring::choice::Path::Index] {
         let results = on_ring(Driver::new(2).sends_first(), |r, link| {
             let mut buf = vec![1.0; if r == 0 { 1000 } else { 500 }];
             let call = Call { rank: r, world: 2, op: Op::AllreduceSumF64, seq: 0 };

@@ -30,16 +30,13 @@ use std::ops::Range;
 
 use silvic_core::{CollectiveError, RecordFold, block_bounds};
 
-use super::gather::{self, Blocks};
+use super::gather;
 use super::schedule::{pass, segment};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
-use super::{RIGHTWARD, Scratch, TWO_WAYS};
+use super::shared::{Blocks, FOLD_SCRATCH, RIGHTWARD, Scratch, TWO_WAYS};
 use crate::frame::{Dir, Header, Path};
 
 mod four;
-
-/// Bytes of received data folded at a time (rounded down to whole records, at least one).
-const FOLD_SCRATCH: usize = 128 * 1024;
 
 /// The reduce-scatter as a plan (see the module doc).
 struct ScatterPlan<'a> {
@@ -180,31 +177,23 @@ impl Blocks for Spans<'_> {
 }
 
 /// Gathers `buf`'s `blocks` (bytes, end to end; this rank's holds its bytes), each frame
-/// carrying its block's length, checked against this rank's own layout: one two-way gather, or
-/// Bruck's `ceil(log2 n)` rounds over chord streams where the network makes hops the cost
-/// (as [`gather::allgather`] chooses). The same blocks either way.
-pub(crate) fn allgather_blocks(
+/// carrying its block's length, checked against this rank's own layout: one two-way gather
+/// ([`Path::Gather`]), or Bruck's `ceil(log2 n)` rounds over chord streams ([`Path::Bruck`]).
+/// The same blocks either way.
+pub(crate) fn allgather_blocks_on(
+    path: Path,
     link: &mut dyn Link,
     call: Call,
     buf: &mut [u8],
     blocks: &[usize],
 ) -> Result<(), CollectiveError> {
-    if link.network().log_depth() {
-        return bruck_allgather_blocks(link, call, buf, blocks);
+    let bounds = block_bounds(buf.len(), blocks, 1, call.world)?;
+    let total = buf.len() as u64;
+    let spans = &mut Spans { buf, bounds: &bounds };
+    match path {
+        Path::Bruck => super::bruck::bruck_gather(link, call, total, spans),
+        _ => gather::gather(link, call, total, spans),
     }
-    let bounds = block_bounds(buf.len(), blocks, 1, call.world)?;
-    gather::gather(link, call, buf.len() as u64, &mut Spans { buf, bounds: &bounds })
-}
-
-/// [`allgather_blocks`] by Bruck's rounds ([`super::bruck`]).
-pub(crate) fn bruck_allgather_blocks(
-    link: &mut dyn Link,
-    call: Call,
-    buf: &mut [u8],
-    blocks: &[usize],
-) -> Result<(), CollectiveError> {
-    let bounds = block_bounds(buf.len(), blocks, 1, call.world)?;
-    super::bruck::bruck_gather(link, call, buf.len() as u64, &mut Spans { buf, bounds: &bounds })
 }
 
 /// Replaces `buf`, whole `record`-byte records, with its fold over the ring: a reduce-scatter
@@ -374,7 +363,7 @@ mod tests {
                     let mut buf = vec![0u8; whole.len()];
                     buf[bounds[r].clone()].copy_from_slice(&whole[bounds[r].clone()]);
                     let call = Call { rank: r, world, op: Op::AllgatherBlocks, seq: 0 };
-                    allgather_blocks(link, call, &mut buf, &layout).unwrap();
+                    crate::ring::allgather_blocks(link, call, &mut buf, &layout).unwrap();
                     buf
                 });
                 for (r, got) in results.into_iter().enumerate() {

@@ -35,16 +35,13 @@ use std::ops::Range;
 
 use silvic_core::CollectiveError;
 
+use super::choice;
 use super::element::{Element, as_bytes, as_bytes_mut, elements};
 use super::schedule::{self, pass};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
+use super::shared::{FOLD_SCRATCH, LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use super::twoway::{self, Move};
-use super::{LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use crate::frame::{Header, Path};
-
-/// Bytes of received data folded at a time. Small enough to stay in cache, large enough that a
-/// read moves plenty per system call.
-pub(super) const FOLD_SCRATCH: usize = 128 * 1024;
 
 /// The ring path as a plan (see the module doc).
 struct RingPlan<'a, T, C> {
@@ -268,7 +265,7 @@ pub(crate) fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
         buf,
         combine,
         count,
-        window: schedule::window(link.network()),
+        window: choice::window(link.network()),
         scratch: &mut scratch.fold,
         filling: [Filling::NONE; 2],
     };

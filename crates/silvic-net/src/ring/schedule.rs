@@ -6,76 +6,6 @@
 
 use std::ops::Range;
 
-use super::seam::Network;
-
-/// Buffers of fewer bytes than this always take the gather path: one allgather of whole
-/// buffers, folded locally in [`fold_order`].
-pub(crate) const SMALL_BYTES: usize = 4096;
-
-// The cost model that picks the path from 4 KiB up. A call costs its hops times the cost of a
-// hop plus the bytes one rank sends over the link rate:
-//
-//   gather: floor(n/2) hops, (n - 1) × S bytes
-//   ring:   n - 1 + floor(n/2) hops, 2(n - 1)/n × S bytes
-//
-// (the gather, and the ring's allgather of reduced segments, run both ways round the ring at
-// once, super::twoway), so the gather wins while (n - 1) × S × (1 - 2/n) / rate < (n - 1) hops,
-// that is while S × (n - 2)/n < hop × rate: at worlds 1 and 2 always, and at larger worlds below
-// a cut that falls towards hop × rate as n grows. The constants are loopback figures of a shared
-// 2-core VM (docs/performance.md, "The cut between the two paths"); on another network, measure a
-// hop and the per-rank rate with silvic-bench and change them here.
-
-/// What one hop costs, in nanoseconds: a wake-up and a small frame's way to the neighbour (a
-/// loopback figure, the one that puts the cut where the two paths measured the same;
-/// docs/performance.md, "The cut between the two paths", gives the measurements).
-pub(crate) const HOP_NS: u64 = 10_000;
-
-/// The rate at which one rank's bytes leave it, in bytes per microsecond (1500 is 1.5 GB/s, a
-/// loopback figure; docs/performance.md gives the measurements).
-pub(crate) const RATE_BYTES_PER_US: u64 = 1_500;
-
-/// The most memory the gather path may hold for the gathered buffers (`world × bytes`) above
-/// [`SMALL_BYTES`]: past it the ring is taken whatever the model says, so the gather's extra
-/// memory is at most `max(GATHER_MAX_BYTES, world × 4 KiB)`.
-pub(crate) const GATHER_MAX_BYTES: usize = 1 << 20;
-
-/// Whether an allreduce of `bytes` in a world of `world` takes the gather path (else the ring).
-///
-/// Below [`SMALL_BYTES`] always; above it, when the gathered buffers fit in
-/// [`GATHER_MAX_BYTES`] and the model above says the gather is cheaper. Either path gives the
-/// same bits, so this only decides the speed (and the memory).
-pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
-    if bytes < SMALL_BYTES {
-        return true;
-    }
-    if world.saturating_mul(bytes) > GATHER_MAX_BYTES {
-        return false;
-    }
-    if world <= 2 {
-        // The same bytes in no more hops: nothing for the ring to win.
-        return true;
-    }
-    // Compared in integers, scaled by n × RATE (bytes per us) × 1000 (ns per us):
-    // gather < ring  <=>  (n - 2) × S × 1000 < n × HOP_NS × RATE.
-    let (n, s) = (world as u128, bytes as u128);
-    (n - 2) * s * 1000 < n * u128::from(HOP_NS) * u128::from(RATE_BYTES_PER_US)
-}
-
-/// The largest buffer, in bytes, that takes the gather path in a world of `world`: every
-/// smaller size does too, every larger one takes the ring.
-#[cfg(any(test, feature = "fuzzing"))]
-pub(crate) fn gather_limit(world: usize) -> usize {
-    // `uses_gather` is monotone in the size, so a binary search over [SMALL_BYTES, cap] finds
-    // the edge; past `cap` the memory bound alone refuses it.
-    let cap = GATHER_MAX_BYTES.max(SMALL_BYTES);
-    let (mut lo, mut hi) = (SMALL_BYTES - 1, cap + 1);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if uses_gather(mid, world) { lo = mid } else { hi = mid }
-    }
-    lo
-}
-
 /// Bytes of a ring slice: each segment is cut into slices of about this size, a rank forwards
 /// a slice as soon as it has folded it (while it is still in cache), and the next slice sets off
 /// round the ring behind it. docs/performance.md ("How the ring path was chosen") has the
@@ -84,19 +14,6 @@ pub(crate) const SLICE_BYTES: usize = 256 * 1024;
 
 /// The widest window [`window`] gives: a bound on the frames a rank has in flight per way.
 pub(crate) const MAX_WINDOW: usize = 8;
-
-/// Slices of a segment that go round the ring side by side (the ring plan's window) on
-/// `network`: the frames of a window's slices go step by step, so a step pays a hop once for
-/// all of them rather than once per slice. One slice, plus as many as leave a rank at
-/// [`RATE_BYTES_PER_US`] while a hop passes: one on loopback, where a slice is best forwarded
-/// while its fold is still in cache, more where hops are long (docs/ring-window.md). Every rank
-/// must use the same window (it orders the frames on the wire): every rank has the same
-/// `network`.
-pub(crate) fn window(network: Network) -> usize {
-    let in_flight = u128::from(network.hop_ns) * u128::from(RATE_BYTES_PER_US) / 1000;
-    let extra = in_flight / SLICE_BYTES as u128;
-    1 + usize::try_from(extra).unwrap_or(usize::MAX).min(MAX_WINDOW - 1)
-}
 
 /// How many slices each segment of a `len`-element buffer (`elem` bytes each) is cut into in a
 /// world of `world`: enough that the longest segment's slices hold at most [`SLICE_BYTES`],
@@ -275,76 +192,6 @@ mod tests {
                 }
                 assert!(has.iter().flatten().all(|&h| h), "world {world} start {start}");
             }
-        }
-    }
-
-    #[test]
-    fn below_four_kib_the_gather_is_always_taken() {
-        for world in [1, 2, 3, 4, 8, 16, 64, 1000, 1 << 20] {
-            assert!(uses_gather(0, world) && uses_gather(4095, world), "world {world}");
-        }
-    }
-
-    #[test]
-    fn the_model_picks_the_cheaper_path_within_the_memory_bound() {
-        // World 2: the gather sends the same bytes in half the hops, up to the memory bound.
-        assert!(uses_gather(GATHER_MAX_BYTES / 2, 2));
-        assert!(!uses_gather(GATHER_MAX_BYTES / 2 + 8, 2));
-        // A world of one and of two have no reason to take the ring below the bound.
-        assert_eq!(gather_limit(1), GATHER_MAX_BYTES);
-        // From world 3 the cut falls towards hop × rate (15 000 bytes here) as n grows (up to
-        // world 60, below where the memory bound cuts first).
-        let hop_bytes = (HOP_NS * RATE_BYTES_PER_US / 1000) as usize;
-        let cuts: Vec<usize> = (3..=60).map(gather_limit).collect();
-        assert!(cuts.windows(2).all(|w| w[0] >= w[1]), "{cuts:?}");
-        assert!(cuts.iter().all(|&c| c >= hop_bytes), "{cuts:?}");
-        // World 4: the ring's 3 + 2 hops against the gather's 2, and the gather sends
-        // (n - 1)(n - 2)/n = 3/2 × S more: S < 2 × hop × rate.
-        assert_eq!(gather_limit(4), 2 * hop_bytes - 1);
-        // Large worlds hit the memory bound before the model's cut, but never go under 4 KiB.
-        assert_eq!(gather_limit(100), GATHER_MAX_BYTES / 100);
-        assert_eq!(gather_limit(1000), SMALL_BYTES - 1);
-    }
-
-    #[test]
-    fn the_gather_limit_is_the_edge_of_the_model() {
-        for world in 1..=70 {
-            let limit = gather_limit(world);
-            assert!(uses_gather(limit, world), "world {world}");
-            assert!(!uses_gather(limit + 1, world), "world {world}");
-            for bytes in (0..limit).step_by(997) {
-                assert!(uses_gather(bytes, world), "world {world} bytes {bytes}");
-            }
-            for bytes in (limit + 1..4 * GATHER_MAX_BYTES).step_by(7919) {
-                assert!(!uses_gather(bytes, world), "world {world} bytes {bytes}");
-            }
-            // The memory bound holds above 4 KiB.
-            assert!(limit < SMALL_BYTES || world * limit <= GATHER_MAX_BYTES, "world {world}");
-        }
-    }
-
-    #[test]
-    fn the_window_is_one_slice_until_a_hop_outlasts_a_slice_and_is_bounded() {
-        let window = |hop_us: u64| window(Network { hop_ns: hop_us * 1000, ..Network::UNMEASURED });
-        assert_eq!(window(0), 1);
-        assert_eq!(window(10), 1, "a loopback hop");
-        // A slice leaves a rank in SLICE_BYTES / RATE microseconds.
-        let slice_us = (SLICE_BYTES as u64).div_ceil(RATE_BYTES_PER_US);
-        assert_eq!(window(slice_us - 1), 1);
-        assert_eq!(window(slice_us), 2);
-        assert_eq!(window(500), 1 + 500 / slice_us as usize);
-        assert_eq!(window(u64::MAX / 1000), MAX_WINDOW);
-        assert_eq!(
-            super::window(Network {
-                hop_ns: u64::MAX,
-                chords: true,
-                bytes_per_us: 1,
-                folds_per_us: 1
-            }),
-            MAX_WINDOW
-        );
-        for hop_us in 0..5000 {
-            assert!(window(hop_us) <= window(hop_us + 1), "not monotone at {hop_us} us");
         }
     }
 

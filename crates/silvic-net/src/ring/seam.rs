@@ -36,10 +36,8 @@
 
 use silvic_core::{CollectiveError, Op};
 
+pub(crate) use super::choice::{Forced, Network};
 use crate::frame::Header;
-
-/// A call's path, which the link reads off a plan's frames and a forced choice names.
-pub(crate) use super::cost::Path;
 
 /// Which collective call a plan belongs to, as this rank sees it.
 #[derive(Debug, Clone, Copy)]
@@ -117,60 +115,6 @@ pub(crate) trait FramePlan {
     }
 }
 
-/// What a ring knows of its network: measured once when it forms (`probe.rs`), agreed
-/// by every rank (the worst rank's figures), so every rank derives the same plans from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Network {
-    /// What one hop costs, in nanoseconds: a small frame's way to a neighbour and its wake-up.
-    pub(crate) hop_ns: u64,
-    /// Whether the link carries the log-depth paths' routes, to `rank ± 2^k` for every
-    /// `2^k < world` (chord streams, `topology.rs`): what lets the cut choose them.
-    pub(crate) chords: bool,
-    /// The rate one rank's bytes leave it, in bytes per microsecond, as the ring path moved
-    /// them: measured only where hops are long ([`Network::long_hops`]), where the cut weighs
-    /// bytes against hops with it. [`Network::UNMEASURED_RATE`] where it was not measured;
-    /// the cut then takes today's loopback figure ([`super::schedule::RATE_BYTES_PER_US`]).
-    pub(crate) bytes_per_us: u64,
-    /// The rate a rank folds, in bytes per microsecond, timed on the gather path's own fold
-    /// (`probe::fold_probe_ns`): measured with the link's rate and [`Network::UNMEASURED_RATE`]
-    /// where that was not. The ring's probes fold as they send, so the link's rate is what is
-    /// left of their time once their folds at this rate are taken off.
-    pub(crate) folds_per_us: u64,
-}
-
-impl Network {
-    /// A network nothing was measured of: in-memory tests, and links without a clock.
-    pub(crate) const UNMEASURED: Network = Network {
-        hop_ns: 0,
-        chords: false,
-        bytes_per_us: Self::UNMEASURED_RATE,
-        folds_per_us: Self::UNMEASURED_RATE,
-    };
-
-    /// The rate of a network whose rate was not measured (hops below
-    /// [`Network::LOG_DEPTH_FROM_HOP_NS`], or nothing measured at all).
-    pub(crate) const UNMEASURED_RATE: u64 = 0;
-
-    /// The hop from which the log-depth paths are taken where chords exist, and from which the
-    /// ring measures its rate and the cut weighs it. Below it a hop is mostly a rank's wake-up,
-    /// which every path pays per frame, and fewer hops saved nothing: on loopback (8 ranks on 2
-    /// cores, a hop of 30 to 50 us) Bruck's gather and the index measured slower than the
-    /// gather and the ring (docs/log-depth-paths.md).
-    pub(crate) const LOG_DEPTH_FROM_HOP_NS: u64 = 100_000;
-
-    /// Whether a hop costs at least [`Network::LOG_DEPTH_FROM_HOP_NS`]: where the ring
-    /// measures its rate when it forms, and the cut is the cost model's.
-    pub(crate) fn long_hops(self) -> bool {
-        self.hop_ns >= Self::LOG_DEPTH_FROM_HOP_NS
-    }
-
-    /// Whether calls may take the log-depth paths (Bruck's gather, index-fold-gather): the link
-    /// has chord streams and hops are long ([`Network::long_hops`]).
-    pub(crate) fn log_depth(self) -> bool {
-        self.chords && self.long_hops()
-    }
-}
-
 /// Something that moves a plan's frames between ranks.
 pub(crate) trait Link {
     /// Moves every frame of `plan`, each as soon as the plan lets it, writing and reading at the
@@ -179,10 +123,10 @@ pub(crate) trait Link {
     /// What the ranks measured of the network this link carries frames over, the same on every
     /// rank: plans that order their frames by it ask here.
     fn network(&self) -> Network;
-    /// The path the ranks agreed to force every allreduce onto where it can carry the call
-    /// (`SILVIC_ALLREDUCE`, `options.rs`), the same on every rank; `None`: the cut chooses.
-    fn forced(&self) -> Option<Path> {
-        None
+    /// What the ranks agreed to force on every allreduce (`SILVIC_ALLREDUCE`, `options.rs`),
+    /// the same on every rank: by default nothing, and the choice decides.
+    fn forced(&self) -> Forced {
+        Forced::default()
     }
 }
 

@@ -15,8 +15,9 @@
 
 use silvic_core::CollectiveError;
 
-use super::gather::{self, Blocks, Flat};
+use super::gather;
 use super::seam::{Call, Link};
+use super::shared::{Blocks, Flat};
 use crate::frame::MAX_LEN;
 
 /// Bytes of a claim: the block length and the root, two little-endian u64.

@@ -57,9 +57,8 @@ use std::time::Duration;
 use silvic_core::{Op, fold};
 
 use crate::probe;
-use crate::ring::cost::Path as RingPath;
 use crate::ring::seam::{self, Call, FramePlan, Link};
-use crate::ring::{self, Scratch};
+use crate::ring::{self, Scratch, choice};
 use crate::topology;
 use driver::{Model, Outcome, Stuck};
 
@@ -254,12 +253,10 @@ fn taken(
     on: seam::Network,
 ) -> Path {
     match (collective, path) {
-        (Collective::Allreduce, Path::Auto) => match ring::chosen_path(bytes, 8, world, on) {
-            RingPath::Gather => Path::Gather,
-            RingPath::Ring => Path::Ring,
-            RingPath::Bruck => Path::Bruck,
-            RingPath::Index => Path::Index,
-        },
+        (Collective::Allreduce, Path::Auto) => {
+            let shape = choice::Shape { bytes, elem: 8, world };
+            Path::of(choice::choose(shape, on, choice::Forced::default()).path)
+        }
         (Collective::Allgather, _) => Path::Gather,
         (_, path) => path,
     }
@@ -327,18 +324,13 @@ fn simulate_on(
     let model = link.model;
     match collective {
         Collective::Allreduce => {
-            let chosen = match path {
-                Path::Gather => RingPath::Gather,
-                Path::Bruck => RingPath::Bruck,
-                Path::Index => RingPath::Index,
-                _ => RingPath::Ring,
-            };
+            let chosen = path.forced().expect("a path taken is never auto");
             let call = Call { rank: 0, world, op: Op::AllreduceSumF64, seq: 0 };
             let mut buf = vec![0.0f64; bytes / 8];
             let scratch = &mut Scratch::default();
             let ran = ring::allreduce_on(chosen, &mut link, call, &mut buf, fold::sum_f64, scratch);
             ran.map_err(|_| link.stuck_error())?;
-            if matches!(chosen, RingPath::Gather | RingPath::Bruck) {
+            if choice::gathers(chosen) {
                 // The local fold of the other ranks' buffers, after the gather.
                 let folded = (world - 1) as u64 * bytes as u64;
                 link.spent.end_ps += model.local_fold(world, folded);

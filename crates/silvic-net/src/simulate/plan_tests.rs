@@ -7,9 +7,10 @@ use super::driver::drive;
 use super::tests::network;
 use super::*;
 use crate::frame::Header;
+use crate::ring::choice::Path;
 use crate::ring::circular::Circular;
+use crate::ring::schedule;
 use crate::ring::seam::{self, Moved, Route};
-use crate::ring::{gather, schedule};
 
 #[test]
 fn gates_that_wait_in_a_circle_are_reported_not_hung() {
@@ -156,8 +157,8 @@ fn one_plan_answers_for_every_rank() {
         let lengths = [3 * world + 1, 600, 2 * world * per_slice + 5, 3 * world * per_slice - 1];
         let mut shapes: Vec<(String, Box<RankCall>, u64)> = Vec::new();
         for len in lengths {
-            for path in [RingPath::Gather, RingPath::Ring, RingPath::Bruck, RingPath::Index] {
-                if matches!(path, RingPath::Gather | RingPath::Bruck) && len > 1000 {
+            for path in [Path::Gather, Path::Ring, Path::Bruck, Path::Index] {
+                if matches!(path, Path::Gather | Path::Bruck) && len > 1000 {
                     continue; // the gather's frames are whole buffers, equal on every rank
                 }
                 let run = move |link: &mut ProbeLink, rank: usize| {
@@ -175,7 +176,7 @@ fn one_plan_answers_for_every_rank() {
                 let mut blocks = vec![Vec::new(); world];
                 blocks[rank] = vec![0; 77];
                 let call = Call { rank, world, op: Op::AllgatherBytes, seq: 0 };
-                gather::allgather(link, call, 77, &mut blocks).unwrap();
+                crate::ring::allgather(link, call, 77, &mut blocks).unwrap();
             }),
             0,
         ));

@@ -2,7 +2,6 @@
 //! the probes' measures, the path taken, and the arguments refused.
 
 use super::*;
-use crate::ring::schedule;
 use crate::ring::seam;
 
 pub(super) fn network(hop_us: u64, link_gbit: f64, overhead_us: u64, fold_gbyte: f64) -> Network {
@@ -192,7 +191,11 @@ fn a_forced_path_is_taken_and_auto_takes_the_cost_models() {
             assert_eq!(measured.long_hops(), hop_us == 100, "world {world}: {measured:?}");
             let rated = measured.bytes_per_us != seam::Network::UNMEASURED_RATE;
             assert_eq!(rated, measured.long_hops(), "world {world}: {measured:?}");
-            for bytes in [4096, schedule::gather_limit(world), schedule::gather_limit(world) + 8] {
+            for bytes in [
+                4096,
+                crate::ring::choice::gather_limit(world),
+                crate::ring::choice::gather_limit(world) + 8,
+            ] {
                 let bytes = bytes / 8 * 8;
                 let run = |path| simulate(&net, Collective::Allreduce, world, bytes, path).unwrap();
                 let (auto, gather, ring) = (run(Path::Auto), run(Path::Gather), run(Path::Ring));
@@ -205,7 +208,8 @@ fn a_forced_path_is_taken_and_auto_takes_the_cost_models() {
                         assert!(matches!(cut, Path::Gather | Path::Ring), "{case}: {cut:?}");
                     }
                 } else {
-                    let expected = if schedule::uses_gather(bytes, world) { gather } else { ring };
+                    let expected =
+                        if crate::ring::choice::uses_gather(bytes, world) { gather } else { ring };
                     assert_eq!(auto, expected, "{case}");
                 }
                 let n = world as u64;

@@ -26,7 +26,7 @@ use std::ops::Range;
 use silvic_core::{CollectiveError, RecordFold};
 
 use super::super::seam::{Call, FramePlan, Link, Moved, Route};
-use super::super::{LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
+use super::super::shared::{LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use super::fold_scratch;
 use crate::frame::{Header, Path};
 
