@@ -34,11 +34,11 @@ const LOOK_EVERY: Duration = Duration::from_millis(10);
 
 impl Drop for TcpRing {
     fn drop(&mut self) {
-        let deadline = Instant::now() + CLOSE_LINGER.min(self.timeout);
-        for stream in &self.streams {
+        let deadline = Instant::now() + CLOSE_LINGER.min(self.watch.timeout());
+        for stream in &self.streams.list {
             let _ = stream.socket.shutdown(Shutdown::Write);
         }
-        let mut open: Vec<&Stream> = self.streams.iter().collect();
+        let mut open: Vec<&Stream> = self.streams.list.iter().collect();
         let mut gap = Duration::from_micros(50);
         loop {
             open.retain(|stream| !settled(stream));

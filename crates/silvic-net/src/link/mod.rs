@@ -34,15 +34,17 @@
 //! - Frames on a stream are read in order and every one is looked at: a waiting notice or a data
 //!   frame never hides an abort behind it (a data frame is read whole before what follows it).
 //!   A data frame of the next call waits for that call, and what follows it with it. A notice
-//!   of another call than the current one is ignored. A data frame of the current call that
+//!   of this call or an earlier one (a peer still in it) says whom the peer waits on; one of a
+//!   later call is ignored. A data frame of the current call that
 //!   names another path than the call's fails the call at once, naming its sender, wherever
 //!   it comes (the ranks disagree on the path: it may be all that stream brings).
 //! - Data frames that may go together go out in one vectored write, headers and payloads, up to
 //!   16 frames and 16 KiB (`way::BATCH`): a round of small frames is one system call.
 //! - The timeout bounds inactivity per peer: a call fails when the peer it still waits on has
-//!   moved no byte and sent no waiting notice for that long ([`Watch`], which decides every
-//!   timeout, notice, warning and deadline from the moment it is handed). A waiting rank sends
-//!   notices to every peer (`control::notice_every`), naming the rank it blames (its own
+//!   moved no byte and sent no waiting notice for that long ([`Watch`], which keeps the timeout
+//!   and decides every timeout, notice, warning and deadline from the moment it is handed). A
+//!   waiting rank sends notices to every peer (`watch::notice_every`), naming the rank it
+//!   blames (its own
 //!   stalled neighbour, or the rank that neighbour's fresh notice names), so only a neighbour
 //!   of a stalled rank times out, and every error names the stalled rank. A data frame starts
 //!   only once all of it may go, so a frame stalled half-way is the reader's doing, never a wait
@@ -57,6 +59,14 @@
 //!   A frame that came in and lets a frame of at most [`FORWARD_AT_ONCE`] bytes go is
 //!   forwarded before the core is yielded.
 //!
+//! The module, by concept: [`TcpRing`] here is the drive loop (a call's turns, and its waits
+//! in poll(2)); [`Streams`] (`streams.rs`) the streams, with the table from the plan's ways to
+//! them (`table.rs`) and one [`Stream`] each (`stream.rs`); [`Watch`] (`watch.rs`) the call's
+//! clock; [`Ways`] (`way.rs`) each way's frames in and out; `reader.rs` the frame reader;
+//! `close.rs` how a dropped ring closes. The loop reads the clock once a turn and hands the
+//! moment to the watch; nothing else in a call reads it. Plans reach the link only through
+//! the seam (`ring::seam`).
+//!
 //! This is the only module that waits on the ring.
 
 use std::net::{SocketAddr, TcpStream};
@@ -67,25 +77,26 @@ use rustix::event::{PollFd, PollFlags};
 use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
-use crate::frame::HEADER_LEN;
-use crate::frame::Path;
+use crate::frame::{HEADER_LEN, Path};
 use crate::ring::seam::{Call, Forced, FramePlan, Link, Network, Route};
+use crate::stats::{PeerStats, RingStats};
 use crate::wait::wait;
 
-mod abort;
 mod close;
-mod control;
 mod reader;
 mod stream;
+mod streams;
+mod table;
 mod watch;
 mod way;
 
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
-use stream::{Stream, Table, Waits};
-use watch::{Seen, Watch};
-use way::{Counted, Ways};
+use streams::Streams;
+use table::Waits;
+use watch::Watch;
+use way::Ways;
 
 /// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
 /// can append an abort frame. Past this it just shuts the stream.
@@ -110,27 +121,17 @@ const READ_AHEAD: usize = HEADER_LEN + 16 * 1024;
 /// The most streams a ring has (per-stream flags of a call are bit masks).
 const MAX_STREAMS: usize = 64;
 
-/// A rank's ring streams.
+/// A rank's link: its streams, and the drive loop that moves a plan's frames over them.
 #[derive(Debug)]
 pub(crate) struct TcpRing {
-    streams: Vec<Stream>,
-    rank: usize,
-    world: usize,
-    /// Every rank's address, for log lines.
-    addresses: Vec<SocketAddr>,
-    timeout: Duration,
-    /// A failure heard when nothing in the call needed it: the next call returns it.
-    pending: Option<CollectiveError>,
-    /// How long a call spins before it blocks ([`SPIN`]).
-    spin: Duration,
-    /// The ways of the call in progress and their streams, kept between calls.
+    streams: Streams,
+    /// The ways of the call in progress, kept between calls.
     ways: Ways,
-    table: Table,
-    /// The clock of the call in progress, kept between calls.
-    clock: Watch,
+    /// The clock of the call in progress, and the ring's timeout, kept between calls.
+    watch: Watch,
     /// What the ranks measured of the network when the ring formed (`probe.rs`).
     network: Network,
-    /// The path every rank agreed to force allreduces onto (`options.rs`).
+    /// What every rank agreed to force on allreduces (`options.rs`).
     forced: Forced,
 }
 
@@ -144,6 +145,18 @@ pub(crate) struct RingPlace {
 /// A failure of a call, and the stream it came from (the others finish their frames).
 type StreamFailure = (usize, CollectiveError);
 
+/// What the streams show the loop at a turn's end: where the call's path and length are known,
+/// what the streams are watched for, and what the last turn left.
+struct Turn {
+    /// The call's sequence number, and the path and buffer length its frames name.
+    call: (u64, Option<(Path, u64)>),
+    /// Per stream: whether to read control frames from it while no frame of this call may come
+    /// in on it (it stops once a data frame shows up there, which waits for its turn).
+    watch: [bool; MAX_STREAMS],
+    /// The idle streams (no way of the plan uses them) that poll(2) found ready, to be read once.
+    stirred: u64,
+}
+
 impl TcpRing {
     /// Wraps the streams of a formed ring, each with the route of the neighbour at its other
     /// end. They must be non-blocking.
@@ -152,189 +165,111 @@ impl TcpRing {
         place: RingPlace,
         timeout: Duration,
     ) -> Self {
-        let world = place.addresses.len();
-        let rank = place.rank;
-        assert!(streams.len() <= MAX_STREAMS, "{} streams", streams.len());
-        let streams = streams
-            .into_iter()
-            .map(|(route, socket)| Stream::new(socket, route, rank, world))
-            .collect();
+        let streams = Streams::new(streams, place);
+        let watch = Watch::new(streams.peers(), timeout);
         TcpRing {
             streams,
-            rank,
-            world,
-            addresses: place.addresses,
-            timeout,
-            pending: None,
-            spin: SPIN,
             ways: Ways::default(),
-            table: Table::default(),
-            clock: Watch::default(),
+            watch,
             network: Network::UNMEASURED,
             forced: Forced::default(),
         }
     }
 
     /// Takes the network and the forced path every rank agreed on, and starts the counts of
-    /// [`TcpRing::stats`] afresh: what was moved to measure it is not the caller's. Bytes read
-    /// ahead and not yet taken belong to the caller's first call, and are counted when it runs.
+    /// [`TcpRing::stats`] afresh: what was moved to measure it is not the caller's.
     pub(crate) fn measured(&mut self, network: Network, forced: Forced) {
         (self.network, self.forced) = (network, forced);
-        for stream in &mut self.streams {
-            (stream.sent, stream.received, stream.waited) = (0, 0, Duration::ZERO);
-            stream.read_ahead_at_start = stream.ahead.buffered().len() as u64;
-        }
+        self.streams.restart_counts();
     }
 
+    /// Sets the moment no later call may wait past (`None`: none): `connect`'s deadline while
+    /// the ring measures itself (`probe.rs`).
+    pub(crate) fn until(&mut self, deadline: Option<Instant>) {
+        self.watch.until(deadline);
+    }
+
+    /// Sets how long later calls wait on a peer that makes no progress.
     pub(crate) fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
+        self.watch.set_timeout(timeout);
     }
 
-    /// Whether no data frame to stream `s` is partly written.
-    fn out_boundary(&self, s: usize) -> bool {
-        self.table.writer(s, &self.ways).is_none_or(|w| self.ways.at_boundary(w))
+    /// Whether the link has a stream to rank `rank + route.offset` (see [`Streams::carries`]).
+    pub(crate) fn carries(&self, route: Route) -> bool {
+        self.streams.carries(route)
     }
 
-    /// Writes what stream `s` takes: queued notices first, then the frames of the way that
-    /// writes it (only the one partly written unless `more`), frames that may go together in
-    /// one vectored write. Returns whether a byte of a frame moved.
-    fn write_some(
-        &mut self,
-        s: usize,
-        plan: &dyn FramePlan,
-        more: bool,
-    ) -> Result<bool, StreamFailure> {
-        // Whether the frame read from the stream is at a boundary (see [`TcpRing::gone`]), asked
-        // only once a write has failed: asked ahead, it cost every stream a look-up every turn.
-        let between = |ring: &Self| {
-            ring.table.reader(s, &ring.ways).is_none_or(|w| ring.ways.in_at_boundary(w))
-        };
-        if !self.streams[s].queued.is_empty() {
-            let flushed = {
-                let stream = &mut self.streams[s];
-                stream.queued.flush(&stream.socket)
-            };
-            let writing = self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
-            match flushed {
-                Ok(n) => self.streams[s].sent += n as u64,
-                Err(e) if writing => return Err((s, self.gone(s, &e, between(self)))),
-                // Only a notice was left to send: the neighbour needs nothing more in this
-                // call. The failure is reported by the next call, or shows on reading the
-                // stream.
-                Err(e) => {
-                    self.streams[s].queued.drop_rest();
-                    let error = self.gone(s, &e, between(self));
-                    self.pending.get_or_insert(error);
-                    return Ok(false);
-                }
-            }
-            if !self.streams[s].queued.is_empty() {
-                return Ok(false);
-            }
-        }
-        let mut wrote = false;
-        while let Some(w) = self.table.writer(s, &self.ways) {
-            let stream = &mut self.streams[s];
-            let out = self.ways.write_to(plan, w, &stream.socket, &mut stream.sent, more);
-            wrote |= out.map_err(|e| (s, self.gone(s, &e, between(self))))?;
-            // Once a way is all out, the next way on the stream may start at once.
-            if !more || !self.ways.out_done(w) || self.table.writer(s, &self.ways) == Some(w) {
-                break;
-            }
-        }
-        if wrote {
-            // The window opened: the neighbour reads again.
-            let stream = &mut self.streams[s];
-            stream.liveness.restore(&stream.socket);
-        }
-        Ok(wrote)
+    /// What the link has counted so far (see [`Streams::stats`]).
+    pub(crate) fn stats(&self) -> RingStats {
+        self.streams.stats()
     }
 
-    /// Writes what the streams in `streams` (as bits) take (see [`TcpRing::write_some`]);
-    /// returns the streams where a frame's byte moved.
-    fn write_all(&mut self, plan: &dyn FramePlan, streams: u64) -> Result<u64, StreamFailure> {
-        let mut moved = 0;
-        for s in (0..self.streams.len()).filter(|&s| streams & (1 << s) != 0) {
-            if self.write_some(s, plan, true)? {
-                moved |= 1 << s;
-            }
-        }
-        Ok(moved)
+    /// What the link has counted per stream (see [`Streams::peer_stats`]).
+    pub(crate) fn peer_stats(&self) -> Vec<PeerStats> {
+        self.streams.peer_stats()
     }
 
-    /// Moves what the streams take and the plan lets through, writing the streams in
+    /// Tells every peer why this rank gives up, then shuts every stream for writing (see
+    /// [`Streams::abort`]).
+    pub(crate) fn abort(&mut self, rank: usize, error: &CollectiveError, seq: u64) {
+        self.streams.abort(rank, error, seq);
+    }
+
+    /// One turn: moves what the streams take and the plan lets through, writing the streams in
     /// `writes` (as bits) and reading every stream: returns the streams where data moved.
-    /// `watch` says, per stream, whether to read control frames from it while no frame of this
-    /// call may come in on it; it stops once a data frame shows up there, which waits for its
-    /// turn.
     ///
     /// A stream no way of the plan uses (a chord the plan does not need) is read only while its
-    /// bit is set in `stirred` (once poll(2) has seen it ready, [`TcpRing::stirred_idle`] at the
-    /// call's start and the call's own waits after), then
-    /// its bit is cleared: a spinning call does not spend a read on an idle stream every turn.
+    /// bit is set in `turn.stirred` (once poll(2) has seen it ready: at the call's start and in
+    /// the call's own waits), then its bit is cleared: a spinning call does not spend a read on
+    /// an idle stream every turn.
     fn turn(
         &mut self,
         plan: &mut dyn FramePlan,
-        (watch, path): (&mut [bool], Option<(Path, u64)>),
-        (writes, stirred): (u64, &mut u64),
+        turn: &mut Turn,
+        writes: u64,
     ) -> Result<u64, StreamFailure> {
-        let seq = plan.call().seq;
-        let mut moved = self.write_all(plan, writes)?;
-        let came_before = self.ways.received_total();
-        for (s, watching) in watch.iter_mut().enumerate() {
-            if self.wants_read(s, plan) {
-                if self.read_ways(s, plan)? {
+        let (streams, ways) = (&mut self.streams, &mut self.ways);
+        let mut moved = streams.write_all(ways, plan, writes)?;
+        let came_before = ways.received_total();
+        for s in 0..streams.len() {
+            if streams.wants_read(s, ways, plan) {
+                if streams.read_ways(s, ways, plan)? {
                     moved |= 1 << s;
-                    *watching = true;
+                    turn.watch[s] = true;
                 }
-            } else if *watching && (!self.table.idle(s) || *stirred & (1 << s) != 0) {
-                *stirred &= !(1 << s);
-                let writing =
-                    self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
-                *watching = self.read_controls(s, (seq, path), writing).map_err(|e| (s, e))?;
+            } else if turn.watch[s] && (!streams.idle(s) || turn.stirred & (1 << s) != 0) {
+                turn.stirred &= !(1 << s);
+                turn.watch[s] = streams.read_controls(s, ways, turn.call).map_err(|e| (s, e))?;
             }
         }
         // A small frame that a frame just in lets go (any way) goes out before the core is
         // yielded; the streams were just read, so the loop does not read them again first.
-        let came_in = self.ways.received_total() > came_before;
-        if came_in
-            && (0..self.ways.len()).any(|w| self.ways.next_out_at_most(plan, w, FORWARD_AT_ONCE))
-        {
-            moved |= self.write_all(plan, u64::MAX)?;
+        let came_in = ways.received_total() > came_before;
+        if came_in && (0..ways.len()).any(|w| ways.next_out_at_most(plan, w, FORWARD_AT_ONCE)) {
+            moved |= streams.write_all(ways, plan, u64::MAX)?;
         }
         Ok(moved)
     }
 
     /// Runs the call: turns until every frame is through, spinning for a while after progress,
     /// then sleeping in poll(2) until a stream is ready or the [`Watch`] has something due.
-    /// The clock is read once per turn, and once after each wait in poll(2) to count it; a
-    /// spin's yield is counted up to the next turn's reading. What the times mean is the
-    /// watch's to say.
+    /// The clock is read once a turn, after its reads and writes: that moment is when data
+    /// moved and notices came, when the last spin or wait ended, and what the watch is asked
+    /// at. What the times mean is the watch's to say.
     fn drive(&mut self, plan: &mut dyn FramePlan) -> Result<(), StreamFailure> {
-        let mut clock = std::mem::take(&mut self.clock);
-        clock.start(Instant::now(), self.streams.len(), self.timeout);
-        let driven = self.drive_on(plan, &mut clock);
-        self.clock = clock;
-        driven
-    }
-
-    /// [`TcpRing::drive`] on the call's `clock`, started.
-    fn drive_on(
-        &mut self,
-        plan: &mut dyn FramePlan,
-        clock: &mut Watch,
-    ) -> Result<(), StreamFailure> {
         let Call { op, seq, .. } = plan.call();
         let n = self.streams.len();
-        let mut watch = [true; MAX_STREAMS];
-        let watch = &mut watch[..n];
-        let mut stirred = self.stirred_idle()?;
+        let started = Instant::now();
+        self.watch.start(started);
         // Every frame of a call, whatever its plans, names the same path and buffer length: so
         // its first one's.
         let first = (0..plan.ways().len()).find(|&w| plan.frames(w) > 0);
         let path = first.map(|w| plan.header(w, 0)).map(|h| (h.path, h.total));
-        // The last turn's spin, if it spun: when, and the streams it waited on.
-        let mut spun: Option<(Instant, u64)> = None;
+        let stirred = self.streams.stirred_idle(started)?;
+        let mut turn = Turn { call: (seq, path), watch: [true; MAX_STREAMS], stirred };
+        // The last spin or wait, if the loop spun or waited: when it began, the streams it
+        // waited on, and whether it slept in poll(2).
+        let mut paused: Option<(Instant, u64, bool)> = None;
         // The streams where a frame may go: every one at first, then those the last turn left
         // one free to go on ([`Waits::writes`]).
         let mut free = u64::MAX;
@@ -343,50 +278,61 @@ impl TcpRing {
         // gate again is most of a turn that only waits.
         let mut stands: Option<Waits> = None;
         loop {
-            let writes = free | self.queued();
-            let moved = self.turn(plan, (&mut *watch, path), (writes, &mut stirred))?;
+            let writes = free | self.streams.queued();
+            let moved = self.turn(plan, &mut turn, writes)?;
             let now = Instant::now();
-            if let Some((since, on)) = spun.take() {
-                self.count_wait(now.saturating_duration_since(since), on);
+            for s in 0..n {
+                if moved & (1 << s) != 0 {
+                    self.watch.moved(s, now);
+                }
+                if let Some(notice) = self.streams.take_heard(s) {
+                    self.watch.heard(s, notice, now);
+                }
             }
-            for s in (0..n).filter(|&s| moved & (1 << s) != 0) {
-                clock.moved(s, now);
+            if let Some((since, on, slept)) = paused.take() {
+                self.streams.count_wait(now.saturating_duration_since(since), on);
+                if slept {
+                    let timeout = self.watch.timeout();
+                    for (s, stream) in self.streams.list.iter_mut().enumerate() {
+                        stream.liveness.check(&stream.socket, now, self.watch.active(s), timeout);
+                    }
+                }
             }
             if self.ways.all_done() {
                 return Ok(());
             }
             let waits = match stands {
                 Some(waits) if moved == 0 => waits,
-                _ => self.waits(plan),
+                _ => self.streams.waits(&self.ways, plan),
             };
             stands = Some(waits);
             let Waits { on: waited, reads, writes } = waits;
             free = writes;
-            if now.saturating_duration_since(clock.last_progress()) < self.spin {
+            self.watch.check_until(now, waited, self.streams.rank)?;
+            if now.saturating_duration_since(self.watch.last_progress()) < SPIN {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
                 std::thread::yield_now();
-                spun = Some((now, waited));
+                paused = Some((now, waited, false));
                 continue;
             }
-            let seen = |s: usize| Seen { peer: self.streams[s].peer, heard: self.streams[s].heard };
-            let due = clock.tick(now, waited, self.rank, seen)?;
+            let due = self.watch.tick(now, waited, self.streams.rank)?;
             if let Some(notice) = due.notice {
-                let boundaries: u64 =
-                    (0..n).filter(|&s| self.out_boundary(s)).map(|s| 1 << s).sum();
-                self.send_notice(notice, seq, |s| boundaries & (1 << s) != 0);
+                self.streams.send_notice(notice, seq, &self.ways);
             }
             if let Some((blamed, stalled)) = due.warning {
-                warn!("{}", waited_on(op, seq, stalled, blamed, self.addresses[blamed]));
+                let address = self.streams.addresses[blamed];
+                warn!("{}", waited_on(op, seq, stalled, blamed, address));
             }
-            let checks = (0..n).map(|s| self.streams[s].liveness.next_check(clock.active(s)));
+            let streams = &self.streams.list;
+            let checks = (0..n).map(|s| streams[s].liveness.next_check(self.watch.active(s)));
             let deadline = due.deadline.into_iter().chain(checks).min();
             let events = |s: usize| {
-                let (stream, mut events) = (&self.streams[s], PollFlags::empty());
+                let (stream, mut events) = (&streams[s], PollFlags::empty());
                 if writes & (1 << s) != 0 || !stream.queued.is_empty() {
                     events |= PollFlags::OUT;
                 }
-                let reading = reads & (1 << s) != 0 || watch[s];
+                let reading = reads & (1 << s) != 0 || turn.watch[s];
                 if !stream.ended && reading {
                     events |= PollFlags::IN;
                 }
@@ -394,17 +340,12 @@ impl TcpRing {
             };
             // On the stack, so that a wait allocates nothing.
             let mut fds: ArrayVec<PollFd<'_>, MAX_STREAMS> =
-                (0..n).map(|s| PollFd::new(&self.streams[s].socket, events(s))).collect();
+                (0..n).map(|s| PollFd::new(&streams[s].socket, events(s))).collect();
             let polled = wait(&mut fds, deadline);
-            polled.map_err(|e| (0, CollectiveError::io(self.streams[0].peer, &e)))?;
-            stirred |=
+            polled.map_err(|e| (0, CollectiveError::io(streams[0].peer, &e)))?;
+            turn.stirred |=
                 (0..n).filter(|&s| !fds[s].revents().is_empty()).map(|s| 1 << s).sum::<u64>();
-            drop(fds);
-            let woke = Instant::now();
-            self.count_wait(woke.saturating_duration_since(now), waited);
-            for (s, stream) in self.streams.iter_mut().enumerate() {
-                stream.liveness.check(&stream.socket, woke, clock.active(s), self.timeout);
-            }
+            paused = Some((now, waited, true));
         }
     }
 }
@@ -425,21 +366,14 @@ impl Link for TcpRing {
     }
 
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
-        for stream in &mut self.streams {
-            stream.received += std::mem::take(&mut stream.read_ahead_at_start);
-        }
-        if let Some(error) = self.pending.take() {
-            return Err(error);
-        }
+        self.streams.start(plan)?;
         self.ways.start(plan);
-        self.table.build(plan, &self.streams);
         let result = self.drive(plan);
         if let Err((failed, _)) = &result {
-            self.finish_frames(*failed, plan);
+            let timeout = self.watch.timeout();
+            self.streams.finish_frames(*failed, &mut self.ways, plan, timeout);
         }
-        for s in 0..self.streams.len() {
-            self.streams[s].boundary = self.out_boundary(s);
-        }
+        self.streams.end(&self.ways);
         result.map_err(|(_, error)| error)
     }
 }

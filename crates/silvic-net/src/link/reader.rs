@@ -229,10 +229,11 @@ impl FrameIn {
                 let payload = &self.control[..header.len as usize];
                 self.got = 0;
                 match control(&header, payload, peer, world)? {
-                    // A notice of an earlier call (sent while this rank was between calls) is
-                    // stale: it says nothing about this one.
+                    // A notice of this call, or of an earlier one (the neighbour is behind,
+                    // still in it, and this call's frames follow once it is through), says
+                    // whom the neighbour waits on; one of a later call says nothing of this one.
                     Control::Waiting { notice, seq } => {
-                        if seq == sink.expected().seq {
+                        if seq <= sink.expected().seq {
                             *heard = Some(notice);
                         }
                         State::Header

@@ -1,26 +1,26 @@
 //! One ring stream as the link keeps it ([`Stream`]): the socket and everything that belongs
-//! to it alone (its counts, which [`TcpRing::stats`] and [`TcpRing::peer_stats`] report), and
-//! the table from a plan's ways to the streams they write and read ([`Table`]), with what it
-//! says of a call: the streams it still needs, the ones it waits on now, and the frames that
-//! come in on a stream, read way after way.
+//! to it alone: its counts (which `TcpRing::stats` and `TcpRing::peer_stats` report), the bytes
+//! read ahead, the notices queued for its peer ([`Queued`]), the last notice its peer sent
+//! and not yet handed to the watch, its liveness bound, and whether it has ended.
 //!
 //! Invariants: a stream is named by its route (the signed offset round the ring of the rank at
-//! its other end, `topology.rs`), so the two streams of a world of two, both to rank 1,
-//! stay apart; a way writes the stream to the rank its route sends to and reads the stream from
-//! the rank that far back; ways that share a stream take it in turn, the earlier way's frames
-//! all before the later one's, so frames of two ways never interleave on a stream. A call
-//! waits on a stream only while the plan lets that stream's next frame through (in or out).
+//! its other end, `topology.rs`), so the two streams of a world of two, both to rank 1, stay
+//! apart; a notice is queued whole, only between data frames on its stream, and dropped (never
+//! retried in a busy loop) if its stream fails.
 
+use std::io::{self, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::control::{Heard, Queued};
-use super::reader::ReadAhead;
-use super::way::{Counted, Ways};
-use super::{READ_AHEAD, StreamFailure, TcpRing};
+use silvic_core::CollectiveError;
+
+use super::READ_AHEAD;
+use super::reader::{Between, Control, ReadAhead, next_control, stream_error};
+use super::way::Counted;
+use crate::frame::Waiting;
 use crate::liveness::Liveness;
-use crate::ring::seam::{Call, FramePlan, Route};
-use crate::stats::{PeerStats, RingStats};
+use crate::ring::seam::Route;
+use crate::wait::nonblocking;
 
 /// A ring stream and all that is its own.
 #[derive(Debug)]
@@ -33,8 +33,8 @@ pub(super) struct Stream {
     pub(super) ahead: ReadAhead,
     /// Notices queued for the peer, written between data frames.
     pub(super) queued: Queued,
-    /// The last notice the peer sent.
-    pub(super) heard: Option<Heard>,
+    /// The last notice of this call the peer sent since the watch was last told of one.
+    pub(super) heard: Option<Waiting>,
     /// False while a data frame to the peer is partly written.
     pub(super) boundary: bool,
     /// The stream has ended or failed while nothing needed it.
@@ -68,210 +68,70 @@ impl Stream {
             read_ahead_at_start: 0,
         }
     }
-}
 
-impl TcpRing {
-    /// Whether the link has a stream to rank `rank + route.offset`: which routes a plan may use
-    /// (the ring's `±1` always; `± 2^k` where chords were formed, `topology.rs`).
-    pub(crate) fn carries(&self, route: Route) -> bool {
-        let peer = route.sends_to(self.rank, self.world);
-        peer != self.rank && self.streams.iter().any(|s| s.peer == peer)
+    /// Writes what the socket takes of the queued notices, counting the bytes.
+    pub(super) fn flush_queued(&mut self) -> io::Result<()> {
+        let n = self.queued.flush(&self.socket)?;
+        self.sent += n as u64;
+        Ok(())
     }
 
-    /// What the link has counted so far (collectives are counted by the caller): the bytes of
-    /// every stream, and the waits on the streams to the left and the right neighbour as
-    /// `waited_left` and `waited_right` (a chord's wait is in [`TcpRing::peer_stats`] only).
-    pub(crate) fn stats(&self) -> RingStats {
-        let mut stats = RingStats::default();
-        for stream in &self.streams {
-            stats.bytes_sent += stream.sent;
-            stats.bytes_received += stream.received;
-            match stream.route {
-                Route::LEFTWARD => stats.waited_left += stream.waited,
-                Route::RIGHTWARD => stats.waited_right += stream.waited,
-                _ => {}
+    /// The error for a failed write to this stream: the abort the peer sent before it closed,
+    /// if it is waiting to be read between frames, else the socket error itself. Only looked
+    /// for when `between` frames: bytes of a frame partly read are no frame header.
+    pub(super) fn gone(&mut self, e: &io::Error, between: bool, world: usize) -> CollectiveError {
+        let peer = self.peer;
+        let mut src = Counted::new(&self.socket, &mut self.received);
+        while let Some(Ok(Between::Control(control))) =
+            between.then(|| next_control(&mut self.ahead, &mut src, peer, world))
+        {
+            if let Control::Abort { error, .. } = control {
+                return error;
             }
         }
-        stats
-    }
-
-    /// What the link has counted per stream, in the order of its streams (the left
-    /// neighbour's, the right one's, then the chords').
-    pub(crate) fn peer_stats(&self) -> Vec<PeerStats> {
-        let of = |s: &Stream| PeerStats {
-            peer: s.peer,
-            offset: s.route.offset,
-            bytes_sent: s.sent,
-            bytes_received: s.received,
-            waited: s.waited,
-        };
-        self.streams.iter().map(of).collect()
-    }
-
-    /// Whether the call still needs stream `s`: to write a frame to it or read one from it.
-    pub(super) fn needs(&self, s: usize) -> bool {
-        let writes = self.table.writer(s, &self.ways).is_some_and(|w| !self.ways.out_done(w));
-        writes || self.table.reader(s, &self.ways).is_some_and(|w| !self.ways.in_done(w))
-    }
-
-    /// The streams (as bits) with notices queued.
-    pub(super) fn queued(&self) -> u64 {
-        let streams = self.streams.iter().enumerate();
-        streams.filter(|(_, stream)| !stream.queued.is_empty()).map(|(s, _)| 1 << s).sum()
-    }
-
-    /// Where the call stands between turns: the streams it waits on, and those it may write
-    /// (see [`Waits`]).
-    pub(super) fn waits(&self, plan: &dyn FramePlan) -> Waits {
-        let (mut reads, mut writes) = (0u64, 0u64);
-        for s in 0..self.streams.len() {
-            if self.wants_read(s, plan) {
-                reads |= 1 << s;
-            }
-            let writer = self.table.writer(s, &self.ways);
-            if writer.is_some_and(|w| self.ways.wants_write(plan, w)) {
-                writes |= 1 << s;
-            }
-        }
-        let on = match reads | writes {
-            0 => (0..self.streams.len()).filter(|&s| self.needs(s)).map(|s| 1 << s).sum(),
-            free => free,
-        };
-        Waits { on, reads, writes }
-    }
-
-    /// Whether a frame may come in on stream `s` now: the way on it lets its next one in.
-    pub(super) fn wants_read(&self, s: usize, plan: &dyn FramePlan) -> bool {
-        self.table.reader(s, &self.ways).is_some_and(|w| self.ways.wants_read(plan, w))
-    }
-
-    /// Reads the frames that come in on stream `s` that the plan lets in, way after way as each
-    /// is all in ([`Ways::read_from`] asks the plan before each frame); returns whether data
-    /// moved. A notice of this call read on the way is noted.
-    pub(super) fn read_ways(
-        &mut self,
-        s: usize,
-        plan: &mut dyn FramePlan,
-    ) -> Result<bool, StreamFailure> {
-        let (mut moved, mut drained) = (false, false);
-        while let Some(w) = self.table.reader(s, &self.ways) {
-            let stream = &mut self.streams[s];
-            let mut src = Counted::new(&stream.socket, &mut stream.received).after(drained);
-            let mut heard = None;
-            let peer = (stream.peer, self.world);
-            let read = self.ways.read_from(plan, w, &mut src, &mut stream.ahead, peer, &mut heard);
-            drained = src.drained();
-            if let Some(notice) = heard {
-                stream.heard = Some(Heard { notice, at: Instant::now() });
-            }
-            moved |= read.map_err(|e| (s, e))?;
-            // Once a way is all in, the next way on the stream may start at once.
-            if !self.ways.in_done(w) || self.table.reader(s, &self.ways) == Some(w) {
-                break;
-            }
-        }
-        Ok(moved)
-    }
-
-    /// Adds a wait to the time spent waiting on each stream the call waited on.
-    pub(super) fn count_wait(&mut self, waited: Duration, on: u64) {
-        for (s, stream) in self.streams.iter_mut().enumerate() {
-            if on & (1 << s) != 0 {
-                stream.waited += waited;
-            }
-        }
+        stream_error(peer, e)
     }
 }
 
-/// Where a call stands between turns, as bits of streams.
-///
-/// It waits on the streams where the plan lets the next frame in and it has not come, or lets a
-/// frame out and the socket has not taken it all. A stream the call still needs but whose next
-/// frame in and out the plan holds back is not waited on: its turn waits on another stream, and
-/// its peer may have sent all it can and be waiting itself, its notices queued behind a data
-/// frame this rank does not read yet, so its silence says nothing of it. Where no stream is
-/// waited on so (the seam's rule keeps some frame free to move, so this is a safeguard), it
-/// waits on every stream the call needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Waits {
-    /// The streams the call waits on (above).
-    pub(super) on: u64,
-    /// The streams where the plan lets the next frame in.
-    pub(super) reads: u64,
-    /// The streams with a frame partly written or free to start. Nothing but a turn's own
-    /// reads and writes changes what the plan lets go, so the next turn writes only these (and
-    /// streams with notices queued).
-    pub(super) writes: u64,
-}
-
-/// The plan's ways on the streams: per stream, the ways that write it and the ways that read
-/// it, in the plan's order. Way `w` writes the stream to rank `rank + offset` and reads the one
-/// from rank `rank - offset`, found by peer rank; in a world of two, whose two streams both go
-/// to rank 1, by the sign of the offset too (a positive one writes the stream dialled to the
-/// right and reads the one accepted from the left, as the ring always has).
-///
-/// Several ways may share a stream: the plans use it in turn (every frame of an earlier way on
-/// it before any of a later one's), so the way on a stream now is the earliest one not yet done
-/// with it, and the next frame read from it is that way's (its header is checked against that
-/// way's [`FramePlan::expect`], so a frame that does not fit is refused as ever).
-///
-/// The table is kept between calls and built again only when a call's ways differ from the
-/// last call's: a trainer's calls mostly repeat one plan's routes.
+/// Control bytes queued for one stream, written whole before anything else goes on it.
 #[derive(Debug, Default)]
-pub(super) struct Table {
-    writers: Vec<Vec<usize>>,
-    readers: Vec<Vec<usize>>,
-    /// What the table was built for: the rank, the world, and the plan's routes, way by way.
-    built_for: Option<(usize, usize)>,
-    routes: Vec<Route>,
+pub(super) struct Queued {
+    bytes: Vec<u8>,
+    sent: usize,
 }
 
-impl Table {
-    /// The table of `plan` over `streams` (the same streams every call). Panics if a way's
-    /// route has no stream: a plan this link cannot carry is a bug, not a peer's doing.
-    pub(super) fn build(&mut self, plan: &dyn FramePlan, streams: &[Stream]) {
-        let Call { rank, world, .. } = plan.call();
-        if self.built_for == Some((rank, world)) && self.routes == plan.ways() {
-            return;
-        }
-        self.built_for = Some((rank, world));
-        self.routes.clear();
-        self.routes.extend_from_slice(plan.ways());
-        let find = |offset: isize| {
-            let peer = Route { offset }.sends_to(rank, world);
-            let to_peer = |s: &&Stream| s.peer == peer;
-            let same_side = |s: &&Stream| s.route.offset.signum() == offset.signum();
-            let found = match streams.iter().filter(to_peer).count() {
-                1 => streams.iter().position(|s| to_peer(&s)),
-                _ => streams.iter().position(|s| to_peer(&s) && same_side(&s)),
-            };
-            found.unwrap_or_else(|| unreachable!("no stream to rank {peer} for offset {offset}"))
-        };
-        for lists in [&mut self.writers, &mut self.readers] {
-            lists.iter_mut().for_each(Vec::clear);
-            lists.resize_with(streams.len(), Vec::new);
-        }
-        for (w, route) in plan.ways().iter().enumerate() {
-            self.writers[find(route.offset)].push(w);
-            self.readers[find(-route.offset)].push(w);
-        }
+impl Queued {
+    pub(super) fn is_empty(&self) -> bool {
+        self.sent == self.bytes.len()
     }
 
-    /// Whether no way of the plan writes or reads stream `s`.
-    pub(super) fn idle(&self, s: usize) -> bool {
-        self.writers[s].is_empty() && self.readers[s].is_empty()
+    pub(super) fn push(&mut self, frame: &[u8]) {
+        if self.is_empty() {
+            self.bytes.clear();
+            self.sent = 0;
+        }
+        self.bytes.extend_from_slice(frame);
     }
 
-    /// The way that writes stream `s` now: the first whose frames are not all out, else the
-    /// last (done), if any way writes it.
-    pub(super) fn writer(&self, s: usize, ways: &Ways) -> Option<usize> {
-        let on = &self.writers[s];
-        on.iter().copied().find(|&w| !ways.out_done(w)).or(on.last().copied())
+    /// Writes what `stream` takes; returns the bytes written.
+    fn flush(&mut self, mut stream: &TcpStream) -> io::Result<usize> {
+        let start = self.sent;
+        while !self.is_empty() {
+            match nonblocking(|| stream.write(&self.bytes[self.sent..]))? {
+                Some(n) => self.sent += n,
+                None => break,
+            }
+        }
+        Ok(self.sent - start)
     }
 
-    /// The way that reads stream `s` now: the first whose frames are not all in, else the last.
-    pub(super) fn reader(&self, s: usize, ways: &Ways) -> Option<usize> {
-        let on = &self.readers[s];
-        on.iter().copied().find(|&w| !ways.in_done(w)).or(on.last().copied())
+    /// Drops what is left to write.
+    pub(super) fn drop_rest(&mut self) {
+        self.sent = self.bytes.len();
+    }
+
+    /// What is left to write.
+    pub(super) fn rest(&self) -> &[u8] {
+        &self.bytes[self.sent..]
     }
 }
