@@ -1,107 +1,125 @@
-//! What a ring measures of its network when it forms: the cost of a hop, which sets the ring
-//! plan's window ([`schedule::window`]) and the cut between paths; where hops are long, the
-//! rate a rank's bytes leave it, which the cut weighs against the hops (`ring::chosen_path`);
-//! and the allreduce path every rank was told to force (`options.rs`).
+//! What a ring measures of its network when it forms, for the choice (`ring::choice`): the cost
+//! of a hop, the rate one stream carries, and the rate a rank folds; and the allreduce path
+//! every rank was told to force (`options.rs`). One sequence ([`measure`]), which `connect`
+//! runs over the TCP ring ([`settle`]) and the simulator over its virtual link, each handing in
+//! its own clock and fold ([`Timed`]).
 //!
-//! Every rank times a few one-element allreduces (the gather path: `floor(n/2)` hops each, every
-//! rank in step with its neighbours), takes its fastest, and the ranks agree with one more
-//! allreduce (a max) of `1 + world` numbers: the slowest rank's figure, and each rank's path in
-//! its own place (every other rank gives 0 there). So every rank derives the same window from the
-//! same number, whatever its own clock saw, and every rank knows every rank's path: if they
-//! differ, every rank's `connect` fails with the same error, naming the ranks that differ.
+//! The sequence, every call of it the same on every rank:
 //!
-//! Where the agreed hop is at least [`Network::LOG_DEPTH_FROM_HOP_NS`] (every rank knows it, so
-//! every rank decides alike; loopback's hops are shorter, on a machine not starved of cores, and
-//! skip this), every rank then times ring-path allreduces of up to [`RATE_PROBE_BYTES`]
-//! ([`rate_probe_bytes`]: each segment one slice, so the ring plan's time is the cost model's),
-//! takes its fastest, and the ranks agree on the slowest rank's time with one more allreduce
-//! (a max), and in the same one on the slowest rank's fold: each rank times the gather path's
-//! own fold of a few small buffers ([`fold_probe_ns`], memory it holds anyway), so every rank
-//! derives the same fold rate ([`fold_rate_from`]). Where the first round's time's bytes took
-//! less than its hops (a fast link, long hops), a second round does the same with a buffer
-//! large enough for its bytes to take about as long as its hops ([`longer_probe_bytes`]).
-//! Every rank derives the same rate from the last agreed time ([`rate_from`]): the bytes one
-//! rank sends over what is left of the time once the ring's hops at the agreed hop, and its
-//! folds at the agreed fold rate, are taken off. The two rates stay apart because the paths
-//! fold very different shares of what they send: Bruck's gather folds all it sends, the index
-//! a seventh of it at world 8, and a network's bytes cost far more than a core's folds.
+//! 1. **The hop.** [`HOP_PROBES`] one-element allreduces (the gather path: `floor(n/2)` hops
+//!    each, every rank in step with its neighbours); the fastest but the first (which also
+//!    waits for the slowest rank to arrive) over its hops ([`hop_from`]).
+//! 2. **The first agreement**, one allreduce (a max) of `3 + n` numbers: the slowest rank's
+//!    hop, the slowest rank's fold of the fold probe ([`fold_probe_ns`]), the least time any
+//!    rank has left before its `connect` deadline (as `u64::MAX` less it), and each rank's
+//!    forced path in its own place (every other rank gives 0 there).
+//! 3. **A first estimate of the rate**, where that time allows ([`affords`]): [`RATE_PROBES`]
+//!    shifts ([`ring::shift`]: every rank sends a block to its right neighbour, what a step of
+//!    the ring moves) of [`FIRST_SHIFT_BYTES`], the first left out, and an agreement on the
+//!    slowest rank's fastest. Its rate ([`first_rate`]) is only an estimate: on a link whose
+//!    bandwidth-delay product is near the block, the hop hides most of the bytes.
+//! 4. **The rate**, where the time left allows: [`LONG_SHIFTS`] shifts of a block sized from
+//!    the first estimate's bandwidth-delay product ([`long_shift_bytes`]: many times the bytes
+//!    one hop holds, so latency cannot hide the rate) and an agreement likewise. The rate is the
+//!    slope between the two sizes ([`slope_rate`]): the extra bytes over the extra time, which
+//!    no fixed cost of a call (a hop, a wake-up, a frame) enters.
+//!
+//! Where a round does not fit the time left, it is not run and the rate stays unmeasured (the
+//! choice then takes loopback's figures): `connect` never runs past its timeout to measure.
 //!
 //! Invariants:
 //! - The probes are calls of the ring's own plans, numbered from [`FIRST_PROBE_SEQ`] up to
 //!   `u64::MAX`, a range no collective of the caller reaches: the caller's calls still count
 //!   from 0, and a probe frame can never be taken for one of theirs.
+//! - Every rank runs the same calls: each choice of what to probe next is a pure function of
+//!   agreed numbers ([`affords`], [`first_rate`], [`long_shift_bytes`], [`slope_rate`],
+//!   [`hop_from`]), and so is the result.
+//! - The TCP ring runs them under `connect`'s deadline: a call still waiting on a peer at the
+//!   deadline fails (`TcpRing::until`), so a peer that stalls while the ring measures costs
+//!   `connect` its timeout, never more.
 //! - A failure while probing is a failure of `connect`, naming the rank, and the ring is not
 //!   handed out; except an abort from another rank (it failed, in a probe or already in its
 //!   first call, since ranks leave the probes one after another), which `connect` hands out as
 //!   a failed ring whose every call returns it.
-//! - The result is a function of the agreed numbers alone ([`hop_from`],
-//!   [`longer_probe_bytes`] and [`rate_from`] are pure), and so is every choice of what to
-//!   probe next: every rank runs the same calls.
 
+use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use silvic_core::{CollectiveError, Dtype, Op, Reduction, fold};
-use std::hint::black_box;
-
 use tracing::{info, warn};
 
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
 use crate::options::{self, AllreducePath};
-use crate::ring::choice::{self, Forced, Path};
-use crate::ring::seam::{Network, Route};
-use crate::ring::{self, Call, Link, Scratch, allreduce, bruck, schedule, twoway};
+use crate::ring::choice::{self, Forced};
+use crate::ring::seam::{FramePlan, Network, Route};
+use crate::ring::{self, Call, Link, Scratch, allreduce, bruck, twoway};
 
 /// Timed probes of the hop. The first also waits for the slowest rank to arrive, so the fastest
 /// of the rest is the figure.
 pub(crate) const HOP_PROBES: u64 = 6;
 
-/// The first round of rate probes, where hops are long, each of [`rate_probe_bytes`]; the
-/// first is left out likewise.
+/// Shifts of the first estimate of the rate, each of [`FIRST_SHIFT_BYTES`]; the first is left
+/// out likewise.
 pub(crate) const RATE_PROBES: u64 = 3;
 
-/// The second round of rate probes, of [`longer_probe_bytes`] each, where the first round's
-/// bytes took less time than its hops; all timed (the ranks are in step by then).
-pub(crate) const LONGER_RATE_PROBES: u64 = 2;
+/// Shifts of the rate's second round, each of [`long_shift_bytes`]; all timed (the ranks are in
+/// step by then).
+pub(crate) const LONG_SHIFTS: u64 = 3;
 
-/// Every call `connect` may run once the ring forms: the hop's probes and their agreement,
-/// then each round of rate probes and its agreement.
-pub(crate) const PROBE_CALLS: u64 = HOP_PROBES + 1 + RATE_PROBES + 1 + LONGER_RATE_PROBES + 1;
+/// Every call `connect` may run once the ring forms: the hop's probes and the first agreement,
+/// then each round of shifts and its agreement.
+pub(crate) const PROBE_CALLS: u64 = HOP_PROBES + 1 + RATE_PROBES + 1 + LONG_SHIFTS + 1;
 
 /// The sequence number of the first probe; the rest follow it, the last at `u64::MAX`.
 pub(crate) const FIRST_PROBE_SEQ: u64 = u64::MAX - (PROBE_CALLS - 1);
 
-/// The sequence number of the hop's agreement, after its probes.
-const HOP_AGREEMENT_SEQ: u64 = FIRST_PROBE_SEQ + HOP_PROBES;
+/// The sequence number of the first agreement, after the hop's probes.
+const AGREEMENT_SEQ: u64 = FIRST_PROBE_SEQ + HOP_PROBES;
 
-/// The sequence number of the first rate probe; the round's agreement follows its last.
-const FIRST_RATE_SEQ: u64 = HOP_AGREEMENT_SEQ + 1;
+/// The sequence number of the first shift; the round's agreement follows its last.
+const FIRST_SHIFT_SEQ: u64 = AGREEMENT_SEQ + 1;
 
-/// The sequence number of the first probe of the second round of rate probes.
-const LONGER_RATE_SEQ: u64 = FIRST_RATE_SEQ + RATE_PROBES + 1;
+/// The sequence number of the first long shift; the round's agreement follows its last.
+const LONG_SHIFT_SEQ: u64 = FIRST_SHIFT_SEQ + RATE_PROBES + 1;
 
-/// The op every probe and agreement runs as.
+/// The op every agreement and hop probe runs as (a shift's frames are an allgather's).
 const PROBE_OP: Op = Op::Allreduce { reduction: Reduction::Max, dtype: Dtype::U64 };
 
-/// The most bytes of each probe of the first round of rate probes ([`rate_probe_bytes`]): on
-/// a link below 1.5 GB/s, more time on bytes than on the hops of a ring of 16 at 100 us.
-pub(crate) const RATE_PROBE_BYTES: usize = 1 << 20;
+/// The numbers of the first agreement before the ranks' paths: the hop, the fold, the time left.
+const AGREED_FIXED: usize = 3;
 
-/// The most bytes of a probe of the second round ([`longer_probe_bytes`]): the time and the
-/// memory `connect` spends on it.
-pub(crate) const LONGER_PROBE_MAX_BYTES: usize = 16 << 20;
+/// The block of each shift of the first estimate: past a loopback hop's bytes many times over.
+pub(crate) const FIRST_SHIFT_BYTES: usize = 256 << 10;
 
-/// The highest rate [`rate_from`] and [`fold_rate_from`] give, in bytes per microsecond (about
-/// 1 TB/s): what a probe whose time its hops alone account for comes to. It keeps the cost
-/// model's integers far from overflowing.
+/// How many hops' worth of bytes at the first estimate a long shift carries: enough that the
+/// hop is a small part of its time.
+pub(crate) const HOPS_OF_BYTES: u64 = 8;
+
+/// The least a long shift carries, in first shifts: a slope over sizes at least this far apart.
+pub(crate) const LONG_SHIFT_MIN_FACTOR: usize = 4;
+
+/// The most bytes of a long shift: the time and the memory (twice this, a block out and one
+/// in) `connect` spends on it.
+pub(crate) const LONG_SHIFT_MAX_BYTES: usize = 8 << 20;
+
+/// The highest rate [`first_rate`], [`slope_rate`] and [`fold_rate_from`] give, in bytes per
+/// microsecond (about 1 TB/s): what a probe whose time its fixed costs alone account for comes
+/// to. It keeps the cost model's integers far from overflowing.
 pub(crate) const MAX_BYTES_PER_US: u64 = 1 << 20;
+
+/// The rate a round's time is estimated at before any was measured, in bytes per microsecond
+/// (80 Mbit/s): slower than any network a ring is formed over.
+const GUESS_BYTES_PER_US: u64 = 10;
+
+/// A round of probes runs only where this many times its estimated time fits in the time left.
+const ROOM: u64 = 4;
 
 /// The buffers of the fold probe ([`fold_probe_ns`]): the gather path's fold of this many
 /// ranks' blocks of [`FOLD_PROBE_BLOCK_BYTES`], so `(FOLD_PROBE_RANKS - 1)` blocks folded.
 const FOLD_PROBE_RANKS: usize = 4;
 
-/// The block of each rank the fold probe folds, as large as the histograms trainers fold: the
-/// probe holds 160 KiB a rank, less than the rate probe's buffer that follows it.
+/// The block of each rank the fold probe folds, as large as the histograms trainers fold.
 const FOLD_PROBE_BLOCK_BYTES: usize = 32 << 10;
 
 /// Folds in one timed run of the fold probe; the fastest of [`FOLD_PROBE_RUNS`] runs counts.
@@ -111,102 +129,115 @@ const FOLD_PROBE_RUNS: usize = 3;
 /// The bytes one fold of the fold probe folds.
 pub(crate) const FOLD_PROBE_FOLDED: u64 = ((FOLD_PROBE_RANKS - 1) * FOLD_PROBE_BLOCK_BYTES) as u64;
 
+/// A link the probes run over, with what they read beside it: a clock, a fold to time, and the
+/// time left before the deadline of what they are part of.
+pub(crate) trait Timed: Link {
+    /// The time on this rank's clock, from any start.
+    fn now(&self) -> Duration;
+    /// How long this rank takes to fold [`FOLD_PROBE_FOLDED`] bytes, in nanoseconds.
+    fn fold_ns(&mut self) -> u64;
+    /// The time left before this rank's deadline.
+    fn left(&self) -> Duration;
+}
+
 /// What every rank agreed on when the ring formed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Agreed {
+pub(crate) struct Measured {
     /// The network (without its chords: the link knows those).
     pub(crate) network: Network,
-    /// Every rank's allreduce path, by rank.
-    pub(crate) paths: Vec<AllreducePath>,
+    /// Every rank's forced path, by rank, as [`AllreducePath::code`] numbers them.
+    pub(crate) paths: Vec<u64>,
 }
 
-/// Measures the ring's hop over `link`, and its rate where the hop is long, and agrees on them,
-/// and on every rank's `path`, with every rank (see the module doc).
-pub(crate) fn measure(
-    link: &mut dyn Link,
+/// A duration in whole nanoseconds, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Measures the ring's network over `link` and agrees on it, and on every rank's `path`, with
+/// every rank (see the module doc).
+pub(crate) fn measure<L: Timed>(
+    link: &mut L,
     rank: usize,
     world: usize,
     path: AllreducePath,
     scratch: &mut Scratch,
-) -> Result<Agreed, CollectiveError> {
-    measure_from(link, rank, world, path, scratch, Network::LOG_DEPTH_FROM_HOP_NS)
-}
-
-/// [`measure`], timing the rate where the agreed hop is at least `rate_from_hop_ns` (the tests
-/// time it wherever they like).
-fn measure_from(
-    link: &mut dyn Link,
-    rank: usize,
-    world: usize,
-    path: AllreducePath,
-    scratch: &mut Scratch,
-    rate_from_hop_ns: u64,
-) -> Result<Agreed, CollectiveError> {
+) -> Result<Measured, CollectiveError> {
     let call = |seq| Call { rank, world, op: PROBE_OP, seq };
     let mut fastest = Duration::MAX;
     for i in 0..HOP_PROBES {
         let mut one = [0u64];
-        let started = Instant::now();
+        let started = link.now();
         allreduce(link, call(FIRST_PROBE_SEQ + i), &mut one, fold::max_int, scratch)?;
         if i > 0 {
-            fastest = fastest.min(started.elapsed());
+            fastest = fastest.min(link.now().saturating_sub(started));
         }
     }
-    let mut agreed = vec![0; 1 + world];
+    let mut agreed = vec![0; AGREED_FIXED + world];
     agreed[0] = hop_from(fastest, world);
-    agreed[1 + rank] = path.code();
-    allreduce(link, call(HOP_AGREEMENT_SEQ), &mut agreed, fold::max_int, scratch)?;
-    let path_of = |(r, &code): (usize, &u64)| {
-        AllreducePath::from_code(code).ok_or_else(|| CollectiveError::MalformedFrame {
-            peer: r,
-            reason: format!("the agreement gives rank {r} path number {code}, which names none"),
-        })
-    };
-    let paths = agreed[1..].iter().enumerate().map(path_of).collect::<Result<_, _>>()?;
-    let hop_ns = agreed[0];
+    agreed[1] = link.fold_ns();
+    agreed[2] = u64::MAX - nanos(link.left());
+    agreed[AGREED_FIXED + rank] = path.code();
+    allreduce(link, call(AGREEMENT_SEQ), &mut agreed, fold::max_int, scratch)?;
+    let (hop_ns, fold_ns, left_ns) = (agreed[0], agreed[1], u64::MAX - agreed[2]);
+    let paths = agreed.split_off(AGREED_FIXED);
     let mut network = Network { hop_ns, ..Network::UNMEASURED };
-    if world > 1 && hop_ns >= rate_from_hop_ns {
-        let mut round = |first_seq, probes, left_out, bytes, also| {
-            let calls = (first_seq..first_seq + probes).map(call);
-            timed_ring(link, calls, left_out, bytes, (call(first_seq + probes), also), scratch)
-        };
-        let mut bytes = rate_probe_bytes(world);
-        let (mut time, fold_ns) = round(FIRST_RATE_SEQ, RATE_PROBES, 1, bytes, fold_probe_ns())?;
-        network.folds_per_us = fold_rate_from(fold_ns);
-        // Every rank has the same time, so every rank runs the second round or none does.
-        if let Some(longer) = longer_probe_bytes(time, world, hop_ns) {
-            bytes = longer;
-            (time, _) = round(LONGER_RATE_SEQ, LONGER_RATE_PROBES, 0, bytes, 0)?;
+    let first = FIRST_SHIFT_BYTES;
+    if world > 1 && affords(left_ns, round_ns(RATE_PROBES, first, hop_ns, GUESS_BYTES_PER_US)) {
+        let seqs = FIRST_SHIFT_SEQ..FIRST_SHIFT_SEQ + RATE_PROBES;
+        let (short, left_ns) = timed_shifts(link, (rank, world), seqs, 1, first, scratch)?;
+        let mut rate = first_rate(short, first, hop_ns);
+        let long = long_shift_bytes(hop_ns, rate);
+        if affords(left_ns, round_ns(LONG_SHIFTS, long, hop_ns, rate)) {
+            let seqs = LONG_SHIFT_SEQ..LONG_SHIFT_SEQ + LONG_SHIFTS;
+            let (time, _) = timed_shifts(link, (rank, world), seqs, 0, long, scratch)?;
+            rate = slope_rate((first, short), (long, time));
         }
-        network.bytes_per_us = rate_from(time, bytes, world, hop_ns, network.folds_per_us);
+        network.bytes_per_us = rate;
+        network.folds_per_us = fold_rate_from(fold_ns);
     }
-    Ok(Agreed { network, paths })
+    Ok(Measured { network, paths })
 }
 
-/// Times a ring-path allreduce of `bytes` as each of `probes`, the first `left_out` not
-/// counted, and agrees on the slowest rank's fastest time in the call `agreement`, and in the
-/// same call on the largest of every rank's `also`: returns both.
-fn timed_ring(
-    link: &mut dyn Link,
-    probes: impl Iterator<Item = Call>,
+/// Times a shift of `bytes` as each call numbered in `seqs`, the first `left_out` not counted,
+/// and agrees with the next call on the slowest rank's fastest time and on the least time any
+/// rank has left: returns both.
+fn timed_shifts<L: Timed>(
+    link: &mut L,
+    (rank, world): (usize, usize),
+    seqs: std::ops::Range<u64>,
     left_out: usize,
     bytes: usize,
-    (agreement, also): (Call, u64),
     scratch: &mut Scratch,
 ) -> Result<(Duration, u64), CollectiveError> {
-    let ring = Path::Ring;
-    let mut buf = vec![agreement.rank as u64; bytes / 8];
+    let agreement = Call { rank, world, op: PROBE_OP, seq: seqs.end };
+    let (out, mut into) = (vec![rank as u8; bytes], vec![0u8; bytes]);
     let mut fastest = Duration::MAX;
-    for (i, probe) in probes.enumerate() {
-        let started = Instant::now();
-        ring::allreduce_on(ring, link, probe, &mut buf, fold::max_int, scratch)?;
+    for (i, seq) in seqs.enumerate() {
+        let started = link.now();
+        ring::shift::shift(link, Call { seq, ..agreement }, &out, &mut into)?;
         if i >= left_out {
-            fastest = fastest.min(started.elapsed());
+            fastest = fastest.min(link.now().saturating_sub(started));
         }
     }
-    let mut slowest = [u64::try_from(fastest.as_nanos()).unwrap_or(u64::MAX), also];
+    let mut slowest = [nanos(fastest), u64::MAX - nanos(link.left())];
     allreduce(link, agreement, &mut slowest, fold::max_int, scratch)?;
-    Ok((Duration::from_nanos(slowest[0]), slowest[1]))
+    Ok((Duration::from_nanos(slowest[0]), u64::MAX - slowest[1]))
+}
+
+/// What a round of `calls` shifts of `bytes` and its agreement take at a hop of `hop_ns` and
+/// `bytes_per_us`, in nanoseconds: each shift a hop and its bytes, and the agreement's hops
+/// (taken as a shift's, generously: a small allreduce is `floor(n/2)` hops, and the agreement
+/// is ahead of a whole round).
+pub(crate) fn round_ns(calls: u64, bytes: usize, hop_ns: u64, bytes_per_us: u64) -> u64 {
+    let bytes_ns = (bytes as u64).saturating_mul(1000) / bytes_per_us.max(1);
+    let shift = hop_ns.saturating_add(bytes_ns);
+    shift.saturating_mul(calls + 1)
+}
+
+/// Whether a round estimated at `round_ns` fits, [`ROOM`] times over, in `left_ns`.
+pub(crate) fn affords(left_ns: u64, round_ns: u64) -> bool {
+    round_ns.saturating_mul(ROOM) <= left_ns
 }
 
 /// How long this rank takes to fold [`FOLD_PROBE_FOLDED`] bytes, in nanoseconds: the gather
@@ -242,23 +273,118 @@ pub(crate) fn fold_rate_from(fold_ns: u64) -> u64 {
     u64::try_from(rate).unwrap_or(MAX_BYTES_PER_US).clamp(1, MAX_BYTES_PER_US)
 }
 
-/// Measures the network of a ring `connect` has just formed, agrees on the allreduce path
-/// (this rank's is `path`), and hands both to the ring. `Ok(None)` once measured;
-/// `Ok(Some(error))` when another rank failed first (an abort came, see the module doc), for
-/// the ring to be handed out failed; `Err` naming the rank at fault otherwise, or
-/// [`ConnectError::Disagreement`] on every rank where the paths differ. On a failure of a
-/// probe the neighbours are told and the streams shut.
+/// A rate in bytes per microsecond: `bytes` over `ns`, from 1 to [`MAX_BYTES_PER_US`] (the
+/// most where no time is left to the bytes).
+fn per_us(bytes: u64, ns: u128) -> u64 {
+    if ns == 0 {
+        return MAX_BYTES_PER_US;
+    }
+    let rate = u128::from(bytes) * 1000 / ns;
+    u64::try_from(rate).unwrap_or(MAX_BYTES_PER_US).clamp(1, MAX_BYTES_PER_US)
+}
+
+/// The first estimate of the rate from `time`, the agreed time of a shift of `bytes` at a hop
+/// of `hop_ns`: the bytes over what is left of the time once the hop is taken off.
+pub(crate) fn first_rate(time: Duration, bytes: usize, hop_ns: u64) -> u64 {
+    per_us(bytes as u64, time.as_nanos().saturating_sub(u128::from(hop_ns)))
+}
+
+/// The block of a long shift at a hop of `hop_ns` and a first estimate of `bytes_per_us`:
+/// [`HOPS_OF_BYTES`] times the bytes one hop holds (the bandwidth-delay product), at least
+/// [`LONG_SHIFT_MIN_FACTOR`] first shifts and at most [`LONG_SHIFT_MAX_BYTES`]; whole `u64`s.
+pub(crate) fn long_shift_bytes(hop_ns: u64, bytes_per_us: u64) -> usize {
+    let in_flight = u128::from(hop_ns) * u128::from(bytes_per_us) / 1000;
+    let want = usize::try_from(in_flight * u128::from(HOPS_OF_BYTES)).unwrap_or(usize::MAX);
+    let least = LONG_SHIFT_MIN_FACTOR * FIRST_SHIFT_BYTES;
+    want.clamp(least, LONG_SHIFT_MAX_BYTES) / 8 * 8
+}
+
+/// The rate from two shifts, `(bytes, agreed time)` each, the second the longer: the extra
+/// bytes over the extra time, which no fixed cost of a call enters. Where the longer took no
+/// longer (noise between the rounds), its bytes over its whole time, which only understates.
+pub(crate) fn slope_rate((short, short_time): (usize, Duration), long: (usize, Duration)) -> u64 {
+    let (long, long_time) = long;
+    let extra = long_time.as_nanos().saturating_sub(short_time.as_nanos());
+    if long <= short || extra == 0 {
+        return per_us(long as u64, long_time.as_nanos());
+    }
+    per_us((long - short) as u64, extra)
+}
+
+/// A hop's cost, in nanoseconds, from the time of one small allreduce on the gather path in a
+/// world of `world` (which takes [`twoway::hops`] hops).
+pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
+    let hops = twoway::hops(world).max(1) as u128;
+    u64::try_from(call.as_nanos() / hops).unwrap_or(u64::MAX)
+}
+
+/// Every rank's forced path from the agreement's `codes` (by rank).
+fn paths_of(codes: &[u64]) -> Result<Vec<AllreducePath>, CollectiveError> {
+    let path_of = |(r, &code): (usize, &u64)| {
+        AllreducePath::from_code(code).ok_or_else(|| CollectiveError::MalformedFrame {
+            peer: r,
+            reason: format!("the agreement gives rank {r} path number {code}, which names none"),
+        })
+    };
+    codes.iter().enumerate().map(path_of).collect()
+}
+
+/// The TCP ring as the probes see it: its clock, and `connect`'s deadline.
+struct OnClock<'r> {
+    ring: &'r mut TcpRing,
+    start: Instant,
+    deadline: Instant,
+}
+
+impl Link for OnClock<'_> {
+    fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
+        self.ring.run(plan)
+    }
+    fn network(&self) -> Network {
+        self.ring.network()
+    }
+    fn forced(&self) -> Forced {
+        self.ring.forced()
+    }
+}
+
+impl Timed for OnClock<'_> {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+    fn fold_ns(&mut self) -> u64 {
+        fold_probe_ns()
+    }
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// How long a ring whose probes failed lingers when `connect` drops it: `connect` returns
+/// within its timeout and this.
+const FAILED_LINGER: Duration = Duration::from_millis(500);
+
+/// Measures the network of a ring `connect` has just formed, before `deadline` (each probe
+/// call fails once it waits past it), agrees on the allreduce path (this rank's is `path`),
+/// and hands both to the ring. `Ok(None)` once measured; `Ok(Some(error))` when another rank
+/// failed first (an abort came, see the module doc), for the ring to be handed out failed;
+/// `Err` naming the rank at fault otherwise, or [`ConnectError::Disagreement`] on every rank
+/// where the paths differ. On a failure of a probe the neighbours are told and the streams
+/// shut, and the ring, once dropped, lingers at most [`FAILED_LINGER`].
 pub(crate) fn settle(
     ring: &mut TcpRing,
-    rank: usize,
-    path: AllreducePath,
+    (rank, path): (usize, AllreducePath),
     scratch: &mut Scratch,
     addresses: &[String],
-    timeout: Duration,
+    (timeout, deadline): (Duration, Instant),
 ) -> Result<Option<CollectiveError>, ConnectError> {
     let world = addresses.len();
-    match measure(ring, rank, world, path, scratch) {
-        Ok(Agreed { network, paths }) => {
+    ring.until(Some(deadline));
+    let start = Instant::now();
+    let measured = measure(&mut OnClock { ring, start, deadline }, rank, world, path, scratch);
+    ring.until(None);
+    match measured.and_then(|m| Ok((m.network, paths_of(&m.paths)?))) {
+        Ok((network, paths)) => {
             // Every rank has the same list, so every rank fails alike: nobody waits on another.
             let path = options::agreed(&paths)?;
             // Every rank formed the same topology, so every rank finds the same routes.
@@ -269,7 +395,7 @@ pub(crate) fn settle(
             let network = Network { chords, ..network };
             ring.measured(network, Forced { path: path.forced() });
             let (hop_us, window) = (network.hop_ns / 1000, choice::window(network));
-            // 0: not measured, the hops being short (the cut is loopback's).
+            // 0: not measured (no time for it, or a world of one).
             let (bytes_per_us, folds_per_us) = (network.bytes_per_us, network.folds_per_us);
             let cuts = choice::describe_cuts(world, network);
             let log_depth = network.log_depth();
@@ -293,7 +419,10 @@ pub(crate) fn settle(
             ring.abort(rank, &error, FIRST_PROBE_SEQ);
             match as_seen_by(rank, error) {
                 aborted @ CollectiveError::Aborted { .. } => Ok(Some(aborted)),
-                error => Err(connect_error(error, addresses, timeout)),
+                error => {
+                    ring.set_timeout(FAILED_LINGER.min(timeout));
+                    Err(connect_error(error, addresses, timeout))
+                }
             }
         }
     }
@@ -322,77 +451,6 @@ fn connect_error(error: CollectiveError, addresses: &[String], timeout: Duration
             message: error.to_string(),
         },
     }
-}
-
-/// A hop's cost, in nanoseconds, from the time of one small allreduce on the gather path in a
-/// world of `world` (which takes [`twoway::hops`] hops).
-pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
-    let hops = twoway::hops(world).max(1) as u128;
-    u64::try_from(call.as_nanos() / hops).unwrap_or(u64::MAX)
-}
-
-/// The most bytes a rate probe takes in a world of `world`: as many as keep every segment one
-/// slice ([`schedule::SLICE_BYTES`]), where the ring plan's time is the cost model's (its
-/// gather goes both ways, `n - 1 + floor(n/2)` hops, and its window has no part in it).
-fn one_slice_bytes(world: usize) -> usize {
-    world.max(1).saturating_mul(schedule::SLICE_BYTES)
-}
-
-/// The bytes of each probe of the first round of rate probes in a world of `world`:
-/// [`RATE_PROBE_BYTES`], or fewer where segments would be more than a slice
-/// ([`one_slice_bytes`]: worlds 2 and 3).
-pub(crate) fn rate_probe_bytes(world: usize) -> usize {
-    RATE_PROBE_BYTES.min(one_slice_bytes(world))
-}
-
-/// The bytes of each probe of the second round of rate probes in a world of `world` at a hop of
-/// `hop_ns`, from `first`, the agreed time of the first round (probes of
-/// [`rate_probe_bytes`]); `None` where that round's bytes took at least as long as its hops,
-/// so that the rate from it stands, or where no more bytes could be probed. Else as many
-/// bytes as would take as long as the hops at the rate the first round gives, up to
-/// [`LONGER_PROBE_MAX_BYTES`] and [`one_slice_bytes`] (the most where the hops took the whole
-/// time); whole `u64`s.
-pub(crate) fn longer_probe_bytes(first: Duration, world: usize, hop_ns: u64) -> Option<usize> {
-    let low = rate_probe_bytes(world);
-    let high = LONGER_PROBE_MAX_BYTES.min(one_slice_bytes(world));
-    let ring = choice::traffic(Path::Ring, low, 8, world);
-    let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
-    let bytes_ns = first.as_nanos().saturating_sub(hops_ns);
-    if bytes_ns >= hops_ns || high <= low {
-        return None;
-    }
-    let want = match bytes_ns {
-        0 => high,
-        _ => usize::try_from(low as u128 * hops_ns / bytes_ns).unwrap_or(high),
-    };
-    Some(want.clamp(low, high) / 8 * 8)
-}
-
-/// The rate a rank sends its bytes, in bytes per microsecond, from `call`, the time of a
-/// ring-path allreduce of `bytes` in a world of `world` at a hop of `hop_ns`, where ranks fold
-/// at `folds_per_us`: the bytes the cost model says one rank sends ([`cost::traffic`]) over
-/// the time left once its hops, and its folds at that rate, are taken off, so that the
-/// model's time of that call (`ring::model_of`) is `call`. From 1 to [`MAX_BYTES_PER_US`]; the
-/// most where the hops and folds take the whole time, or nothing moves.
-pub(crate) fn rate_from(
-    call: Duration,
-    bytes: usize,
-    world: usize,
-    hop_ns: u64,
-    folds_per_us: u64,
-) -> u64 {
-    let ring = choice::traffic(Path::Ring, bytes, 8, world);
-    let n = world.max(1) as u128;
-    let hops_ns = u128::from(ring.hops) * u128::from(hop_ns);
-    // The model's fold time, `folded_n / n` bytes at `folds_per_us`, rounded down.
-    let folds_ns = ring.folded_n * 1000 / (n * u128::from(folds_per_us.max(1)));
-    let left_ns = call.as_nanos().saturating_sub(hops_ns).saturating_sub(folds_ns);
-    if left_ns == 0 || ring.sent_n == 0 {
-        return MAX_BYTES_PER_US;
-    }
-    // Per microsecond: × 1000 nanoseconds.
-    let rate = ring.sent_n * 1000 / (n * left_ns);
-    u64::try_from(rate).unwrap_or(MAX_BYTES_PER_US).clamp(1, MAX_BYTES_PER_US)
 }
 
 #[cfg(test)]
@@ -433,51 +491,71 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_is_the_bytes_sent_over_the_time_the_hops_and_folds_leave() {
-        // World 4: the ring's 5 hops, and each rank sends 2 × 3/4 of the buffer and folds 3/4.
-        let (mib, hop_ns, folds) = (1 << 20, 200_000, 768);
-        let (sent, folded) = (3 * mib / 2, 3 * mib / 4);
-        let hops = Duration::from_millis(1);
-        // Folds of 3/4 MiB at 768 B/us: 1,024 us more.
-        let folds_time = Duration::from_micros(folded as u64 / folds);
-        assert_eq!(folds_time, Duration::from_micros(1024));
-        let call = hops + folds_time + Duration::from_micros(sent as u64 / 300);
-        assert_eq!(rate_from(call, mib, 4, hop_ns, folds), 300);
-        // Half the time left: twice the rate.
-        let faster = hops + folds_time + Duration::from_micros(sent as u64 / 600);
-        assert_eq!(rate_from(faster, mib, 4, hop_ns, folds), 600);
-        // Folds twice as fast leave half a millisecond more to the bytes.
-        let faster_folds = hops + folds_time / 2 + Duration::from_micros(sent as u64 / 600);
-        let rate = rate_from(faster_folds, mib, 4, hop_ns, 2 * folds);
-        assert_eq!(rate, 600, "the same sends: only the folds were faster");
-        // Folds taken as costing nothing: the whole time after the hops is the bytes'.
-        assert_eq!(rate_from(call, mib, 4, hop_ns, MAX_BYTES_PER_US), 251);
+    fn the_first_estimate_takes_the_hop_off_and_the_slope_takes_every_fixed_cost_off() {
+        // 256 KiB in 1 ms after a hop of 500 us: 262 B/us.
+        let first = Duration::from_micros(1500);
+        assert_eq!(first_rate(first, 256 << 10, 500_000), 262);
+        // A fixed cost the hop did not count (a wake-up, a slow first frame) of 300 us in both
+        // rounds: the first estimate falls, the slope does not.
+        let fixed = Duration::from_micros(300);
+        let (short, long) = (256 << 10, 4 << 20);
+        let at = |bytes: usize| Duration::from_micros(500 + bytes as u64 / 262) + fixed;
+        assert!(first_rate(at(short), short, 500_000) < 220);
+        let slope = slope_rate((short, at(short)), (long, at(long)));
+        assert!((261..=263).contains(&slope), "{slope}");
+        // Twice the bytes in the same extra time: twice the rate.
+        let faster = at(short) + (at(long) - at(short)) / 2;
+        let slope = slope_rate((short, at(short)), (long, faster));
+        assert!((523..=525).contains(&slope), "{slope}");
     }
 
     #[test]
-    fn a_rate_stays_in_its_range_at_the_edges() {
-        let (mib, hop_ns, folds) = (1 << 20, 200_000, MAX_BYTES_PER_US);
-        let rate = |call, bytes, world, hop_ns| rate_from(call, bytes, world, hop_ns, folds);
-        // The hops take the whole time, or more: nothing says the bytes cost anything.
-        for call in [Duration::ZERO, Duration::from_millis(1), Duration::from_micros(999)] {
-            assert_eq!(rate(call, mib, 4, hop_ns), MAX_BYTES_PER_US, "{call:?}");
+    fn rates_stay_in_their_range_at_the_edges() {
+        let mib = 1 << 20;
+        // The hop takes the whole time, or more: nothing says the bytes cost anything.
+        for time in [Duration::ZERO, Duration::from_micros(500), Duration::from_micros(499)] {
+            assert_eq!(first_rate(time, mib, 500_000), MAX_BYTES_PER_US, "{time:?}");
         }
-        // The hops and the folds take it: the same.
-        let slow_folds = Duration::from_millis(1) + Duration::from_micros(768);
-        // (3/4 MiB at 1,024 B/us: 768 us.)
-        assert_eq!(rate_from(slow_folds, mib, 4, hop_ns, 1024), MAX_BYTES_PER_US);
-        // Just past the hops: a huge rate, capped.
-        let just_past = Duration::from_millis(1) + Duration::from_nanos(1);
-        assert_eq!(rate(just_past, mib, 4, hop_ns), MAX_BYTES_PER_US);
-        // A call that never ended, or no hop at all: the rate falls, never to 0; nor does a
-        // fold rate of 0 (taken as 1) divide by 0.
-        assert_eq!(rate(Duration::MAX, mib, 4, hop_ns), 1);
-        assert_eq!(rate(Duration::MAX, mib, 4, u64::MAX), 1);
-        assert_eq!(rate_from(Duration::MAX, mib, 4, hop_ns, 0), 1);
-        assert_eq!(rate(Duration::from_millis(1), mib, 4, 0), 1574, "1.5 MiB in 999.25 us");
-        // A world of one sends nothing.
-        assert_eq!(rate(Duration::from_millis(1), mib, 1, hop_ns), MAX_BYTES_PER_US);
-        assert_eq!(rate(Duration::from_millis(1), 0, 4, 0), MAX_BYTES_PER_US);
+        // A call that never ended, or a hop of centuries: the rate falls, never to 0.
+        assert_eq!(first_rate(Duration::MAX, mib, 500_000), 1);
+        assert_eq!(first_rate(Duration::MAX, mib, u64::MAX), 1);
+        // A longer shift that took no longer than the short one (noise between the rounds):
+        // its bytes over its whole time, an understatement, never a division by zero.
+        let same = Duration::from_millis(4);
+        assert_eq!(slope_rate((mib, same), (4 * mib, same)), 1048);
+        assert_eq!(slope_rate((mib, same), (4 * mib, same / 2)), 2097);
+        assert_eq!(slope_rate((mib, Duration::ZERO), (4 * mib, Duration::ZERO)), MAX_BYTES_PER_US);
+        assert_eq!(slope_rate((mib, Duration::ZERO), (4 * mib, Duration::MAX)), 1);
+        // No longer shift at all: the same.
+        assert_eq!(slope_rate((mib, same), (mib, same)), 262);
+    }
+
+    #[test]
+    fn a_long_shift_holds_many_hops_of_bytes_within_its_bounds() {
+        let least = LONG_SHIFT_MIN_FACTOR * FIRST_SHIFT_BYTES;
+        // A relay bed's 500 us at 300 B/us: 150 KB a hop, 1.2 MB a long shift.
+        assert_eq!(long_shift_bytes(500_000, 300), 1_200_000);
+        // Loopback's short hops: the least, so that the slope spans sizes far apart.
+        assert_eq!(long_shift_bytes(30_000, 1500), least);
+        assert_eq!(long_shift_bytes(0, 0), least);
+        // A fast long link: the most.
+        assert_eq!(long_shift_bytes(1_000_000, 12_500), LONG_SHIFT_MAX_BYTES);
+        assert_eq!(long_shift_bytes(u64::MAX, MAX_BYTES_PER_US), LONG_SHIFT_MAX_BYTES);
+        for (hop_ns, rate) in [(123_457, 777), (99_999, 3), (700_001, 1001)] {
+            assert_eq!(long_shift_bytes(hop_ns, rate) % 8, 0, "whole u64s");
+        }
+    }
+
+    #[test]
+    fn a_round_runs_only_where_it_fits_in_the_time_left_several_times_over() {
+        // Three shifts of 256 KiB at 10 B/us behind 1 ms hops, and the agreement: 4 × 27.2 ms.
+        let round = round_ns(3, 256 << 10, 1_000_000, 10);
+        assert_eq!(round, 4 * (1_000_000 + 26_214_400));
+        assert!(affords(ROOM * round, round));
+        assert!(!affords(ROOM * round - 1, round));
+        assert!(affords(u64::MAX, round), "the simulator's rings have all the time there is");
+        assert!(!affords(0, 1));
+        assert!(!affords(u64::MAX - 1, round_ns(3, usize::MAX, u64::MAX, 0)), "saturates");
     }
 
     #[test]
@@ -496,83 +574,98 @@ mod tests {
         assert!(fold_rate_from(ns) < MAX_BYTES_PER_US, "{ns} ns for 96 KiB");
     }
 
-    #[test]
-    fn a_first_rate_probe_keeps_its_segments_one_slice() {
-        assert_eq!(rate_probe_bytes(2), 512 << 10);
-        assert_eq!(rate_probe_bytes(3), 768 << 10);
-        for world in [4, 5, 16, 1024, usize::MAX] {
-            assert_eq!(rate_probe_bytes(world), RATE_PROBE_BYTES, "world {world}");
+    /// An in-memory rank with a clock of its own: each call it runs takes `per_call` more on
+    /// it, from `start`, and its folds take `fold_ns`; `left` is its time to the deadline.
+    struct Clocked<'a> {
+        link: &'a mut dyn Link,
+        clock: Duration,
+        per_call: Duration,
+        fold_ns: u64,
+        left: Duration,
+    }
+
+    impl Link for Clocked<'_> {
+        fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
+            self.clock += self.per_call;
+            self.link.run(plan)
         }
-        for world in 2..=64 {
-            let len = rate_probe_bytes(world) / 8;
-            assert_eq!(schedule::slices(len, world, 8), 1, "world {world}");
-            if let Some(longer) = longer_probe_bytes(Duration::ZERO, world, 1) {
-                assert_eq!(schedule::slices(longer / 8, world, 8), 1, "world {world}");
-            }
+        fn network(&self) -> Network {
+            self.link.network()
+        }
+    }
+
+    impl Timed for Clocked<'_> {
+        fn now(&self) -> Duration {
+            self.clock
+        }
+        fn fold_ns(&mut self) -> u64 {
+            self.fold_ns
+        }
+        fn left(&self) -> Duration {
+            self.left
         }
     }
 
     #[test]
-    fn a_second_round_of_rate_probes_runs_where_the_first_ones_hops_outweighed_its_bytes() {
-        // World 16 at 200 us: 23 hops, 4.6 ms.
-        let (hops, hop_ns) = (Duration::from_micros(4600), 200_000);
-        let longer = |first| longer_probe_bytes(first, 16, hop_ns);
-        assert_eq!(longer(hops * 2), None, "bytes as long as the hops");
-        assert_eq!(longer(hops * 9), None);
-        // A quarter of the hops' time on bytes: four times the bytes.
-        assert_eq!(longer(hops + hops / 4), Some(4 * RATE_PROBE_BYTES));
-        // Next to nothing on bytes, or less than the hops: the most a world of 16 keeps in one
-        // slice a segment (4 MiB).
-        for first in [hops + Duration::from_nanos(1), hops, Duration::ZERO] {
-            assert_eq!(longer(first), Some(16 * schedule::SLICE_BYTES), "{first:?}");
-        }
-        // Just under the hops' time on bytes: just over the first's bytes, whole u64s.
-        let just = longer(hops * 2 - Duration::from_nanos(1)).unwrap();
-        assert!(just >= RATE_PROBE_BYTES && just % 8 == 0 && just < RATE_PROBE_BYTES + 64);
-        // From 64 ranks, the most is 16 MiB.
-        assert_eq!(longer_probe_bytes(hops, 64, hop_ns), Some(LONGER_PROBE_MAX_BYTES));
-        assert_eq!(longer_probe_bytes(hops, 1024, hop_ns), Some(LONGER_PROBE_MAX_BYTES));
-        // No hop: nothing to outweigh. A hop of centuries: the most. Worlds of 2 to 4 probe
-        // all they can in the first round.
-        assert_eq!(longer(hops), Some(16 * schedule::SLICE_BYTES));
-        assert_eq!(longer_probe_bytes(hops, 16, 0), None);
-        assert_eq!(longer(Duration::MAX), None);
-        assert_eq!(longer_probe_bytes(hops, 16, u64::MAX), Some(16 * schedule::SLICE_BYTES));
-        for world in [2, 3, 4] {
-            assert_eq!(longer_probe_bytes(Duration::ZERO, world, hop_ns), None, "world {world}");
-        }
-    }
-
-    #[test]
-    fn every_rank_agrees_on_one_network_and_so_on_one_window() {
+    fn every_rank_agrees_on_one_network_though_each_clock_says_another() {
         for world in [2, 3, 5, 8] {
-            for rate_from_hop_ns in [0, u64::MAX] {
-                let networks = on_ring(Driver::new(world), |rank, link| {
-                    let mut scratch = Scratch::default();
-                    let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
-                    measure_from(link, rank, world, path, &mut scratch, rate_from_hop_ns).unwrap()
-                });
-                let first = &networks[0];
-                let mut paths = vec![AllreducePath::Ring; world];
-                paths[1] = AllreducePath::Index;
-                assert_eq!(first.paths, paths, "world {world}: every rank's path, by rank");
-                let rated = first.network.bytes_per_us != Network::UNMEASURED_RATE;
-                assert_eq!(rated, rate_from_hop_ns == 0, "world {world}: {:?}", first.network);
-                for (rank, agreed) in networks.iter().enumerate() {
-                    assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another one");
-                    assert_eq!(choice::window(agreed.network), choice::window(first.network));
-                }
+            let measured = on_ring(Driver::new(world), |rank, link| {
+                let per_call = Duration::from_micros(100 + 10 * rank as u64);
+                let fold_ns = 1000 + rank as u64;
+                let left = Duration::from_secs(100 + rank as u64);
+                let mut link = Clocked { link, clock: Duration::ZERO, per_call, fold_ns, left };
+                let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
+                measure(&mut link, rank, world, path, &mut Scratch::default()).unwrap()
+            });
+            let first = &measured[0];
+            let mut paths = vec![AllreducePath::Ring.code(); world];
+            paths[1] = AllreducePath::Index.code();
+            assert_eq!(first.paths, paths, "world {world}: every rank's path, by rank");
+            // The slowest rank's figures: its hop probe over its hops, its fold.
+            let slowest = Duration::from_micros(100 + 10 * (world as u64 - 1));
+            assert_eq!(first.network.hop_ns, hop_from(slowest, world), "world {world}");
+            assert_eq!(first.network.folds_per_us, fold_rate_from(1000 + world as u64 - 1));
+            assert_ne!(first.network.bytes_per_us, Network::UNMEASURED_RATE, "world {world}");
+            for (rank, agreed) in measured.iter().enumerate() {
+                assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another one");
             }
+        }
+    }
+
+    #[test]
+    fn without_the_time_for_it_no_rank_measures_the_rate() {
+        // One rank has 50 ms left: too little for three shifts at the guessed rate, so no rank
+        // runs them (each would wait for the others), and the rate stays unmeasured.
+        let world = 4;
+        let measured = on_ring(Driver::new(world), |rank, link| {
+            let left = if rank == 2 { Duration::from_millis(50) } else { Duration::from_secs(60) };
+            let per_call = Duration::from_micros(100);
+            let mut link = Clocked { link, clock: Duration::ZERO, per_call, fold_ns: 1, left };
+            measure(&mut link, rank, world, AllreducePath::Auto, &mut Scratch::default()).unwrap()
+        });
+        for agreed in measured {
+            assert_eq!(agreed.network.bytes_per_us, Network::UNMEASURED_RATE);
+            assert_eq!(agreed.network.folds_per_us, Network::UNMEASURED_RATE);
+            assert_eq!(agreed.network.hop_ns, 50_000);
         }
     }
 
     #[test]
     fn the_probes_never_reach_a_callers_sequence_numbers() {
-        // A caller would need 2^64 - 14 calls to reach the first probe.
+        // A caller would need 2^64 - 15 calls to reach the first probe.
         let last = FIRST_PROBE_SEQ.checked_add(PROBE_CALLS - 1).expect("the last seq fits");
         assert_eq!(last, u64::MAX);
-        let longer_agreement = LONGER_RATE_SEQ + LONGER_RATE_PROBES;
-        assert_eq!(longer_agreement, u64::MAX, "the second rate agreement is the last");
+        let long_agreement = LONG_SHIFT_SEQ + LONG_SHIFTS;
+        assert_eq!(long_agreement, u64::MAX, "the second round's agreement is the last");
         assert!(FIRST_PROBE_SEQ > u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn a_path_number_that_names_none_is_refused_naming_its_rank() {
+        let codes = [AllreducePath::Ring.code(), 0, AllreducePath::Auto.code()];
+        let error = paths_of(&codes).unwrap_err();
+        assert_eq!(error.peer(), Some(1));
+        assert!(error.to_string().contains("path number 0"), "{error}");
+        assert_eq!(paths_of(&codes[2..]), Ok(vec![AllreducePath::Auto]));
     }
 }

@@ -221,42 +221,11 @@ impl TcpCollective {
 
         let _span = info_span!("connect", rank, world).entered();
         let started = Instant::now();
-        let topology = topology(rank, world, chords);
-        let dials: Vec<usize> = topology.dials.iter().map(|p| p.rank).collect();
-        let accepts: Vec<usize> = topology.accepts.iter().map(|p| p.rank).collect();
-        let plan = Plan {
-            rank,
-            world,
-            addresses: &parsed,
-            token: job_token.as_bytes(),
-            timeout,
-            roster: crate::handshake::roster_digest(&parsed),
-            dials: &dials,
-            accepts: &accepts,
-        };
-        let formed = rendezvous(&listener.listener, &plan)?;
-        drop(listener);
-        let mut by_route: Vec<(Route, TcpStream)> = Vec::new();
-        let dialed = topology.dials.iter().zip(formed.dialed);
-        for (peer, stream) in topology.accepts.iter().zip(formed.accepted).chain(dialed) {
-            liveness::configure(&stream)
-                .map_err(|e| ConnectError::io(peer.rank, addresses[peer.rank].clone(), &e))?;
-            by_route.push((peer.route, stream));
-        }
-        info!(elapsed = ?started.elapsed(), streams = by_route.len(), "ring formed");
-        let place = RingPlace { rank, addresses: parsed };
-        // The link takes its streams in the topology's order (the left neighbour's, the right
-        // one's, then the chords), each named by the route to the rank at its other end.
-        let streams = topology
-            .streams()
-            .map(|peer| {
-                let at = by_route.iter().position(|(route, _)| *route == peer.route);
-                by_route.swap_remove(at.expect("a stream per route"))
-            })
-            .collect();
-        let mut ring = TcpRing::new(streams, place, timeout);
+        let mut ring = form(listener, (rank, parsed, addresses), job_token, timeout, chords)?;
         let scratch = &mut collective.scratch;
-        collective.failed = probe::settle(&mut ring, rank, allreduce, scratch, addresses, timeout)?;
+        // The probes share the rendezvous's timeout: `connect` returns by its deadline.
+        let by = (timeout, crate::launch::deadline_after(started, timeout));
+        collective.failed = probe::settle(&mut ring, (rank, allreduce), scratch, addresses, by)?;
         collective.ring = Some(ring);
         Ok(collective)
     }
@@ -400,6 +369,54 @@ impl TcpCollective {
     }
 }
 
+/// Forms the ring of `rank` (with every rank's `addresses`, parsed and as given) through
+/// `listener`: the rendezvous of its topology (chord streams as `chords` says), each stream
+/// configured for liveness, the link over them. The probes are `connect`'s next step.
+fn form(
+    listener: RingListener,
+    (rank, parsed, addresses): (usize, Vec<SocketAddr>, &[String]),
+    job_token: &str,
+    timeout: Duration,
+    chords: Chords,
+) -> Result<TcpRing, ConnectError> {
+    let world = parsed.len();
+    let started = Instant::now();
+    let topology = topology(rank, world, chords);
+    let dials: Vec<usize> = topology.dials.iter().map(|p| p.rank).collect();
+    let accepts: Vec<usize> = topology.accepts.iter().map(|p| p.rank).collect();
+    let plan = Plan {
+        rank,
+        world,
+        addresses: &parsed,
+        token: job_token.as_bytes(),
+        timeout,
+        roster: crate::handshake::roster_digest(&parsed),
+        dials: &dials,
+        accepts: &accepts,
+    };
+    let formed = rendezvous(&listener.listener, &plan)?;
+    drop(listener);
+    let mut by_route: Vec<(Route, TcpStream)> = Vec::new();
+    let dialed = topology.dials.iter().zip(formed.dialed);
+    for (peer, stream) in topology.accepts.iter().zip(formed.accepted).chain(dialed) {
+        liveness::configure(&stream)
+            .map_err(|e| ConnectError::io(peer.rank, addresses[peer.rank].clone(), &e))?;
+        by_route.push((peer.route, stream));
+    }
+    info!(elapsed = ?started.elapsed(), streams = by_route.len(), "ring formed");
+    let place = RingPlace { rank, addresses: parsed };
+    // The link takes its streams in the topology's order (the left neighbour's, the right
+    // one's, then the chords), each named by the route to the rank at its other end.
+    let streams = topology
+        .streams()
+        .map(|peer| {
+            let at = by_route.iter().position(|(route, _)| *route == peer.route);
+            by_route.swap_remove(at.expect("a stream per route"))
+        })
+        .collect();
+    Ok(TcpRing::new(streams, place, timeout))
+}
+
 /// On an error the buffer's contents are unspecified (partly reduced); the ring is closed.
 impl Collective for TcpCollective {
     fn rank(&self) -> usize {
@@ -440,6 +457,10 @@ impl Collective for TcpCollective {
 #[cfg(test)]
 #[path = "chord_tests.rs"]
 mod chord_tests;
+
+#[cfg(test)]
+#[path = "connect_tests.rs"]
+mod connect_tests;
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,8 @@
 //!   allreduce's gather path), [`ring_path`] (the reduce-scatter and gather of slices),
 //!   [`bruck`] (Bruck's allgather and the allreduce made of it), [`index`]
 //!   (index-fold-gather), [`records`] (the record reduce-scatter and allreduce, and the
-//!   allgather of known blocks), [`varlen`] (the variable-length allgather and the broadcast);
+//!   allgather of known blocks), [`varlen`] (the variable-length allgather and the broadcast),
+//!   [`shift`] (a block to the right neighbour: what the probe times);
 //! - [`shared`]: what the plans share (the two ways, [`Scratch`], the blocks of a gather, the
 //!   allreduce by gathering and folding);
 //! - [`schedule`], [`twoway`] and [`log_depth`]: the pure arithmetic the plans and the cost
@@ -76,6 +77,7 @@ pub(crate) mod ring_path;
 pub(crate) mod schedule;
 pub(crate) mod seam;
 pub(crate) mod shared;
+pub(crate) mod shift;
 pub(crate) mod twoway;
 pub(crate) mod varlen;
 

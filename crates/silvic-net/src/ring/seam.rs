@@ -68,7 +68,6 @@ impl Route {
     }
 
     /// The rank this way's frames come from.
-    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn receives_from(self, rank: usize, world: usize) -> usize {
         (rank as isize - self.offset).rem_euclid(world as isize) as usize
     }

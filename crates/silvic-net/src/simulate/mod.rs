@@ -359,34 +359,15 @@ struct VirtualLink {
 
 impl VirtualLink {
     /// A link of a world of `world` over `model` that knows what a real ring would measure
-    /// when it forms there: the hop probe's small allreduce (`crate::probe`), simulated, over
-    /// its hops; where that hop is long, the rate probes' ring-path allreduces, simulated,
-    /// the second round where the first's time says so, and the rate a real ring derives from
-    /// the last time. So the plans built on this link (the ring plan's window) and the cut are the
-    /// ones a real ring on that network would take. One run of each: virtual time has no
-    /// stragglers to leave out.
+    /// when it forms there: the probes' own sequence (`crate::probe::measure`) run on this link,
+    /// its clock the virtual one and its fold the model's. So the plans built on this link (the
+    /// ring plan's window) and the choice are the ones a real ring on that network would take.
+    /// One rank's probes answer for every rank: virtual time has no stragglers.
     fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
-        let unmeasured = VirtualLink::new(model, seam::Network::UNMEASURED);
-        let probe = simulate_on(unmeasured, Collective::Allreduce, world, 8, Path::Auto)?;
-        let hop_ns = probe::hop_from(probe.time, world);
-        let mut measured = seam::Network { hop_ns, ..seam::Network::UNMEASURED };
-        if world > 1 && measured.long_hops() {
-            // The fold probe on a core of its own, timed as a rank times it.
-            let fold_ns = model.fold(probe::FOLD_PROBE_FOLDED).div_ceil(1000);
-            measured.folds_per_us = probe::fold_rate_from(fold_ns);
-            let ring = |bytes| {
-                let link = VirtualLink::new(model, measured);
-                simulate_on(link, Collective::Allreduce, world, bytes, Path::Ring)
-            };
-            let mut bytes = probe::rate_probe_bytes(world);
-            let mut time = ring(bytes)?.time;
-            if let Some(longer) = probe::longer_probe_bytes(time, world, hop_ns) {
-                bytes = longer;
-                time = ring(bytes)?.time;
-            }
-            measured.bytes_per_us =
-                probe::rate_from(time, bytes, world, hop_ns, measured.folds_per_us);
-        }
+        let mut link = VirtualLink::new(model, seam::Network::UNMEASURED);
+        let scratch = &mut Scratch::default();
+        let measured = probe::measure(&mut link, 0, world, Path::Auto, scratch);
+        let measured = measured.map_err(|_| link.stuck_error())?.network;
         let measured = seam::Network { chords: topology::chords_formed(world), ..measured };
         Ok(VirtualLink::new(model, measured))
     }
@@ -404,6 +385,19 @@ impl VirtualLink {
 
     fn stuck_error(&self) -> SimulateError {
         SimulateError::Stuck(self.stuck.map_or(0, |s| s.rank))
+    }
+}
+
+impl probe::Timed for VirtualLink {
+    fn now(&self) -> Duration {
+        self.time()
+    }
+    fn fold_ns(&mut self) -> u64 {
+        // The fold probe on a core of its own, timed as a rank times it.
+        self.model.fold(probe::FOLD_PROBE_FOLDED).div_ceil(1000)
+    }
+    fn left(&self) -> Duration {
+        Duration::MAX
     }
 }
 

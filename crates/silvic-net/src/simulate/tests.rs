@@ -51,31 +51,29 @@ fn the_same_call_gives_the_same_time_on_every_run() {
     }
 }
 
-/// The ring measures its hop when it forms, by the probe's small allreduce: on the model, a
-/// world of 2 sends one 8-byte frame each way and folds the other's 8 bytes.
+/// The ring measures its hop when it forms, by the probe's small allreduce (the probes' own
+/// sequence, `probe::measure`, on the virtual link): on the model, a world of 2 sends one
+/// 8-byte frame each way. (The gather's local fold after its frames is the link's caller's,
+/// which the probes' calls on the virtual link do not charge: 8 bytes here.)
 #[test]
 fn the_simulated_ring_measures_the_hop_a_probe_would() {
     let model = network(7, EXACT, 3, 1.0).model().unwrap();
     let link = VirtualLink::formed(model, 2).unwrap();
-    assert_eq!(
-        link.measured,
-        seam::Network { hop_ns: 3000 + 8 + 7000 + 8, ..seam::Network::UNMEASURED }
-    );
+    assert_eq!(link.measured.hop_ns, 3000 + 8 + 7000);
     // A world of 5 takes 2 hops each way. The first leftward frame waits on the link out for
     // the first rightward one; from then on the leftward way is the later: its frame in
-    // (3008 + 3008 + 7000) sends its next at once (3008 + 7000), then the 4 blocks fold.
+    // (3008 + 3008 + 7000) sends its next at once (3008 + 7000).
     let link = VirtualLink::formed(model, 5).unwrap();
-    let call = 3 * 3008 + 2 * 7000 + 4 * 8;
-    assert_eq!(link.measured, seam::Network { hop_ns: call / 2, ..seam::Network::UNMEASURED });
+    let call = 3 * 3008 + 2 * 7000;
+    assert_eq!(link.measured.hop_ns, call / 2);
 }
 
-/// Where the hop is long, the simulated ring also times the fold probe and the rate probe and
-/// derives the rates a real ring would: on a link of 1 Gbit/s, copies free, the bytes one rank
-/// sends move at the link's rate, about 125 B/us once the hops and the folds are taken off,
-/// whatever the fold rate. Half the link, half the rate; a short hop measures none. At 100
-/// Gbit/s behind 1 ms hops, where the first round's bytes take a sliver of its hops, the
-/// second round's larger buffer finds the rate (about 12,500 B/us) within the noise of the
-/// measured hop. The fold rate is the model's, in B/us.
+/// The simulated ring also times the fold probe and the shifts and derives the rates a real
+/// ring would: on a link of 1 Gbit/s, copies free, a stream carries 125 B/us, whatever the hop
+/// and the fold rate (a shift folds nothing). Half the link, half the rate. At 100 Gbit/s
+/// behind 1 ms hops, where the first shift's bytes take a sliver of its hop, the long shift
+/// sized from the first estimate finds the rate (12,500 B/us). The fold rate is the model's,
+/// in B/us.
 #[test]
 fn the_simulated_ring_measures_the_rate_a_probe_would() {
     let measured = |hop_us, gbit, world, fold_gbyte| {
@@ -84,19 +82,16 @@ fn the_simulated_ring_measures_the_rate_a_probe_would() {
     };
     let rate = |hop_us, gbit, world| measured(hop_us, gbit, world, 1000.0).bytes_per_us;
     for world in [2, 4, 7, 16] {
-        assert_eq!(rate(50, 1.0, world), seam::Network::UNMEASURED_RATE, "world {world}");
-        let (gbit, half) = (rate(200, 1.0, world), rate(200, 0.5, world));
-        assert!((112..=140).contains(&gbit), "world {world}: {gbit} B/us");
-        assert!(half.abs_diff(gbit / 2) <= gbit / 10, "world {world}: {half} B/us");
-        // Folds as slow as the link: they take their share of the probe's time, not the rate's.
+        for hop_us in [5, 50, 200] {
+            let (gbit, half) = (rate(hop_us, 1.0, world), rate(hop_us, 0.5, world));
+            assert_eq!(gbit, 125, "world {world} hop {hop_us} us");
+            assert_eq!(half, 62, "world {world} hop {hop_us} us");
+        }
+        // Folds as slow as the link: the fold rate says so, the stream's rate does not move.
         let slow_folds = measured(200, 1.0, world, 0.125);
-        assert_eq!(slow_folds.folds_per_us, 125, "world {world}");
-        let rated = slow_folds.bytes_per_us;
-        assert!(rated.abs_diff(gbit) <= gbit / 10, "world {world}: {rated} against {gbit} B/us");
-        // 100 Gbit/s behind 1 ms hops: the first round's bytes take a sliver of its hops, and
-        // the second round's more bytes find the rate all the same.
+        assert_eq!((slow_folds.folds_per_us, slow_folds.bytes_per_us), (125, 125));
         let fast = rate(1000, 100.0, world);
-        assert!((10_000..=16_667).contains(&fast), "world {world}: {fast} B/us");
+        assert_eq!(fast, 12_500, "world {world}");
     }
     let folds = |gbyte| measured(200, 1.0, 4, gbyte).folds_per_us;
     assert_eq!((folds(2.0), folds(8.0)), (2000, 8000));
@@ -180,8 +175,8 @@ fn a_ring_is_formed_only_on_a_world_and_network_in_range() {
 }
 
 /// Where the simulated probe's hop is short (5 us), auto takes today's cut; where it is long
-/// (100 us), the ring also measures its rate, and auto takes the cost model's path at that hop
-/// and rate: among the gather and the ring without chords, every path with them.
+/// (100 us), auto takes the cost model's path at the hop and the rate the ring measured: among
+/// the gather and the ring without chords, every path with them.
 #[test]
 fn a_forced_path_is_taken_and_auto_takes_the_cost_models() {
     for hop_us in [5, 100] {
@@ -190,7 +185,7 @@ fn a_forced_path_is_taken_and_auto_takes_the_cost_models() {
             let measured = VirtualLink::formed(net.model().unwrap(), world).unwrap().measured;
             assert_eq!(measured.long_hops(), hop_us == 100, "world {world}: {measured:?}");
             let rated = measured.bytes_per_us != seam::Network::UNMEASURED_RATE;
-            assert_eq!(rated, measured.long_hops(), "world {world}: {measured:?}");
+            assert!(rated, "world {world}: {measured:?}");
             for bytes in [
                 4096,
                 crate::ring::choice::gather_limit(world),
