@@ -20,12 +20,11 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
-/// speaks the same messages. Ranks of different versions reject each other. 10: the first
-/// agreement of the rate probes is two numbers, the slowest probe and the slowest rank's fold
-/// (9: where the agreed hop is long, `connect` also times the ring's rate, ring-path probes
-/// and their agreements, the probes numbered from `2^64 - 14`; docs/protocol.md has the
+/// speaks the same messages. Ranks of different versions reject each other. 11: once the ring
+/// forms, `connect` measures a stream's rate by shifts (a frame to the right neighbour), the
+/// calls numbered from `2^64 - 15` (10: ring-path rate probes; docs/protocol.md has the
 /// history).
-pub const VERSION: u16 = 10;
+pub const VERSION: u16 = 11;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.
