@@ -101,9 +101,12 @@ pub(crate) const HOPS_OF_BYTES: u64 = 8;
 /// The least a long shift carries, in first shifts.
 pub(crate) const LONG_SHIFT_MIN_FACTOR: usize = 4;
 
-/// The most bytes of a long shift: the time and the memory (twice this, a block out and one
-/// in) `connect` spends on it.
+/// The most bytes of a long shift: the time `connect` spends on it.
 pub(crate) const LONG_SHIFT_MAX_BYTES: usize = 8 << 20;
+
+/// The most bytes of one frame of a shift: a shift holds two buffers of this many, whatever its
+/// length (the ring path's slice: frames of it cost next to nothing beyond their bytes).
+pub(crate) const SHIFT_FRAME_BYTES: usize = 256 << 10;
 
 /// The highest rate [`shift_rate`] and [`fold_rate_from`] give, in bytes per
 /// microsecond (about 1 TB/s): what a probe whose time its fixed costs alone account for comes
@@ -213,11 +216,12 @@ fn timed_shifts<L: Timed>(
     scratch: &mut Scratch,
 ) -> Result<(Duration, u64), CollectiveError> {
     let agreement = Call { rank, world, op: PROBE_OP, seq: seqs.end };
-    let (out, mut into) = (vec![rank as u8; bytes], vec![0u8; bytes]);
+    let frame = bytes.min(SHIFT_FRAME_BYTES);
+    let (out, mut into) = (vec![rank as u8; frame], vec![0u8; frame]);
     let mut fastest = Duration::MAX;
     for (i, seq) in seqs.enumerate() {
         let started = link.now();
-        ring::shift::shift(link, Call { seq, ..agreement }, &out, &mut into)?;
+        ring::shift::shift(link, Call { seq, ..agreement }, bytes as u64, &out, &mut into)?;
         if i >= left_out {
             fastest = fastest.min(link.now().saturating_sub(started));
         }

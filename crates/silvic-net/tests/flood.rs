@@ -67,14 +67,11 @@ fn fd_slack(world: usize) -> usize {
 /// How much the process's resident memory may grow during the flood, beyond what `connect`'s
 /// rate probes hold ([`rate_probes_kib`]).
 const RSS_GROWTH_LIMIT_KIB: u64 = 2 * 1024;
-/// What `connect`'s rate probes may hold in a world of `world` ranks in this process, in KiB:
-/// they run where the measured hop is 100 us or more, which a debug build of 8 ranks on 2
-/// cores measures on loopback (0.2 to 1 ms). Per rank a probe's buffer, at most
-/// `min(16 MiB, world × 256 KiB)` (src/probe.rs), and the ring path's fold scratch (128 KiB).
-/// Ours to bound, whatever the strangers do.
+/// What `connect`'s probes may hold in a world of `world` ranks in this process, in KiB: per
+/// rank the two frame buffers of a shift (256 KiB each, however long the shift: src/probe.rs)
+/// and the fold probe's blocks (160 KiB). Ours to bound, whatever the strangers do.
 fn rate_probes_kib(world: usize) -> u64 {
-    let buffer_kib = (16 * 1024).min(world as u64 * 256);
-    world as u64 * (buffer_kib + 128)
+    world as u64 * (2 * 256 + 160)
 }
 
 const CHILD_ENV: &str = "SILVIC_FLOOD_TARGET";
