@@ -9,7 +9,8 @@
 //! to measure them on another network.
 
 use clap::Args;
-use silvic_net::simulate::{self, Collective, Network, Path};
+use silvic_net::AllreducePath;
+use silvic_net::simulate::{self, CallKind, NetworkModel};
 
 use crate::workload::{Kind, Workload};
 
@@ -84,18 +85,18 @@ pub(crate) struct SimulateArgs {
     /// index without chord streams, below 8 ranks; gather and bruck past the gather's memory
     /// bound) takes the automatic path. Allgathers choose their own.
     #[arg(long, default_value = "auto", value_parser = parse_path)]
-    pub(crate) path: Path,
+    pub(crate) path: AllreducePath,
 }
 
-fn parse_path(s: &str) -> Result<Path, String> {
+fn parse_path(s: &str) -> Result<AllreducePath, String> {
     s.parse().map_err(|e: silvic_net::ConnectError| e.to_string())
 }
 
 /// A checked simulation: the network and the path.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Simulation {
-    pub(crate) network: Network,
-    pub(crate) path: Path,
+    pub(crate) network: NetworkModel,
+    pub(crate) path: AllreducePath,
 }
 
 impl SimulateArgs {
@@ -125,7 +126,7 @@ impl SimulateArgs {
         if self.copy_gbyte.is_nan() || self.copy_gbyte <= 0.0 {
             return Err("--copy-gbyte must be a positive number or inf".into());
         }
-        let network = Network {
+        let network = NetworkModel {
             hop: time("hop-us", self.hop_us)?,
             link_gbit: self.link_gbit,
             frame_overhead: time("frame-overhead-us", self.frame_overhead_us)?,
@@ -147,9 +148,9 @@ impl SimulateArgs {
 }
 
 /// The simulator's collective for a kind, and what each rank passes to it at `size`.
-pub(crate) fn per_rank(kind: Kind, world: usize, size: usize) -> (Collective, usize) {
+pub(crate) fn per_rank(kind: Kind, world: usize, size: usize) -> (CallKind, usize) {
     match kind {
-        Kind::Allgather => (Collective::Allgather, Workload::elements(kind, world, size)),
-        _ => (Collective::Allreduce, size),
+        Kind::Allgather => (CallKind::Allgather, Workload::elements(kind, world, size)),
+        _ => (CallKind::Allreduce, size),
     }
 }

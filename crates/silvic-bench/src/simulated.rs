@@ -80,7 +80,8 @@ mod tests {
     use super::*;
     use crate::cli::{Mode, parse};
     use crate::simulate::{COPY_GBYTE, FOLD_GBYTE, LINK_GBIT};
-    use silvic_net::simulate::{Collective, Path};
+    use silvic_net::AllreducePath as Path;
+    use silvic_net::simulate::CallKind;
     use std::time::Duration;
 
     fn config(args: &[&str]) -> Result<Config, clap::Error> {
@@ -144,8 +145,8 @@ mod tests {
 
     #[test]
     fn an_allgather_row_is_the_gathered_total_of_blocks_of_size_over_world() {
-        assert_eq!(per_rank(Kind::Allgather, 4, 1 << 20), (Collective::Allgather, 1 << 18));
-        assert_eq!(per_rank(Kind::MaxF64, 4, 1 << 20), (Collective::Allreduce, 1 << 20));
+        assert_eq!(per_rank(Kind::Allgather, 4, 1 << 20), (CallKind::Allgather, 1 << 18));
+        assert_eq!(per_rank(Kind::MaxF64, 4, 1 << 20), (CallKind::Allreduce, 1 << 20));
         let sim = Simulated { time: Duration::from_micros(250), path: Path::Ring, frames: 9 };
         let r = row(Kind::SumF64, 4, 1 << 20, sim);
         assert_eq!(r.csv(None), "4,1048576,1,1,250.000,250.000,4.1943,6.2915,sum_f64");

@@ -118,6 +118,9 @@ mod options;
 mod probe;
 mod rendezvous;
 mod ring;
+// The simulator is a tool (silvic-bench's `--simulate`), behind its own feature: no part of the
+// library's API.
+#[cfg(feature = "simulate")]
 pub mod simulate;
 mod stats;
 #[allow(unsafe_code)]

@@ -78,7 +78,9 @@ impl AllreducePath {
         }
     }
 
-    /// The public name of `path`: the one whose [`AllreducePath::forced`] it is.
+    /// The public name of `path`: the one whose [`AllreducePath::forced`] it is (what the
+    /// simulator reports a call took).
+    #[cfg(feature = "simulate")]
     pub(crate) fn of(path: Path) -> AllreducePath {
         let forcing = Self::ALL.into_iter().find(|p| p.forced() == Some(path));
         forcing.expect("every path has a public name")

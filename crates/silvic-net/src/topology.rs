@@ -26,12 +26,16 @@ pub(crate) enum Chords {
     /// From [`CHORDS_FROM_WORLD`] ranks on.
     Auto,
     /// In every world of four or more ranks (the tests' way to have them at small worlds).
-    #[cfg_attr(not(test), expect(dead_code, reason = "for the crate's own tests"))]
+    #[cfg_attr(
+        not(any(test, feature = "fuzzing")),
+        expect(dead_code, reason = "for the crate's own tests and fuzz/")
+    )]
     Always,
 }
 
 /// Whether a ring of `world` ranks forms chord streams when nothing forces them (what the
 /// simulator models).
+#[cfg(feature = "simulate")]
 pub(crate) fn chords_formed(world: usize) -> bool {
     Chords::Auto.formed(world)
 }

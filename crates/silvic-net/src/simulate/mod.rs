@@ -4,16 +4,19 @@
 //! --simulate`, docs/simulator.md). It is a model: it is as right as its numbers and its
 //! assumptions below, and it says nothing about correctness, which the plans' own tests prove.
 //!
-//! [`simulate`] builds the calling rank's plan exactly as a real call does (the same cost model
-//! picks the path unless one is forced, the same plan types, the same frame lengths and gates)
-//! and hands it to a driver of virtual time instead of the TCP link. So a plan that changes, or
-//! a new one, is simulated as it is, not as a second copy of its schedule says it is. Plans that
-//! read what the ring measured of its network when it formed (the ring plan's window reads the
-//! hop, the cut the hop and the rate) read what a ring formed on the model would measure: the
-//! probes (`crate::probe`), simulated first: the small allreduce over its hops, and where that
-//! hop is long, the rate from the ring-path allreduce's time.
+//! A tool, not the library: it is built only with the `simulate` feature (silvic-bench turns
+//! it on), and no part of the API a trainer calls.
 //!
-//! # What is modelled ([`Network`])
+//! [`simulate`] builds the calling rank's plan exactly as a real call does (the same choice
+//! (`ring::choice`) picks the path unless one is forced, the same plan types, the same frame
+//! lengths and gates) and hands it to a driver of virtual time instead of the TCP link. So a
+//! plan that changes, or a new one, is simulated as it is, not as a second copy of its schedule
+//! says it is. What the ring measured of its network when it formed (the ring plan's window
+//! reads the hop, the choice the hop and the rates) is what a ring formed on the model measures:
+//! the probes' own sequence (`crate::probe::measure`), run first on the virtual link with its
+//! clock and the model's fold.
+//!
+//! # What is modelled ([`NetworkModel`])
 //!
 //! Every rank has one link, of one rate each way, shared by all the plan's ways. A frame of
 //! `b` payload bytes costs its sender's core `b / copy rate`, then holds its link out for
@@ -23,9 +26,9 @@
 //! core copies it in (`b / copy rate`) and, if the plan folds it, folds it (`b / fold rate`);
 //! the gather path's local fold after its gather costs `(world - 1) × b / fold rate`. A rank's
 //! copies and folds run one after another (a rank is one thread), on a core of its own, or,
-//! with [`Network::cores`], on one of that many cores shared by every rank (the relay bed's
+//! with [`NetworkModel::cores`], on one of that many cores shared by every rank (the relay bed's
 //! case, docs/simulator.md); on shared cores the network may copy each frame too
-//! ([`Network::network_copies`]: a relay's copies, which take a core but hold no rank's thread
+//! ([`NetworkModel::network_copies`]: a relay's copies, which take a core but hold no rank's thread
 //! and no frame). Socket buffers are unbounded: a frame waits wherever it arrived for its gate.
 //! Not modelled: the caches (a byte costs the same however many are in flight), TCP's windows
 //! and slow start, congestion shared by links, jitter and loss.
@@ -56,6 +59,8 @@ use std::time::Duration;
 
 use silvic_core::{Op, fold};
 
+use crate::frame::Header;
+use crate::options::AllreducePath;
 use crate::probe;
 use crate::ring::seam::{self, Call, FramePlan, Link};
 use crate::ring::{self, Scratch, choice};
@@ -71,7 +76,7 @@ pub const MAX_BUFFER_BYTES: usize = 1 << 30;
 
 /// The network a simulated call runs on (see the module doc for how each number is used).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Network {
+pub struct NetworkModel {
     /// One-way latency of a hop: from a frame's last byte leaving a rank to its arrival.
     pub hop: Duration,
     /// Each rank's link rate, each way, in Gbit/s (10^9 bits per second).
@@ -91,11 +96,11 @@ pub struct Network {
     pub cores: Option<usize>,
     /// How many copies of each byte the network itself makes on the shared cores, at the copy
     /// rate, holding no rank's thread: the relay bed's relays make 3 (read, keep, write); a
-    /// real network 0. Needs [`Network::cores`].
+    /// real network 0. Needs [`NetworkModel::cores`].
     pub network_copies: u32,
 }
 
-impl Network {
+impl NetworkModel {
     fn model(&self) -> Result<Model, SimulateError> {
         for (name, rate) in [("link rate", self.link_gbit), ("fold rate", self.fold_gbyte)] {
             if !(rate.is_finite() && rate > 0.0) {
@@ -129,45 +134,42 @@ impl Network {
     }
 }
 
-/// A collective [`simulate`] runs.
+/// Which collective [`simulate`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Collective {
+pub enum CallKind {
     /// An allreduce of 8-byte elements (f64 or i64 sums, f64 max: their plans are the same).
     Allreduce,
     /// `allgather_bytes`, every rank giving a block of the same length.
     Allgather,
 }
 
-impl Collective {
-    /// The paths that may be forced on it (beside [`Path::Auto`]).
-    pub fn paths(self) -> &'static [Path] {
+impl CallKind {
+    /// Whether `path` may be forced on it: every allreduce path on an allreduce
+    /// ([`AllreducePath::ALL`]), the gather on an allgather (which chooses its own otherwise).
+    pub fn takes(self, path: AllreducePath) -> bool {
         match self {
-            Collective::Allreduce => &[Path::Gather, Path::Ring, Path::Bruck, Path::Index],
-            Collective::Allgather => &[Path::Gather],
+            CallKind::Allreduce => true,
+            CallKind::Allgather => matches!(path, AllreducePath::Auto | AllreducePath::Gather),
         }
     }
 
     /// Its name: `allreduce`, `allgather`.
     pub fn name(self) -> &'static str {
         match self {
-            Collective::Allreduce => "allreduce",
-            Collective::Allgather => "allgather",
+            CallKind::Allreduce => "allreduce",
+            CallKind::Allgather => "allgather",
         }
     }
 }
-
-/// Which of its paths a simulated call takes: the paths a real allreduce may be forced onto
-/// (`SILVIC_ALLREDUCE`), [`Path::Auto`] being the real call's own choice.
-pub use crate::options::AllreducePath as Path;
 
 /// What a simulated call took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Simulated {
     /// From every rank starting at once to the last rank done (to the nanosecond).
     pub time: Duration,
-    /// The path taken (never [`Path::Auto`]).
-    pub path: Path,
+    /// The path taken (never [`AllreducePath::Auto`]).
+    pub path: AllreducePath,
     /// Frames sent, summed over ranks.
     pub frames: u64,
 }
@@ -186,9 +188,9 @@ pub enum SimulateError {
     #[error("the {} has no {} path (it has: {})", collective.name(), path.name(), choices(*collective))]
     NoSuchPath {
         /// The collective asked for.
-        collective: Collective,
+        collective: CallKind,
         /// The path asked for.
-        path: Path,
+        path: AllreducePath,
     },
     /// The call's plan would hold more than [`MAX_BUFFER_BYTES`] of buffers.
     #[error(
@@ -197,13 +199,13 @@ pub enum SimulateError {
     )]
     TooLarge {
         /// The path taken.
-        path: Path,
+        path: AllreducePath,
         /// The bytes per rank.
         bytes: usize,
         /// The world.
         world: usize,
     },
-    /// A number of the [`Network`] is out of range.
+    /// A number of the [`NetworkModel`] is out of range.
     #[error("network model: {0}")]
     Network(String),
     /// The plan's gates waited in a circle (a bug in a plan: its tests should have caught it).
@@ -212,52 +214,53 @@ pub enum SimulateError {
 }
 
 /// The paths `collective` takes, `auto` first.
-fn choices(collective: Collective) -> String {
-    let forced = collective.paths().iter().map(|p| p.name());
-    std::iter::once("auto").chain(forced).collect::<Vec<_>>().join(", ")
+fn choices(collective: CallKind) -> String {
+    let taken = AllreducePath::ALL.into_iter().filter(|&p| collective.takes(p));
+    taken.map(AllreducePath::name).collect::<Vec<_>>().join(", ")
 }
 
 /// Checks that [`simulate`] can run `collective` on `world` ranks of `bytes` each on `path`,
 /// without running it: the world, the length, the path and the memory it would hold.
 pub fn check(
-    collective: Collective,
+    collective: CallKind,
     world: usize,
     bytes: usize,
-    path: Path,
+    path: AllreducePath,
 ) -> Result<(), SimulateError> {
     if !(1..=MAX_WORLD).contains(&world) {
         return Err(SimulateError::World(world));
     }
-    if path != Path::Auto && !collective.paths().contains(&path) {
+    if !collective.takes(path) {
         return Err(SimulateError::NoSuchPath { collective, path });
     }
-    // The automatic choice keeps within the gathering paths' memory bound (`cost::fits`).
-    let held = match (collective, path) {
-        (Collective::Allreduce, _) if bytes % 8 != 0 => return Err(SimulateError::Length(bytes)),
-        (Collective::Allreduce, Path::Auto | Path::Ring | Path::Index) => bytes,
+    // The automatic choice keeps within the gathering paths' memory bound (`choice::fits`).
+    let gathers = path.forced().is_some_and(choice::gathers);
+    let held = match collective {
+        CallKind::Allreduce if bytes % 8 != 0 => return Err(SimulateError::Length(bytes)),
+        CallKind::Allreduce if !gathers => bytes,
         _ => world.saturating_mul(bytes),
     };
     if held > MAX_BUFFER_BYTES {
-        let path = if collective == Collective::Allgather { Path::Gather } else { path };
+        let path = if collective == CallKind::Allgather { AllreducePath::Gather } else { path };
         return Err(SimulateError::TooLarge { path, bytes, world });
     }
     Ok(())
 }
 
-/// The path a call takes: `path`, or the real call's choice for [`Path::Auto`].
+/// The path a call takes: `path`, or the real call's choice for [`AllreducePath::Auto`].
 fn taken(
-    collective: Collective,
+    collective: CallKind,
     world: usize,
     bytes: usize,
-    path: Path,
+    path: AllreducePath,
     on: seam::Network,
-) -> Path {
+) -> AllreducePath {
     match (collective, path) {
-        (Collective::Allreduce, Path::Auto) => {
+        (CallKind::Allreduce, AllreducePath::Auto) => {
             let shape = choice::Shape { bytes, elem: 8, world };
-            Path::of(choice::choose(shape, on, choice::Forced::default()).path)
+            AllreducePath::of(choice::choose(shape, on, choice::Forced::default()).path)
         }
-        (Collective::Allgather, _) => Path::Gather,
+        (CallKind::Allgather, _) => AllreducePath::Gather,
         (_, path) => path,
     }
 }
@@ -266,11 +269,11 @@ fn taken(
 /// `bytes` (an allreduce's buffer, or an allgather's block), on `path`: a ring formed
 /// ([`SimulatedRing::form`]) for that one call.
 pub fn simulate(
-    network: &Network,
-    collective: Collective,
+    network: &NetworkModel,
+    collective: CallKind,
     world: usize,
     bytes: usize,
-    path: Path,
+    path: AllreducePath,
 ) -> Result<Simulated, SimulateError> {
     check(collective, world, bytes, path)?;
     SimulatedRing::form(network, world)?.call(collective, bytes, path)
@@ -289,7 +292,7 @@ pub struct SimulatedRing {
 
 impl SimulatedRing {
     /// Forms a ring of `world` ranks over `network`: checks both and simulates the probes.
-    pub fn form(network: &Network, world: usize) -> Result<SimulatedRing, SimulateError> {
+    pub fn form(network: &NetworkModel, world: usize) -> Result<SimulatedRing, SimulateError> {
         let model = network.model()?;
         if !(1..=MAX_WORLD).contains(&world) {
             return Err(SimulateError::World(world));
@@ -302,9 +305,9 @@ impl SimulatedRing {
     /// (see [`simulate`]).
     pub fn call(
         &self,
-        collective: Collective,
+        collective: CallKind,
         bytes: usize,
-        path: Path,
+        path: AllreducePath,
     ) -> Result<Simulated, SimulateError> {
         check(collective, self.world, bytes, path)?;
         let link = VirtualLink::new(self.model, self.measured);
@@ -315,15 +318,15 @@ impl SimulatedRing {
 /// [`simulate`] on `link`, whose measured network the plans read, of checked arguments.
 fn simulate_on(
     mut link: VirtualLink,
-    collective: Collective,
+    collective: CallKind,
     world: usize,
     bytes: usize,
-    path: Path,
+    path: AllreducePath,
 ) -> Result<Simulated, SimulateError> {
     let path = taken(collective, world, bytes, path, link.measured);
     let model = link.model;
     match collective {
-        Collective::Allreduce => {
+        CallKind::Allreduce => {
             let chosen = path.forced().expect("a path taken is never auto");
             let call = Call { rank: 0, world, op: Op::AllreduceSumF64, seq: 0 };
             let mut buf = vec![0.0f64; bytes / 8];
@@ -336,7 +339,7 @@ fn simulate_on(
                 link.spent.end_ps += model.local_fold(world, folded);
             }
         }
-        Collective::Allgather => {
+        CallKind::Allgather => {
             let call = Call { rank: 0, world, op: Op::AllgatherBytes, seq: 0 };
             let mut blocks = vec![Vec::new(); world];
             blocks[0] = vec![0; bytes];
@@ -355,6 +358,21 @@ struct VirtualLink {
     measured: seam::Network,
     spent: Outcome,
     stuck: Option<Stuck>,
+    /// The last plan driven ([`shape_of`]) and what it took: the probes repeat a call, and in
+    /// virtual time a repeat takes the same again.
+    last: Option<(Shape, Outcome)>,
+}
+
+/// A plan as what it sends: its ways' routes, their frame counts, and every frame's header with
+/// the sequence number left out. Two plans of one shape take the same virtual time.
+type Shape = (Vec<seam::Route>, Vec<usize>, Vec<Header>);
+
+fn shape_of(plan: &dyn FramePlan) -> Shape {
+    let ways = plan.ways().len();
+    let counts: Vec<usize> = (0..ways).map(|w| plan.frames(w)).collect();
+    let frames = (0..ways).flat_map(|w| (0..counts[w]).map(move |i| (w, i)));
+    let headers = frames.map(|(w, i)| Header { seq: 0, ..plan.header(w, i) }).collect();
+    (plan.ways().to_vec(), counts, headers)
 }
 
 impl VirtualLink {
@@ -366,7 +384,7 @@ impl VirtualLink {
     fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
         let mut link = VirtualLink::new(model, seam::Network::UNMEASURED);
         let scratch = &mut Scratch::default();
-        let measured = probe::measure(&mut link, 0, world, Path::Auto, scratch);
+        let measured = probe::measure(&mut link, 0, world, AllreducePath::Auto, scratch);
         let measured = measured.map_err(|_| link.stuck_error())?.network;
         let measured = seam::Network { chords: topology::chords_formed(world), ..measured };
         Ok(VirtualLink::new(model, measured))
@@ -374,7 +392,8 @@ impl VirtualLink {
 
     /// A link over `model` whose plans read `measured`, no time spent yet.
     fn new(model: Model, measured: seam::Network) -> VirtualLink {
-        VirtualLink { model, measured, spent: Outcome { end_ps: 0, frames: 0 }, stuck: None }
+        let spent = Outcome { end_ps: 0, frames: 0 };
+        VirtualLink { model, measured, spent, stuck: None, last: None }
     }
 
     /// The virtual time spent so far, to the nanosecond.
@@ -407,8 +426,15 @@ impl Link for VirtualLink {
     }
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), silvic_core::CollectiveError> {
         let world = plan.call().world;
+        let shape = shape_of(plan);
+        if let Some((_, o)) = self.last.as_ref().filter(|(last, _)| *last == shape) {
+            self.spent.end_ps += o.end_ps;
+            self.spent.frames += o.frames;
+            return Ok(());
+        }
         match driver::drive(&[&*plan], world, self.model) {
             Ok(o) => {
+                self.last = Some((shape, o));
                 self.spent.end_ps += o.end_ps;
                 self.spent.frames += o.frames;
                 Ok(())
