@@ -258,6 +258,54 @@ fn main() {
         write(&ring, &format!("world3-gather-{len}"), &world3(3 | 4, len, left, right));
     }
 
+    // Larger worlds and the log-depth paths (`len_hi` bits 2 to 6): `[selector, len, len_hi,
+    // splits as u16 LE, streams...]`, rank 0's streams from ranks 3, 1 and 2 at world four (the
+    // left neighbour's, the right one's, the chord's), 4, 1, 3 and 2 at world five. Bruck's
+    // round 0 brings rank 1's own block, round 1 blocks 2 and 3 from rank 2; the index's first
+    // frame from rank 1 carries its slot 1, its contribution to segment 0; the gather forced or
+    // chosen at long hops start from their first hops.
+    let streams_input = |selector: u8, len: u16, high: u8, streams: Vec<Vec<u8>>| {
+        let mut input = vec![selector, len as u8, (len >> 8) as u8 | high];
+        for stream in &streams[..streams.len() - 1] {
+            input.extend((stream.len() as u16).to_le_bytes());
+        }
+        input.extend(streams.concat());
+        input
+    };
+    for len in [1u16, 5, 100] {
+        let (op, total) = (Op::AllreduceSumF64, u64::from(len) * 8);
+        let n = usize::from(len) * 8;
+        let bruck = |block| frame_on(Plan::Bruck, op, total, Dir::Right, block, bytes(n, 12));
+        let input = streams_input(
+            0,
+            len,
+            2 << 2 | 1 << 5,
+            vec![vec![], bruck(1), [bruck(2), bruck(3)].concat()],
+        );
+        write(&ring, &format!("world4-bruck-{len}"), &input);
+        let seg = (usize::from(len) / 4 + usize::from(usize::from(len) % 4 > 0)) * 8;
+        let index = frame_on(Plan::Index, op, total, Dir::Right, 1, bytes(seg, 13));
+        let input = streams_input(0, len, 3 << 2 | 1 << 5, vec![vec![], index, vec![]]);
+        write(&ring, &format!("world4-index-{len}"), &input);
+        let gather = |dir, block| frame_on(Plan::Gather, op, total, dir, block, bytes(n, 14));
+        let streams = vec![gather(Dir::Right, 4), gather(Dir::Left, 1), vec![], vec![]];
+        write(
+            &ring,
+            &format!("world5-gather-{len}"),
+            &streams_input(0, len, 1 << 2 | 2 << 5, streams),
+        );
+        let streams = vec![vec![], bruck(1), [bruck(2), bruck(3)].concat()];
+        write(
+            &ring,
+            &format!("world4-long-hops-{len}"),
+            &streams_input(0, len, 4 << 2 | 1 << 5, streams),
+        );
+    }
+    let allgather =
+        |block| frame_on(Plan::Bruck, Op::AllgatherBytes, 5, Dir::Right, block, bytes(5, 15));
+    let streams = vec![vec![], allgather(1), [allgather(2), allgather(3)].concat()];
+    write(&ring, "world4-long-hops-allgather", &streams_input(3, 5, 4 << 2 | 1 << 5, streams));
+
     // The trainers' ops (selector bits 4 to 6), world two: rank 1's honest frames, rightward.
     let honest_on = |plan, op, total: u64, block, payload: Vec<u8>| {
         frame_on(plan, op, total, Dir::Right, block, payload)

@@ -1,20 +1,22 @@
-//! The ring_frames oracle: one collective of rank 0 in a world of two or three, through the
-//! real ring algorithms and the ring link's frame reader, in memory
-//! (`silvic_net::fuzzing::replay`): each neighbour's stream is some of the fuzzer's bytes, then
-//! its close. An allreduce takes the path the cost model picks (the gather, at these sizes) or,
-//! when the input asks, the ring path: its reduce-scatter and its segments gathered both ways,
-//! leftward frames included.
+//! The ring_frames oracle: one collective of rank 0 in a world of two to five or eight, through
+//! the real ring algorithms and the ring link's frame reader, in memory
+//! (`silvic_net::fuzzing::replay`): each peer's stream is some of the fuzzer's bytes, then its
+//! close. An allreduce takes the path the choice picks (the gather, at these sizes, where hops
+//! are short) or the path the input forces: the ring (its reduce-scatter and its segments
+//! gathered both ways, leftward frames included), the gather, Bruck's gather or
+//! index-fold-gather over chord streams; where the input says hops are long, the choice weighs
+//! every path, and allgathers take Bruck's rounds.
 //!
 //! Checked: the collective returns (no panic; a slice cannot hang), with an error naming a rank
-//! of the world (a neighbour, unless a neighbour's abort names another) or with a result that
-//! is what the frames said: on the gather path, every element is the fold, in its segment's
-//! fold order, of this rank's value and the ones its neighbours sent; for an allgather, each
-//! neighbour's block is its payload.
+//! of the world (one of its peers, unless a peer's abort names another) or with a result that
+//! is what the frames said: on the two-way gather of a world of two or three, every element is
+//! the fold, in its segment's fold order, of this rank's value and the ones its neighbours
+//! sent; for an allgather there, each neighbour's block is its payload.
 
 use silvic_core::fold;
 use silvic_net::frame::{HEADER_LEN, WAITING, WAITING_LEN};
-use silvic_net::fuzzing::{Buffer, Path, gather_limit, replay};
-use silvic_net::{CollectiveError, Numbers, Reduction};
+use silvic_net::fuzzing::{Buffer, Setup, gather_limit, peers, replay};
+use silvic_net::{AllreducePath, CollectiveError, Numbers, Reduction};
 
 /// What rank 0 is asked to do, and with what.
 #[derive(Debug, Clone, Copy)]
@@ -53,20 +55,19 @@ enum Outcome {
     Gathered(Vec<Vec<u8>>),
 }
 
-/// What rank 0 of a replay runs: the call, its length, the world, the path and the two streams.
-#[derive(Debug, Clone, Copy)]
+/// What rank 0 of a replay runs: the call, its length, where it runs, and one stream per peer
+/// (in the order of `peers`).
+#[derive(Debug, Clone)]
 struct Case<'a> {
     call: Call,
     len: usize,
-    world: usize,
-    path: Path,
-    left: &'a [u8],
-    right: &'a [u8],
+    setup: Setup,
+    streams: Vec<&'a [u8]>,
 }
 
 fn run(c: &Case<'_>) -> Result<Outcome, CollectiveError> {
     let bits = |v: Vec<f64>| Outcome::Reduced(v.into_iter().map(f64::to_bits).collect());
-    let replay = |buf| replay(c.world, c.path, buf, c.left, c.right);
+    let replay = |buf| replay(c.setup, buf, &c.streams);
     match c.call {
         Call::SumF64 | Call::MaxF64 => {
             let mut buf = local_f64(c.len);
@@ -104,7 +105,7 @@ fn run(c: &Case<'_>) -> Result<Outcome, CollectiveError> {
         }
         Call::Records => {
             // Unequal blocks: rank r's is (len + r) % 5 records, one of them often empty.
-            let blocks: Vec<usize> = (0..c.world).map(|r| (c.len + r) % 5 * 4).collect();
+            let blocks: Vec<usize> = (0..c.setup.world).map(|r| (c.len + r) % 5 * 4).collect();
             let mut buf = local_bytes(blocks.iter().sum());
             replay(Buffer::Records(&mut buf, &blocks, 4, record_fold))?;
             Ok(Outcome::Gathered(vec![buf]))
@@ -119,7 +120,7 @@ fn run(c: &Case<'_>) -> Result<Outcome, CollectiveError> {
             Ok(Outcome::Gathered(blocks.expect("a gather returns blocks")))
         }
         Call::Blocks => {
-            let blocks: Vec<usize> = (0..c.world).map(|r| (c.len + r) % 7).collect();
+            let blocks: Vec<usize> = (0..c.setup.world).map(|r| (c.len + r) % 7).collect();
             let mut buf = local_bytes(blocks.iter().sum());
             replay(Buffer::Blocks(&mut buf, &blocks))?;
             assert_eq!(buf[..blocks[0]], local_bytes(blocks[0])[..], "this rank's block changed");
@@ -162,29 +163,40 @@ fn segment_of(i: usize, len: usize, world: usize) -> usize {
     if i < long { i / (base + 1) } else { extra + (i - long) / base }
 }
 
-/// Checks a successful gather-path result against the first frame each neighbour sent: rank
-/// 1's block comes from the right neighbour, rank `world - 1`'s from the left (in a world of
-/// two, both are rank 1 and its block comes rightward, from the left).
+/// Checks a successful result of the two-way gather in a world of two or three against the
+/// first frame each neighbour sent: rank 1's block comes from the right neighbour, rank `world
+/// - 1`'s from the left (in a world of two, both are rank 1 and its block comes rightward, from
+/// the left). Other paths and worlds are checked for their errors alone.
 fn check_result(c: &Case<'_>, outcome: &Outcome) {
-    let mut theirs = vec![&[][..]; c.world];
-    theirs[c.world - 1] = first_payload(c.left);
-    if c.world > 2 {
-        theirs[1] = first_payload(c.right);
+    let Setup { world, path, long_hops } = c.setup;
+    if world > 3 || long_hops {
+        return;
+    }
+    let stream = |s: usize| c.streams.get(s).copied().unwrap_or_default();
+    let mut theirs = vec![&[][..]; world];
+    theirs[world - 1] = first_payload(stream(0));
+    if world > 2 {
+        theirs[1] = first_payload(stream(1));
     }
     let word =
         |r: usize, i: usize| u64::from_le_bytes(theirs[r][8 * i..8 * i + 8].try_into().unwrap());
     let len = c.len;
-    let gathered = c.path == Path::Chosen && len * 8 < gather_limit(c.world);
+    // The allreduce took the two-way gather: chosen below the cut, or forced (it carries every
+    // size here).
+    let gathered = match path {
+        AllreducePath::Auto => len * 8 < gather_limit(world),
+        path => path == AllreducePath::Gather,
+    };
     match (c.call, outcome) {
         (Call::Gather, Outcome::Gathered(blocks)) => {
-            assert_eq!(blocks.len(), c.world);
+            assert_eq!(blocks.len(), world);
             assert_eq!(blocks[0], local_bytes(len), "this rank's own block changed");
-            for r in 1..c.world {
+            for r in 1..world {
                 assert_eq!(blocks[r], theirs[r][..len], "rank {r}'s block is not what it sent");
             }
         }
         (Call::Varlen, Outcome::Gathered(blocks)) => {
-            assert_eq!(blocks.len(), c.world);
+            assert_eq!(blocks.len(), world);
             assert_eq!(blocks[0], local_bytes(len), "this rank's own block changed");
         }
         (Call::SumF64 | Call::MaxF64, Outcome::Reduced(got)) if gathered => {
@@ -192,8 +204,8 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
             let mine = local_f64(len);
             for (i, &g) in got.iter().enumerate() {
                 let value = |r: usize| if r == 0 { mine[i] } else { f64::from_bits(word(r, i)) };
-                let j = segment_of(i, len, c.world);
-                let order = (0..c.world).map(|k| (j + k) % c.world);
+                let j = segment_of(i, len, world);
+                let order = (0..world).map(|k| (j + k) % world);
                 let want = order.skip(1).fold(value(j), |acc, r| f(acc, value(r)));
                 assert_eq!(
                     g,
@@ -206,7 +218,7 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
         (Call::SumI64, Outcome::Reduced(got)) if gathered => {
             let mine = local_i64(len);
             for (i, &g) in got.iter().enumerate() {
-                let want = (1..c.world).fold(mine[i], |acc, r| acc.wrapping_add(word(r, i) as i64));
+                let want = (1..world).fold(mine[i], |acc, r| acc.wrapping_add(word(r, i) as i64));
                 assert_eq!(g as i64, want, "element {i}");
             }
         }
@@ -218,10 +230,15 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
 /// bit 2 a world of three (else two); bit 3 the ring path for an allreduce; bits 4 to 6, when
 /// not all zero, pick one of the trainers' ops instead (1 to 7: min of f32, sum of u64, max of
 /// i32, record reduce-scatter, record allreduce, variable-length allgather, broadcast); bit 7,
-/// with bits 4 to 6 zero, the allgather of known blocks. In a world of two
-/// `rest` is the left neighbour's stream and the right one sends nothing; in a world of three
-/// `rest` is `[split_lo, split_hi, streams...]`, the left stream the first `split` bytes (modulo
-/// what there is) and the right stream the rest.
+/// with bits 4 to 6 zero, the allgather of known blocks. The length is the low ten bits of
+/// `len` (modulo 701). `len_hi`'s high bits, where not zero, say more: bits 2 to 4 a path
+/// (1 the gather, 2 Bruck's, 3 the index, 4 the choice's where hops are long, others as bit 3
+/// says) and bits 5 and 6 a larger world (1: four, 2: five, 3: eight; 0: as bit 2 says).
+///
+/// In a world of two `rest` is the left neighbour's stream and the right one sends nothing; in
+/// a larger world of `k` streams (`peers`), `rest` is `k - 1` splits (`u16` LE) and then the
+/// streams, stream `s` taking the next `split s` bytes (modulo what is left) and the last the
+/// rest.
 pub fn ring_frames(data: &[u8]) {
     let [selector, lo, hi, rest @ ..] = data else { return };
     let trainer = [
@@ -239,33 +256,59 @@ pub fn ring_frames(data: &[u8]) {
         k => trainer[k as usize - 1],
     };
     // Up to 700 elements: both sides of the 4 KiB cut below which the gather is always taken.
-    let len = u16::from_le_bytes([*lo, *hi]) as usize % 701;
-    let world = if selector & 4 == 0 { 2 } else { 3 };
-    let path = if selector & 8 == 0 { Path::Chosen } else { Path::Ring };
-    let (left, right) = match (world, rest) {
-        (2, _) => (rest, &[][..]),
-        (_, [a, b, streams @ ..]) => {
-            streams.split_at(u16::from_le_bytes([*a, *b]) as usize % (streams.len() + 1))
-        }
-        _ => return,
+    let len = u16::from_le_bytes([*lo, hi & 0x03]) as usize % 701;
+    let world = match (hi >> 5) & 3 {
+        0 if selector & 4 == 0 => 2,
+        0 => 3,
+        w => [4, 5, 8][usize::from(w) - 1],
     };
-    let case = Case { call, len, world, path, left, right };
+    let by_bit = if selector & 8 == 0 { AllreducePath::Auto } else { AllreducePath::Ring };
+    let (path, long_hops) = match (hi >> 2) & 7 {
+        1 => (AllreducePath::Gather, false),
+        2 => (AllreducePath::Bruck, false),
+        3 => (AllreducePath::Index, false),
+        4 => (AllreducePath::Auto, true),
+        _ => (by_bit, false),
+    };
+    let Some(streams) = split_streams(rest, peers(world).len(), world) else { return };
+    let setup = Setup { world, path, long_hops };
+    let case = Case { call, len, setup, streams };
     match run(&case) {
         Ok(outcome) => check_result(&case, &outcome),
         Err(e) => {
-            // A neighbour's abort names ranks it says, checked against the world; anything else
-            // names a neighbour.
+            // A peer's abort names ranks it says, checked against the world; anything else
+            // names a peer.
             match &e {
                 CollectiveError::Aborted { origin, .. } => {
                     assert!(*origin < world, "an abort from outside the world: {e}");
                     assert!(e.peer().is_some_and(|p| p < world), "{e}");
                 }
                 _ => {
-                    let neighbours = [1, world - 1];
-                    assert!(e.peer().is_some_and(|p| neighbours.contains(&p)), "{e}");
+                    let peers = peers(world);
+                    assert!(e.peer().is_some_and(|p| peers.contains(&p)), "{e}");
                 }
             }
             assert!(!e.to_string().chars().any(char::is_control), "{e:?}");
         }
     }
+}
+
+/// `rest` cut into the `k` streams of a world of `world`: in a world of two (no splits) all of
+/// it the left neighbour's; else `k - 1` splits (`u16` LE) first, each taking that many of the
+/// bytes left (modulo what there is), the last stream the rest. `None` where the splits are cut
+/// short.
+fn split_streams(rest: &[u8], k: usize, world: usize) -> Option<Vec<&[u8]>> {
+    if world == 2 {
+        return Some(vec![rest, &[]]);
+    }
+    let (splits, mut bytes) = rest.split_at_checked(2 * (k - 1))?;
+    let mut streams = Vec::with_capacity(k);
+    for split in splits.chunks_exact(2) {
+        let n = usize::from(u16::from_le_bytes([split[0], split[1]])) % (bytes.len() + 1);
+        let (stream, left) = bytes.split_at(n);
+        streams.push(stream);
+        bytes = left;
+    }
+    streams.push(bytes);
+    Some(streams)
 }

@@ -1,17 +1,19 @@
 //! Hooks for `fuzz/` only, behind the `fuzzing` feature: not part of the API, no semver promise.
 //!
-//! [`replay`] runs one collective of rank 0 through the real ring algorithms and the ring link's
-//! frame reader, in memory: each neighbour's stream is a byte slice (its end is a close), and
-//! what rank 0 sends is dropped. No socket, no clock.
+//! [`replay`] runs one collective of rank 0 through the real ring algorithms, on any path
+//! ([`Setup`]), and the ring link's frame reader, in memory: each peer's stream is a byte slice
+//! (its end is a close), and what rank 0 sends is dropped. No socket, no clock.
 //! [`gather_limit`] tells the tests where the cost model cuts between the two paths.
 //! [`exchange_rank0`] runs rank 0's side of `from_env`'s address exchange on loopback against
 //! strangers that send given bytes and honest ranks that join.
 
 use silvic_core::{CollectiveError, Numbers, Op, Reduction, fold};
 
+use crate::AllreducePath;
 use crate::link::replay::SliceLink;
-use crate::ring::Link;
-use crate::ring::{Call, Element, Scratch};
+use crate::ring::seam::{Forced, Network};
+use crate::ring::{Call, Element, Link, Scratch};
+use crate::topology::{Chords, topology};
 
 /// A record fold as a plain function (see `silvic_core::RecordFold`).
 pub type RecordFn = fn(&mut [u8], &[u8]);
@@ -42,46 +44,60 @@ pub enum Buffer<'a> {
     Blocks(&'a mut [u8], &'a [usize]),
 }
 
-/// Which path an allreduce of a replay takes.
+/// Where the rank a replay runs sits: its world, the allreduce path its ring agreed to force
+/// ([`AllreducePath::Auto`]: the choice's), and whether its network's hops are long (the choice
+/// then weighs every path, and `allgather_bytes` takes Bruck's rounds). Its ring has chord
+/// streams from a world of four on, so that Bruck's gather and index-fold-gather can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Path {
-    /// The one the cost model picks for the size and the world: the gather, at the sizes a
-    /// fuzzer can fill.
-    Chosen,
-    /// The ring path whatever the size: the reduce-scatter, then the reduced segments gathered
-    /// both ways.
-    Ring,
+pub struct Setup {
+    /// The world, at least 2.
+    pub world: usize,
+    /// The path forced on every allreduce that path can carry.
+    pub path: AllreducePath,
+    /// Whether hops are long.
+    pub long_hops: bool,
 }
 
-/// Runs one collective (sequence number 0) as rank 0 of `world` (at least 2), an allreduce on
-/// `path`, the left neighbour's frames (rank `world - 1`, the rightward way) read from `left`
-/// and the right neighbour's (rank 1, the leftward way) from `right`. Returns the gathered
-/// blocks for a gather (either kind), `None` for a reduction or a broadcast (done in place).
+/// The peers rank 0 of a world of `world` (at least 2) has streams to, in the order
+/// [`replay`] takes their streams: the left neighbour's, the right one's (both rank 1 in a
+/// world of two), then the chords'.
 ///
 /// # Panics
 ///
 /// If `world` is below 2.
+pub fn peers(world: usize) -> Vec<usize> {
+    let streams = topology(0, world, Chords::Always).streams().collect::<Vec<_>>();
+    streams.into_iter().map(|p| p.rank).collect()
+}
+
+/// Runs one collective (sequence number 0) as rank 0 of `setup`, every frame it receives read
+/// from `streams`, one per peer in the order of [`peers`] (a missing one sends nothing), and
+/// what it sends dropped. Returns the gathered blocks for a gather (either kind), `None` for a
+/// reduction or a broadcast (done in place).
+///
+/// # Panics
+///
+/// If `setup.world` is below 2.
 pub fn replay(
-    world: usize,
-    path: Path,
+    setup: Setup,
     buf: Buffer<'_>,
-    left: &[u8],
-    right: &[u8],
+    streams: &[&[u8]],
 ) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
-    assert!(world >= 2, "a replay needs two neighbours' streams, so a world of at least 2");
-    let mut link = SliceLink::new(left, right, 0, world);
+    let world = setup.world;
+    assert!(world >= 2, "a replay needs its peers' streams, so a world of at least 2");
+    let topology = topology(0, world, Chords::Always);
+    let routes = topology.streams().map(|p| p.route);
+    let slices = routes.zip(streams.iter().copied().chain(std::iter::repeat(&[][..]))).collect();
+    let hop_ns = if setup.long_hops { Network::LOG_DEPTH_FROM_HOP_NS } else { 0 };
+    let network = Network { hop_ns, chords: true, ..Network::UNMEASURED };
+    let forced = Forced { path: setup.path.forced() };
+    let mut link = SliceLink::new(slices, (0, world), network, forced);
     let call = |op| Call { rank: 0, world, op, seq: 0 };
     let mut scratch = Scratch::default();
     match buf {
-        Buffer::SumF64(b) => {
-            reduce(&mut link, call(Op::AllreduceSumF64), path, b, fold::sum_f64, &mut scratch)
-        }
-        Buffer::SumI64(b) => {
-            reduce(&mut link, call(Op::AllreduceSumI64), path, b, fold::sum_i64, &mut scratch)
-        }
-        Buffer::MaxF64(b) => {
-            reduce(&mut link, call(Op::AllreduceMaxF64), path, b, fold::max_f64, &mut scratch)
-        }
+        Buffer::SumF64(b) => reduce(&mut link, call(Op::AllreduceSumF64), b, fold::sum_f64),
+        Buffer::SumI64(b) => reduce(&mut link, call(Op::AllreduceSumI64), b, fold::sum_i64),
+        Buffer::MaxF64(b) => reduce(&mut link, call(Op::AllreduceMaxF64), b, fold::max_f64),
         Buffer::Gather(local) => {
             let mut blocks = vec![Vec::new(); world];
             blocks[0] = local.to_vec();
@@ -134,16 +150,10 @@ pub fn replay(
 fn reduce<T: Element, C: Fn(T, T) -> T + Copy>(
     link: &mut dyn Link,
     call: Call,
-    path: Path,
     buf: &mut [T],
     combine: C,
-    scratch: &mut Scratch,
 ) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
-    match path {
-        Path::Chosen => crate::ring::allreduce(link, call, buf, combine, scratch),
-        Path::Ring => crate::ring::ring_path::ring_allreduce(link, call, buf, combine, scratch),
-    }
-    .map(|()| None)
+    crate::ring::allreduce(link, call, buf, combine, &mut Scratch::default()).map(|()| None)
 }
 
 /// The largest buffer, in bytes, that an allreduce in a world of `world` sends by the gather
