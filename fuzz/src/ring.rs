@@ -164,8 +164,8 @@ fn segment_of(i: usize, len: usize, world: usize) -> usize {
 }
 
 /// Checks a successful result of the two-way gather in a world of two or three against the
-/// first frame each neighbour sent: rank 1's block comes from the right neighbour, rank `world
-/// - 1`'s from the left (in a world of two, both are rank 1 and its block comes rightward, from
+/// first frame each neighbour sent: rank 1's block comes from the right neighbour, the last
+/// rank's from the left (in a world of two, both are rank 1 and its block comes rightward, from
 /// the left). Other paths and worlds are checked for their errors alone.
 fn check_result(c: &Case<'_>, outcome: &Outcome) {
     let Setup { world, path, long_hops } = c.setup;

@@ -54,8 +54,8 @@ fn exchange_rank0_corpus() {
 /// from rank 2 in round 1), folds every element over the four blocks in fold order.
 #[test]
 fn a_replay_runs_brucks_gather_to_its_end() {
-    use silvic_net::fuzzing::{Buffer, Setup, peers, replay};
     use silvic_net::frame::{Dir, Header, Path};
+    use silvic_net::fuzzing::{Buffer, Setup, peers, replay};
     use silvic_net::{AllreducePath, Op};
 
     let len = 5;
