@@ -224,7 +224,7 @@ impl TcpCollective {
         let mut ring = form(listener, (rank, parsed, addresses), job_token, timeout, chords)?;
         let scratch = &mut collective.scratch;
         // The probes share the rendezvous's timeout: `connect` returns by its deadline.
-        let by = (timeout, crate::launch::deadline_after(started, timeout));
+        let by = (timeout, crate::wait::deadline_after(started, timeout));
         collective.failed = probe::settle(&mut ring, (rank, allreduce), scratch, addresses, by)?;
         collective.ring = Some(ring);
         Ok(collective)

@@ -68,6 +68,13 @@ impl Backoff {
     }
 }
 
+/// `timeout` after `now`; a timeout too long for an `Instant` (`Duration::MAX`, as `connect`
+/// takes it) is a century, which no launch outlives.
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(timeout).or_else(|| now.checked_add(CENTURY)).unwrap_or(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -139,12 +139,7 @@ fn launch_from(
     launch_ring(&launch, timeout, allreduce)
 }
 
-/// `timeout` after `now`; a timeout too long for an `Instant` (`Duration::MAX`, as `connect`
-/// takes it) is a century, which no launch outlives.
-pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    now.checked_add(timeout).or_else(|| now.checked_add(CENTURY)).unwrap_or(now)
-}
+pub(crate) use crate::wait::deadline_after;
 
 /// Resolves the rendezvous host, retrying until `deadline`: a launcher's DNS name (a
 /// Kubernetes headless service) may appear only after the ranks start.

@@ -77,7 +77,7 @@ use rustix::event::{PollFd, PollFlags};
 use silvic_core::{CollectiveError, Op};
 use tracing::warn;
 
-use crate::frame::{HEADER_LEN, Path};
+use crate::frame::Path;
 use crate::ring::seam::{Call, Forced, FramePlan, Link, Network, Route};
 use crate::stats::{PeerStats, RingStats};
 use crate::wait::wait;
@@ -93,14 +93,11 @@ mod way;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod replay;
 
-use streams::Streams;
+pub(crate) use streams::RingPlace;
+use streams::{MAX_STREAMS, StreamFailure, Streams};
 use table::Waits;
 use watch::Watch;
 use way::Ways;
-
-/// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
-/// can append an abort frame. Past this it just shuts the stream.
-const FINISH_FRAME_BOUND: Duration = Duration::from_millis(250);
 
 /// How long a call keeps trying, yielding the core between tries, after its last progress
 /// before it blocks in poll(2): a short wait is cheaper spun than woken from (measured in
@@ -115,12 +112,6 @@ const SPIN: Duration = Duration::from_micros(200);
 /// behind it (docs/performance.md).
 const FORWARD_AT_ONCE: usize = 64 * 1024;
 
-/// Bytes of a stream one read takes ahead: a header and a small payload arrive in one call.
-const READ_AHEAD: usize = HEADER_LEN + 16 * 1024;
-
-/// The most streams a ring has (per-stream flags of a call are bit masks).
-const MAX_STREAMS: usize = 64;
-
 /// A rank's link: its streams, and the drive loop that moves a plan's frames over them.
 #[derive(Debug)]
 pub(crate) struct TcpRing {
@@ -134,16 +125,6 @@ pub(crate) struct TcpRing {
     /// What every rank agreed to force on allreduces (`options.rs`).
     forced: Forced,
 }
-
-/// Where the ring sits in its world: this rank, the world size and every rank's address.
-#[derive(Debug, Clone)]
-pub(crate) struct RingPlace {
-    pub(crate) rank: usize,
-    pub(crate) addresses: Vec<SocketAddr>,
-}
-
-/// A failure of a call, and the stream it came from (the others finish their frames).
-type StreamFailure = (usize, CollectiveError);
 
 /// What the streams show the loop at a turn's end: where the call's path and length are known,
 /// what the streams are watched for, and what the last turn left.
@@ -385,7 +366,7 @@ mod tests {
     use silvic_core::Op;
 
     use super::*;
-    use crate::frame::{Abort, Dir, Header, MAX_ABORT_LEN, Waiting};
+    use crate::frame::{Abort, Dir, HEADER_LEN, Header, MAX_ABORT_LEN, Waiting};
     use crate::ring::seam::{Moved, Sink};
     use std::io::{Read, Write};
 

@@ -15,8 +15,8 @@ use std::io::Read;
 
 use silvic_core::CollectiveError;
 
-use super::READ_AHEAD;
 use super::reader::{FrameIn, ReadAhead};
+use super::stream::READ_AHEAD;
 use crate::ring::seam::{Forced, FramePlan, Link, Moved, Network, Receiving, Route};
 
 /// One peer's stream: the route to the peer at its other end, its bytes, and what was read

@@ -14,13 +14,15 @@ use std::time::Duration;
 
 use silvic_core::CollectiveError;
 
-use super::READ_AHEAD;
 use super::reader::{Between, Control, ReadAhead, next_control, stream_error};
 use super::way::Counted;
-use crate::frame::Waiting;
+use crate::frame::{HEADER_LEN, Waiting};
 use crate::liveness::Liveness;
 use crate::ring::seam::Route;
 use crate::wait::nonblocking;
+
+/// Bytes of a stream one read takes ahead: a header and a small payload arrive in one call.
+pub(super) const READ_AHEAD: usize = HEADER_LEN + 16 * 1024;
 
 /// A ring stream and all that is its own.
 #[derive(Debug)]

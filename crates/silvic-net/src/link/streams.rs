@@ -28,11 +28,27 @@ use super::reader::{Between, Control, next_control};
 use super::stream::Stream;
 use super::table::{Table, Waits};
 use super::way::{Counted, Ways};
-use super::{FINISH_FRAME_BOUND, MAX_STREAMS, RingPlace, StreamFailure};
 use crate::frame::{Abort, HEADER_LEN, MAX_ABORT_LEN, Path, Waiting};
 use crate::ring::seam::{FramePlan, Route};
 use crate::stats::{PeerStats, RingStats};
 use crate::wait::wait;
+
+/// How long a failing rank keeps writing to finish the frame it was in the middle of, so that it
+/// can append an abort frame. Past this it just shuts the stream.
+const FINISH_FRAME_BOUND: Duration = Duration::from_millis(250);
+
+/// The most streams a ring has (per-stream flags of a call are bit masks).
+pub(super) const MAX_STREAMS: usize = 64;
+
+/// Where the ring sits in its world: this rank, the world size and every rank's address.
+#[derive(Debug, Clone)]
+pub(crate) struct RingPlace {
+    pub(crate) rank: usize,
+    pub(crate) addresses: Vec<SocketAddr>,
+}
+
+/// A failure of a call, and the stream it came from (the others finish their frames).
+pub(super) type StreamFailure = (usize, CollectiveError);
 
 /// A rank's ring streams, and the table of the call in progress over them.
 #[derive(Debug)]
