@@ -279,32 +279,32 @@ fn main() {
         let input = streams_input(
             0,
             len,
-            2 << 2 | 1 << 5,
+            3 << 2 | 1 << 5,
             vec![vec![], bruck(1), [bruck(2), bruck(3)].concat()],
         );
         write(&ring, &format!("world4-bruck-{len}"), &input);
         let seg = (usize::from(len) / 4 + usize::from(usize::from(len) % 4 > 0)) * 8;
         let index = frame_on(Plan::Index, op, total, Dir::Right, 1, bytes(seg, 13));
-        let input = streams_input(0, len, 3 << 2 | 1 << 5, vec![vec![], index, vec![]]);
+        let input = streams_input(0, len, 4 << 2 | 1 << 5, vec![vec![], index, vec![]]);
         write(&ring, &format!("world4-index-{len}"), &input);
         let gather = |dir, block| frame_on(Plan::Gather, op, total, dir, block, bytes(n, 14));
         let streams = vec![gather(Dir::Right, 4), gather(Dir::Left, 1), vec![], vec![]];
         write(
             &ring,
             &format!("world5-gather-{len}"),
-            &streams_input(0, len, 1 << 2 | 2 << 5, streams),
+            &streams_input(0, len, 2 << 2 | 2 << 5, streams),
         );
         let streams = vec![vec![], bruck(1), [bruck(2), bruck(3)].concat()];
         write(
             &ring,
             &format!("world4-long-hops-{len}"),
-            &streams_input(0, len, 4 << 2 | 1 << 5, streams),
+            &streams_input(0, len, 7 << 2 | 1 << 5, streams),
         );
     }
     let allgather =
         |block| frame_on(Plan::Bruck, Op::AllgatherBytes, 5, Dir::Right, block, bytes(5, 15));
     let streams = vec![vec![], allgather(1), [allgather(2), allgather(3)].concat()];
-    write(&ring, "world4-long-hops-allgather", &streams_input(3, 5, 4 << 2 | 1 << 5, streams));
+    write(&ring, "world4-long-hops-allgather", &streams_input(3, 5, 7 << 2 | 1 << 5, streams));
 
     // The trainers' ops (selector bits 4 to 6), world two: rank 1's honest frames, rightward.
     let honest_on = |plan, op, total: u64, block, payload: Vec<u8>| {

@@ -231,9 +231,10 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
 /// not all zero, pick one of the trainers' ops instead (1 to 7: min of f32, sum of u64, max of
 /// i32, record reduce-scatter, record allreduce, variable-length allgather, broadcast); bit 7,
 /// with bits 4 to 6 zero, the allgather of known blocks. The length is the low ten bits of
-/// `len` (modulo 701). `len_hi`'s high bits, where not zero, say more: bits 2 to 4 a path
-/// (1 the gather, 2 Bruck's, 3 the index, 4 the choice's where hops are long, others as bit 3
-/// says) and bits 5 and 6 a larger world (1: four, 2: five, 3: eight; 0: as bit 2 says).
+/// `len` (modulo 701). `len_hi`'s high bits, where not zero, say more: bits 2 to 4 a forced
+/// path (`AllreducePath::ALL[k]` for `k` from 1: the ring, the gather, Bruck's, the index; 7 the
+/// choice's where hops are long; others as bit 3 says) and bits 5 and 6 a larger world (1:
+/// four, 2: five, 3: eight; 0: as bit 2 says).
 ///
 /// In a world of two `rest` is the left neighbour's stream and the right one sends nothing; in
 /// a larger world of `k` streams (`peers`), `rest` is `k - 1` splits (`u16` LE) and then the
@@ -263,12 +264,10 @@ pub fn ring_frames(data: &[u8]) {
         w => [4, 5, 8][usize::from(w) - 1],
     };
     let by_bit = if selector & 8 == 0 { AllreducePath::Auto } else { AllreducePath::Ring };
-    let (path, long_hops) = match (hi >> 2) & 7 {
-        1 => (AllreducePath::Gather, false),
-        2 => (AllreducePath::Bruck, false),
-        3 => (AllreducePath::Index, false),
-        4 => (AllreducePath::Auto, true),
-        _ => (by_bit, false),
+    // Every path there is, a new one too: `AllreducePath::ALL` from its second (auto is first).
+    let (path, long_hops) = match usize::from((hi >> 2) & 7) {
+        7 => (AllreducePath::Auto, true),
+        k => (AllreducePath::ALL.get(k).filter(|_| k > 0).copied().unwrap_or(by_bit), false),
     };
     let Some(streams) = split_streams(rest, peers(world).len(), world) else { return };
     let setup = Setup { world, path, long_hops };
