@@ -14,7 +14,7 @@ use silvic_net::handshake::{Acceptor, Connector, Message, MessageKind, Next, VER
 use silvic_net::{CollectiveError, Dtype, Op, Reduction};
 use silvic_net_fuzz::REASONS;
 
-const OPS: [Op; 10] = [
+const OPS: [Op; 11] = [
     Op::AllreduceSumF64,
     Op::AllreduceSumI64,
     Op::AllreduceMaxF64,
@@ -25,6 +25,7 @@ const OPS: [Op; 10] = [
     Op::BroadcastBytes,
     Op::AllgatherBlocks,
     Op::Allreduce { reduction: Reduction::Min, dtype: Dtype::F32 },
+    Op::Allreduce { reduction: Reduction::Sum, dtype: Dtype::I128 },
 ];
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -315,6 +316,8 @@ fn main() {
         (1u8, Op::allreduce(Reduction::Min, Dtype::F32), 4u64),
         (2, Op::allreduce(Reduction::Sum, Dtype::U64), 8),
         (3, Op::allreduce(Reduction::Max, Dtype::I32), 4),
+        // Bit 7 with the trainers' op 1: the sum of i128.
+        (0x8 | 1, Op::allreduce(Reduction::Sum, Dtype::I128), 16),
     ];
     for (k, op, width) in typed {
         for len in [0u16, 1, 9, 700] {

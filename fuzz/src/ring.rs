@@ -29,6 +29,8 @@ enum Call {
     MinF32,
     SumU64,
     MaxI32,
+    /// An exact sum of i128 (the fixed-point histograms' op).
+    SumI128,
     /// A reduce-scatter of unequal 4-byte-record blocks, and a record allreduce.
     Records,
     RecordsAllreduce,
@@ -103,6 +105,13 @@ fn run(c: &Case<'_>) -> Result<Outcome, CollectiveError> {
             replay(Buffer::Typed(Numbers::I32(&mut buf), Reduction::Max))?;
             Ok(Outcome::Reduced(buf.into_iter().map(|x| x as u64).collect()))
         }
+        Call::SumI128 => {
+            let mut buf = local_i128(c.len);
+            replay(Buffer::Typed(Numbers::I128(&mut buf), Reduction::Sum))?;
+            // Each element as its low and high words, in order.
+            let words = buf.into_iter().flat_map(|x| [x as u64, (x >> 64) as u64]);
+            Ok(Outcome::Reduced(words.collect()))
+        }
         Call::Records => {
             // Unequal blocks: rank r's is (len + r) % 5 records, one of them often empty.
             let blocks: Vec<usize> = (0..c.setup.world).map(|r| (c.len + r) % 5 * 4).collect();
@@ -140,6 +149,10 @@ fn local_f64(len: usize) -> Vec<f64> {
 
 fn local_i64(len: usize) -> Vec<i64> {
     (0..len as i64).map(|i| i * 3 - 7).collect()
+}
+
+fn local_i128(len: usize) -> Vec<i128> {
+    (0..len as i128).map(|i| (i * 3 - 7) << 70 | i).collect()
 }
 
 fn local_bytes(len: usize) -> Vec<u8> {
@@ -215,6 +228,21 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
                 );
             }
         }
+        (Call::SumI128, Outcome::Reduced(got))
+            if path == AllreducePath::Gather
+                || (path == AllreducePath::Auto && len * 16 < gather_limit(world)) =>
+        {
+            let wide = |r: usize, i: usize| {
+                let bytes: [u8; 16] = theirs[r][16 * i..16 * i + 16].try_into().unwrap();
+                i128::from_le_bytes(bytes)
+            };
+            let mine = local_i128(len);
+            for i in 0..len {
+                let want = (1..world).fold(mine[i], |acc, r| acc.wrapping_add(wide(r, i)));
+                let got = i128::from(got[2 * i]) | i128::from(got[2 * i + 1]) << 64;
+                assert_eq!(got, want, "element {i}");
+            }
+        }
         (Call::SumI64, Outcome::Reduced(got)) if gathered => {
             let mine = local_i64(len);
             for (i, &g) in got.iter().enumerate() {
@@ -230,7 +258,7 @@ fn check_result(c: &Case<'_>, outcome: &Outcome) {
 /// bit 2 a world of three (else two); bit 3 the ring path for an allreduce; bits 4 to 6, when
 /// not all zero, pick one of the trainers' ops instead (1 to 7: min of f32, sum of u64, max of
 /// i32, record reduce-scatter, record allreduce, variable-length allgather, broadcast); bit 7,
-/// with bits 4 to 6 zero, the allgather of known blocks. The length is the low ten bits of
+/// with bits 4 to 6 zero, the allgather of known blocks, and with them 1, a sum of i128. The length is the low ten bits of
 /// `len` (modulo 701). `len_hi`'s high bits, where not zero, say more: bits 2 to 4 a forced
 /// path (`AllreducePath::ALL[k]` for `k` from 1: the ring, the gather, Bruck's, the index; 7 the
 /// choice's where hops are long; others as bit 3 says) and bits 5 and 6 a larger world (1:
@@ -253,6 +281,7 @@ pub fn ring_frames(data: &[u8]) {
     ];
     let call = match (selector >> 4) & 7 {
         0 if selector & 0x80 != 0 => Call::Blocks,
+        1 if selector & 0x80 != 0 => Call::SumI128,
         0 => [Call::SumF64, Call::SumI64, Call::MaxF64, Call::Gather][*selector as usize % 4],
         k => trainer[k as usize - 1],
     };

@@ -64,6 +64,8 @@ pub enum Dtype {
     I64,
     /// `u64`.
     U64,
+    /// `i128`: the exact sums of fixed-point histograms ([`crate::FixedHistogram`]).
+    I128,
 }
 
 impl Reduction {
@@ -73,26 +75,29 @@ impl Reduction {
 
 impl Dtype {
     /// Every element type, in a fixed order.
-    pub const ALL: [Dtype; 5] = [Dtype::F32, Dtype::F64, Dtype::I32, Dtype::I64, Dtype::U64];
+    pub const ALL: [Dtype; 6] =
+        [Dtype::F32, Dtype::F64, Dtype::I32, Dtype::I64, Dtype::U64, Dtype::I128];
 
     /// Bytes of one element.
     pub fn width(self) -> usize {
         match self {
             Dtype::F32 | Dtype::I32 => 4,
             Dtype::F64 | Dtype::I64 | Dtype::U64 => 8,
+            Dtype::I128 => 16,
         }
     }
 }
 
 /// Method names of the typed allreduces, by `[reduction][dtype]` in the order of
 /// [`Reduction::ALL`] and [`Dtype::ALL`].
-const ALLREDUCE_NAMES: [[&str; 5]; 3] = [
+const ALLREDUCE_NAMES: [[&str; 6]; 3] = [
     [
         "allreduce_sum_f32",
         "allreduce_sum_f64",
         "allreduce_sum_i32",
         "allreduce_sum_i64",
         "allreduce_sum_u64",
+        "allreduce_sum_i128",
     ],
     [
         "allreduce_min_f32",
@@ -100,6 +105,7 @@ const ALLREDUCE_NAMES: [[&str; 5]; 3] = [
         "allreduce_min_i32",
         "allreduce_min_i64",
         "allreduce_min_u64",
+        "allreduce_min_i128",
     ],
     [
         "allreduce_max_f32",
@@ -107,6 +113,7 @@ const ALLREDUCE_NAMES: [[&str; 5]; 3] = [
         "allreduce_max_i32",
         "allreduce_max_i64",
         "allreduce_max_u64",
+        "allreduce_max_i128",
     ],
 ];
 
@@ -230,6 +237,31 @@ pub enum CollectiveError {
         reason: String,
     },
 
+    /// A fixed-point histogram ([`crate::FixedHistogram`]) refused a value or a reduction that
+    /// could carry a sum past what its agreed scale holds exactly: a value at or beyond the
+    /// scale's bound, a bin whose sum would pass this rank's headroom, or ranks whose
+    /// histograms together hold more rows than the scale was agreed for. Nothing was added.
+    #[error("fixed-point overflow{}: {reason}", bin.map(|b| format!(" in bin {b}")).unwrap_or_default())]
+    Overflow {
+        /// The bin the refused value was for, if one was.
+        bin: Option<usize>,
+        /// What would have overflowed, and the scale's limits.
+        reason: String,
+    },
+
+    /// `peer` reduced a fixed-point histogram at another scale than this rank's
+    /// ([`crate::FixedScale`]): every rank of the call sees this error, and the histogram's
+    /// sums are lost.
+    #[error("rank {peer} holds another fixed-point scale: {got}, this rank {expected}")]
+    ScaleMismatch {
+        /// A rank whose scale differs from this rank's (the lowest such rank).
+        peer: usize,
+        /// This rank's scale.
+        expected: String,
+        /// `peer`'s scale.
+        got: String,
+    },
+
     /// Another rank failed first and told its neighbours why.
     ///
     /// `origin` is the rank where the failure began and `cause` what it saw there.
@@ -285,14 +317,16 @@ impl CollectiveError {
             | CollectiveError::Timeout { peer, .. }
             | CollectiveError::OutOfStep { peer, .. }
             | CollectiveError::LengthMismatch { peer, .. }
-            | CollectiveError::MalformedFrame { peer, .. } => Some(*peer),
-            CollectiveError::InvalidArgument { .. } => None,
+            | CollectiveError::MalformedFrame { peer, .. }
+            | CollectiveError::ScaleMismatch { peer, .. } => Some(*peer),
+            CollectiveError::InvalidArgument { .. } | CollectiveError::Overflow { .. } => None,
             CollectiveError::Aborted { origin, cause } => cause.peer().or(Some(*origin)),
         }
     }
 
     /// A stable name for the variant: `"io"`, `"peer_closed"`, `"timeout"`, `"out_of_step"`,
-    /// `"length_mismatch"`, `"malformed_frame"`, `"invalid_argument"` or `"aborted"`.
+    /// `"length_mismatch"`, `"malformed_frame"`, `"invalid_argument"`, `"overflow"`,
+    /// `"scale_mismatch"` or `"aborted"`.
     ///
     /// These names are part of the API: the Python binding shows them as `CollectiveError.kind`
     /// and the test bed's rank processes print them, so a caller can branch on the kind without
@@ -316,6 +350,8 @@ impl CollectiveError {
             CollectiveError::LengthMismatch { .. } => "length_mismatch",
             CollectiveError::MalformedFrame { .. } => "malformed_frame",
             CollectiveError::InvalidArgument { .. } => "invalid_argument",
+            CollectiveError::Overflow { .. } => "overflow",
+            CollectiveError::ScaleMismatch { .. } => "scale_mismatch",
             CollectiveError::Aborted { .. } => "aborted",
         }
     }
@@ -364,7 +400,7 @@ mod tests {
         assert_eq!(Op::allreduce(Reduction::Min, Dtype::U64).name(), "allreduce_min_u64");
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 15);
+        assert_eq!(names.len(), 18);
     }
 
     #[test]
@@ -396,6 +432,11 @@ mod tests {
             (CollectiveError::LengthMismatch { peer: 1, expected: 8, got: 16 }, "length_mismatch"),
             (CollectiveError::MalformedFrame { peer: 1, reason: "bad".into() }, "malformed_frame"),
             (CollectiveError::InvalidArgument { reason: "bad".into() }, "invalid_argument"),
+            (CollectiveError::Overflow { bin: Some(3), reason: "bad".into() }, "overflow"),
+            (
+                CollectiveError::ScaleMismatch { peer: 1, expected: "a".into(), got: "b".into() },
+                "scale_mismatch",
+            ),
             (CollectiveError::Aborted { origin: 0, cause: Box::new(closed) }, "aborted"),
         ];
         for (error, name) in &every {

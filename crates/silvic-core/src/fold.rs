@@ -53,6 +53,12 @@ pub fn sum_u64(acc: u64, x: u64) -> u64 {
     acc.wrapping_add(x)
 }
 
+/// `acc + x` modulo 2^128, in two's complement: exact, and the same in any order.
+#[inline]
+pub fn sum_i128(acc: i128, x: i128) -> i128 {
+    acc.wrapping_add(x)
+}
+
 /// The larger of `acc` and `x` as [`max_f64`] picks it, in single precision.
 #[inline]
 pub fn max_f32(acc: f32, x: f32) -> f32 {
@@ -74,13 +80,13 @@ pub fn min_f32(acc: f32, x: f32) -> f32 {
     if acc.is_nan() || (!x.is_nan() && x >= acc) { acc } else { x }
 }
 
-/// The larger of two integers (of any order-total type: `i32`, `i64`, `u64`).
+/// The larger of two integers (of any order-total type: `i32`, `i64`, `u64`, `i128`).
 #[inline]
 pub fn max_int<T: Ord>(acc: T, x: T) -> T {
     acc.max(x)
 }
 
-/// The smaller of two integers (of any order-total type: `i32`, `i64`, `u64`).
+/// The smaller of two integers (of any order-total type: `i32`, `i64`, `u64`, `i128`).
 #[inline]
 pub fn min_int<T: Ord>(acc: T, x: T) -> T {
     acc.min(x)
@@ -120,6 +126,7 @@ mod tests {
         assert_eq!((max_f32(-1.0, 3.0), min_f32(-1.0, 3.0)), (3.0, -1.0));
         assert_eq!((max_int(3u64, 9), min_int(-3i32, 9)), (9, -3));
         assert_eq!((sum_i32(i32::MAX, 1), sum_u64(u64::MAX, 2)), (i32::MIN, 1));
+        assert_eq!((sum_i128(i128::MAX, 1), sum_i128(-5, 3)), (i128::MIN, -2));
         assert_eq!(sum_f32(0.1, 0.2), 0.1f32 + 0.2f32);
     }
 

@@ -20,6 +20,8 @@
 //! [`TrainerCollective`] adds the op set other trainers need (LightGBM's reduce-scatter over
 //! records, XGBoost's broadcast and variable-length allgather, reductions of more element
 //! types); it extends [`Collective`], so a `Box<dyn TrainerCollective>` calls both.
+//! [`FixedHistogram`] sums per-sample values exactly, at a [`FixedScale`] every rank agrees on,
+//! so that its results depend on the samples alone, not on the world size or the partition.
 //!
 //! ```
 //! use silvic_core::{Collective, LocalCollective};
@@ -36,11 +38,13 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod error;
+mod fixed;
 pub mod fold;
 
 mod trainer;
 
 pub use error::{CollectiveError, Dtype, Op, Reduction, RoundedDuration};
+pub use fixed::{FixedHistogram, FixedScale};
 pub use trainer::{Numbers, RecordFold, TrainerCollective, block_bounds};
 
 /// A group of ranks that reduce and gather buffers together.

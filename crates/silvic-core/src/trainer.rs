@@ -29,6 +29,10 @@ pub enum Numbers<'a> {
     I64(&'a mut [i64]),
     /// `u64` elements.
     U64(&'a mut [u64]),
+    /// `i128` elements: the exact sums of fixed-point histograms. Their sums are exact and the
+    /// same for any world and any order (wrapping past ±2^127, which
+    /// [`crate::FixedHistogram`] never lets its sums reach).
+    I128(&'a mut [i128]),
 }
 
 impl Numbers<'_> {
@@ -40,6 +44,7 @@ impl Numbers<'_> {
             Numbers::I32(_) => Dtype::I32,
             Numbers::I64(_) => Dtype::I64,
             Numbers::U64(_) => Dtype::U64,
+            Numbers::I128(_) => Dtype::I128,
         }
     }
 
@@ -51,6 +56,7 @@ impl Numbers<'_> {
             Numbers::I32(v) => v.len(),
             Numbers::I64(v) => v.len(),
             Numbers::U64(v) => v.len(),
+            Numbers::I128(v) => v.len(),
         }
     }
 

@@ -148,8 +148,8 @@ pub struct PathsDocDoctests;
 pub use liveness::LIVENESS;
 pub use options::{ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
 pub use silvic_core::{
-    Collective, CollectiveError, Dtype, LocalCollective, Numbers, Op, RecordFold, Reduction,
-    TrainerCollective,
+    Collective, CollectiveError, Dtype, FixedHistogram, FixedScale, LocalCollective, Numbers, Op,
+    RecordFold, Reduction, TrainerCollective,
 };
 pub use stats::{CurrentCall, PeerStats, Progress, RingStats, RingWatch};
 pub use tcp::{RingListener, TcpCollective};

@@ -14,6 +14,7 @@ impl Element for f64 {}
 impl Element for i32 {}
 impl Element for i64 {}
 impl Element for u64 {}
+impl Element for i128 {}
 
 /// The elements in `bytes`, a whole number of them, in order.
 pub(crate) fn elements<T: Element>(bytes: &[u8]) -> impl Iterator<Item = T> + '_ {
@@ -53,5 +54,11 @@ mod tests {
         // Read from any offset: a payload in a receive buffer need not be aligned.
         let bytes = [0u8, 1, 0, 0, 0, 0, 0, 0, 0];
         assert_eq!(elements::<u64>(&bytes[1..]).collect::<Vec<_>>(), [1]);
+        // An i128 is 16 bytes, low word first; read from an offset its alignment would refuse.
+        let wide = [i128::MIN, -1, 1 << 100, i128::MAX];
+        let mut shifted = vec![0u8];
+        shifted.extend_from_slice(as_bytes(&wide));
+        assert_eq!(elements::<i128>(&shifted[1..]).collect::<Vec<_>>(), wide);
+        assert_eq!(as_bytes(&[1i128 << 64])[8], 1, "the high word second");
     }
 }

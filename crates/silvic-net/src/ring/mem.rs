@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use silvic_core::{CollectiveError, Op};
 
-use super::seam::{Call, FramePlan, Link, Moved, Network, Receiving, Route, Sink};
+use super::seam::{Call, FramePlan, Link, Moved, Network, Path, Receiving, Route, Sink};
 use crate::frame::{HEADER_LEN, Header};
 
 /// The most ways a plan may have in this driver (gates are kept as bit masks).
@@ -42,7 +42,8 @@ impl Dice {
 }
 
 /// How a ring is driven: its size, the seed of its order, how many frames a stream holds, the
-/// largest piece a payload is handed over in, and whether sends go before receives.
+/// largest piece a payload is handed over in, whether sends go before receives, and the path
+/// every allreduce is forced onto.
 #[derive(Debug, Clone)]
 pub(crate) struct Driver {
     world: usize,
@@ -50,12 +51,14 @@ pub(crate) struct Driver {
     capacity: usize,
     piece: usize,
     sends_first: bool,
+    forced: Option<Path>,
 }
 
 impl Driver {
     /// A ring of `world` whose streams hold one frame, pieces of up to 4 KiB, any order.
     pub(crate) fn new(world: usize) -> Self {
-        Driver { world, seed: 0x9e37_79b9_7f4a_7c15, capacity: 1, piece: 4099, sends_first: false }
+        let seed = 0x9e37_79b9_7f4a_7c15;
+        Driver { world, seed, capacity: 1, piece: 4099, sends_first: false, forced: None }
     }
     pub(crate) fn seed(self, seed: u64) -> Self {
         Driver { seed: seed | 1, ..self }
@@ -71,6 +74,12 @@ impl Driver {
     /// before it reads, so a rank that fails on its first frame in has sent its own first.
     pub(crate) fn sends_first(self) -> Self {
         Driver { sends_first: true, ..self }
+    }
+    /// Forces every allreduce onto `path` where it carries the call, as `SILVIC_ALLREDUCE`
+    /// does; the ring then has chord streams (this driver carries any route), so every path
+    /// can be forced.
+    pub(crate) fn forcing(self, path: Path) -> Self {
+        Driver { forced: Some(path), ..self }
     }
 }
 
@@ -349,7 +358,12 @@ impl MemLink {
 
 impl Link for MemLink {
     fn network(&self) -> Network {
-        Network::UNMEASURED
+        let chords = self.forced().is_some();
+        Network { chords, ..Network::UNMEASURED }
+    }
+
+    fn forced(&self) -> Option<Path> {
+        self.ring.lock().config.forced
     }
 
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {

@@ -61,6 +61,8 @@ pub(crate) mod choice;
 #[cfg(test)]
 pub(crate) mod circular;
 pub(crate) mod element;
+#[cfg(test)]
+mod fixed_tests;
 pub(crate) mod gather;
 pub(crate) mod index;
 #[cfg(test)]
@@ -180,6 +182,9 @@ pub(crate) fn allreduce_numbers(
         (Numbers::U64(b), Sum) => allreduce(l, c, b, fold::sum_u64, s),
         (Numbers::U64(b), Min) => allreduce(l, c, b, fold::min_int, s),
         (Numbers::U64(b), Max) => allreduce(l, c, b, fold::max_int, s),
+        (Numbers::I128(b), Sum) => allreduce(l, c, b, fold::sum_i128, s),
+        (Numbers::I128(b), Min) => allreduce(l, c, b, fold::min_int, s),
+        (Numbers::I128(b), Max) => allreduce(l, c, b, fold::max_int, s),
     }
 }
 

@@ -1,0 +1,586 @@
+//! Fixed-point histograms: sums of per-sample values whose bits depend on the samples alone.
+//!
+//! A float sum depends on how its terms are grouped, so a histogram summed from per-rank
+//! partial sums changes in its last bits when the rows move to other ranks (another world
+//! size, another partition). Here each value is rounded once, on its own, to a whole number of
+//! quanta of a power-of-two size every rank agrees on ([`FixedScale`]), and the sums are exact
+//! `i128` integers, the same whatever the grouping. Each bin's f64 result
+//! ([`FixedHistogram::to_f64`]) is one correct rounding of its exact total, so it depends on the
+//! samples alone: any world, partition, order or allreduce path gives the same bits.
+//!
+//! # The window
+//!
+//! The scale comes from the global max |value| `M` and the global row count `N`: with `2^m`
+//! the power of two above `M` (`M < 2^m`) and `2^k` the power of two at or above `N`, a value
+//! `v` is held as `round(v × 2^e)` quanta, `e = 126 − k − m`, to nearest, ties to even. Then:
+//!
+//! - a value is held exactly when `|v| >= 2^(m + k − 74)`: every bit of its 53 lies at or above
+//!   the quantum `2^−e`. That is the 74 − k binades below the largest value (57 binades for
+//!   10^5 rows, 42 for 2^32);
+//! - a smaller value is off by at most half a quantum, `2^(m + k − 127)`: relative to `2^m`,
+//!   at most `2^(k − 127)` (`2^−110` for 10^5 rows), and it becomes zero below that;
+//! - a sum of `N` values below `2^m` stays within `2^126` quanta, so no order of folding, on any
+//!   rank, can pass the `±2^127` of an `i128`.
+//!
+//! Invariants kept here: the scale is a pure function of the global max and row count, so every
+//! rank that agreed holds the same one; each value's quanta depend on that value alone; each
+//! bin's sum on a rank stays within `rows × 2^(m + e)` quanta, where `rows` are the rows the
+//! rank declared, checked at every add (an add that could pass it is refused, naming the bin);
+//! a reduction checks, in the same allreduce, that every rank held the same scale and that
+//! their rows together are at most `2^k`, so the reduced sums never wrapped.
+
+use std::fmt;
+
+use crate::{Collective, CollectiveError, Numbers, Reduction, TrainerCollective};
+
+/// A bin's sum stays within `±2^SUM_BITS` quanta, one bit short of an `i128`'s reach, so a fold
+/// of two such partial sums cannot wrap either.
+const SUM_BITS: i32 = 126;
+/// The exponent of the smallest positive f64 (a subnormal).
+const MIN_EXPONENT: i32 = -1074;
+/// The elements after the bins in the reduced buffer: the scale's tag, its square, the rows
+/// and whether an add was refused.
+const CHECKS: usize = 4;
+/// The kinds of refusal a report carries: none, an overflow, an invalid argument.
+const REFUSED_NONE: u8 = 0;
+const REFUSED_OVERFLOW: u8 = 1;
+const REFUSED_ARGUMENT: u8 = 2;
+/// Tags hold the bound exponent plus this in their low 12 bits (always 1 to 2099).
+const TAG_BOUND_OFFSET: i32 = 1075;
+
+/// The power-of-two quantum of a [`FixedHistogram`], agreed by every rank from the data alone.
+///
+/// It holds three numbers: the quantum `2^−exponent`, the bound every value must stay below
+/// (`2^m`, the power of two above the global max |value|) and this rank's rows (its
+/// headroom). See the [module docs](self) for which values are held exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FixedScale {
+    exponent: i32,
+    bound_exponent: i32,
+    local_rows: u64,
+}
+
+impl FixedScale {
+    /// Agrees the scale with every rank of `ring` in one small collective (an allgather of 16
+    /// bytes per rank): `local_max_abs` is the largest |value| this rank will add to any
+    /// histogram of this scale, `local_rows` the most values it will add to any one bin (its
+    /// row count). The scale comes from the largest max and the sum of the rows, so it depends
+    /// on the data alone, not on how the rows are partitioned.
+    ///
+    /// Every rank calls it with its own numbers. A max that is not a finite number at least
+    /// zero, or rows adding up to more than `u64::MAX`, fail every rank alike, naming the
+    /// rank.
+    ///
+    /// ```
+    /// use silvic_core::{FixedHistogram, FixedScale, LocalCollective};
+    ///
+    /// let mut ring = LocalCollective;
+    /// let gradients = [0.25, -1.5, 3.0e-9];
+    /// let max_abs = gradients.iter().fold(0.0f64, |m, g| m.max(g.abs()));
+    /// let scale = FixedScale::agree(&mut ring, max_abs, gradients.len() as u64)?;
+    /// let mut hist = FixedHistogram::new(2, scale);
+    /// for (row, &g) in gradients.iter().enumerate() {
+    ///     hist.add(row % 2, g)?;
+    /// }
+    /// hist.allreduce(&mut ring)?;
+    /// assert_eq!(hist.to_f64(), [0.25 + 3.0e-9, -1.5]);
+    /// # Ok::<(), silvic_core::CollectiveError>(())
+    /// ```
+    pub fn agree<C: Collective + ?Sized>(
+        ring: &mut C,
+        local_max_abs: f64,
+        local_rows: u64,
+    ) -> Result<FixedScale, CollectiveError> {
+        let mut mine = [0u8; 16];
+        mine[..8].copy_from_slice(&local_max_abs.to_bits().to_le_bytes());
+        mine[8..].copy_from_slice(&local_rows.to_le_bytes());
+        let every = ring.allgather_bytes(&mine)?;
+        let invalid = |reason: String| CollectiveError::InvalidArgument { reason };
+        let (mut max_abs, mut rows) = (0.0f64, 0u64);
+        for (rank, block) in every.iter().enumerate() {
+            let words: Option<[u8; 16]> = block.as_slice().try_into().ok();
+            let Some(words) = words else {
+                return Err(invalid(format!("rank {rank} sent {} bytes, not 16", block.len())));
+            };
+            let theirs = f64::from_le_bytes(words[..8].try_into().expect("8 bytes"));
+            let their_rows = u64::from_le_bytes(words[8..].try_into().expect("8 bytes"));
+            if !(theirs.is_finite() && theirs >= 0.0) {
+                return Err(invalid(format!(
+                    "rank {rank} passed FixedScale::agree a max |value| of {theirs}: it must be \
+                     a finite number at least 0"
+                )));
+            }
+            max_abs = max_abs.max(theirs);
+            rows = rows.checked_add(their_rows).ok_or_else(|| {
+                invalid(
+                    "the ranks' rows passed to FixedScale::agree add up to more than 2^64".into(),
+                )
+            })?;
+        }
+        Ok(FixedScale::for_totals(max_abs, rows, local_rows))
+    }
+
+    /// The scale for values below the power of two above `max_abs` and `rows` rows in all,
+    /// with `local_rows` of them this rank's.
+    fn for_totals(max_abs: f64, rows: u64, local_rows: u64) -> FixedScale {
+        let bound_exponent = exponent_above(max_abs);
+        let rows_exponent = if rows <= 1 { 0 } else { 64 - (rows - 1).leading_zeros() as i32 };
+        FixedScale {
+            exponent: SUM_BITS - rows_exponent - bound_exponent,
+            bound_exponent,
+            local_rows,
+        }
+    }
+
+    /// Values are held as whole numbers of quanta of `2^−exponent`.
+    pub fn exponent(self) -> i32 {
+        self.exponent
+    }
+
+    /// Every value added must be below this in magnitude: the power of two above the agreed
+    /// max |value| (infinity where that max is in f64's top binade).
+    pub fn bound(self) -> f64 {
+        pow2(self.bound_exponent)
+    }
+
+    /// The rows this rank declared: no bin's sum may pass what this many values could make.
+    pub fn local_rows(self) -> u64 {
+        self.local_rows
+    }
+
+    /// `value` as a whole number of quanta, rounded to nearest, ties to even; `None` where it
+    /// is not below [`FixedScale::bound`] in magnitude (NaN and infinities included).
+    pub fn quantize(self, value: f64) -> Option<i128> {
+        (value.abs() < self.bound()).then(|| quantize(value, self.exponent))
+    }
+
+    /// `quanta` quanta as an f64, correctly rounded (to nearest, ties to even, subnormals and
+    /// overflow to infinity included).
+    pub fn to_f64(self, quanta: i128) -> f64 {
+        quanta_to_f64(quanta, self.exponent)
+    }
+
+    /// The log2 of the rows the scale holds, `k`: `2^k` at or above the agreed total.
+    fn rows_exponent(self) -> i32 {
+        SUM_BITS - self.exponent - self.bound_exponent
+    }
+
+    /// The agreed parts of the scale (quantum and bound) as one small number, the same on every
+    /// rank that agreed: its square and itself fit an `i128` summed over any world.
+    fn tag(self) -> i128 {
+        i128::from(self.exponent) * 4096 + i128::from(self.bound_exponent + TAG_BOUND_OFFSET)
+    }
+}
+
+/// The agreed parts of a scale, as the errors show them.
+fn describe(exponent: i32, bound_exponent: i32) -> String {
+    format!("quanta of 2^{}, values below 2^{bound_exponent}", -exponent)
+}
+
+/// [`describe`] of a scale's [`FixedScale::tag`].
+fn describe_tag(tag: i128) -> String {
+    let (exponent, bound) = (tag.div_euclid(4096), tag.rem_euclid(4096));
+    let bound = i32::try_from(bound).unwrap_or(0) - TAG_BOUND_OFFSET;
+    describe(i32::try_from(exponent).unwrap_or(i32::MAX), bound)
+}
+
+impl fmt::Display for FixedScale {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&describe(self.exponent, self.bound_exponent))
+    }
+}
+
+/// Per-bin exact sums of per-sample values at an agreed [`FixedScale`], reduced over a ring
+/// with one `i128` allreduce.
+///
+/// Build it on every rank with the same bins and scale, [`add`](FixedHistogram::add) each
+/// sample's value to its bin, [`allreduce`](FixedHistogram::allreduce), and read the sums with
+/// [`to_f64`](FixedHistogram::to_f64): every rank gets the same bits, and so would any other
+/// world size or partition of the same samples (see [`FixedScale::agree`] for an example).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FixedHistogram {
+    /// The bins' sums in quanta, then [`CHECKS`] elements filled in by each reduction.
+    sums: Vec<i128>,
+    scale: FixedScale,
+    /// The rows whose values the sums may hold: the scale's local rows, then, once reduced,
+    /// every rank's.
+    rows: u128,
+    /// The most quanta a bin's sum may hold in magnitude: `rows × 2^(m + e)`.
+    headroom: u128,
+    /// Every value must be below this in magnitude: [`FixedScale::bound`].
+    bound: f64,
+    /// The first add refused since the histogram was made: its reduction fails on every rank.
+    refused: Option<CollectiveError>,
+}
+
+impl FixedHistogram {
+    /// `bins` empty bins at `scale`.
+    pub fn new(bins: usize, scale: FixedScale) -> FixedHistogram {
+        let mut hist = FixedHistogram {
+            sums: vec![0; bins + CHECKS],
+            scale,
+            rows: 0,
+            headroom: 0,
+            bound: scale.bound(),
+            refused: None,
+        };
+        hist.hold_rows(u128::from(scale.local_rows));
+        hist
+    }
+
+    /// Sets the rows the sums may hold, and so the headroom (`rows <= 2^k`, so at most
+    /// `2^126` quanta).
+    fn hold_rows(&mut self, rows: u128) {
+        self.rows = rows;
+        self.headroom = rows << (SUM_BITS - self.scale.rows_exponent());
+    }
+
+    /// The number of bins.
+    pub fn bins(&self) -> usize {
+        self.sums.len() - CHECKS
+    }
+
+    /// The scale the sums are held at.
+    pub fn scale(&self) -> FixedScale {
+        self.scale
+    }
+
+    /// Each bin's exact sum, in quanta of `2^−exponent` ([`FixedScale::exponent`]).
+    pub fn sums(&self) -> &[i128] {
+        &self.sums[..self.bins()]
+    }
+
+    /// Adds `value`, rounded to the scale on its own, to bin `bin`.
+    ///
+    /// Refused, with nothing added: a bin past the last and a value that is not finite
+    /// ([`CollectiveError::InvalidArgument`]); a value not below the scale's bound, and one
+    /// that would take the bin's sum past what this rank's declared rows could make
+    /// ([`CollectiveError::Overflow`], naming the bin).
+    #[inline]
+    pub fn add(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
+        if bin >= self.bins() {
+            return Err(self.no_bin(bin));
+        }
+        if !(value.abs() < self.bound) {
+            return Err(self.out_of_bound(bin, value));
+        }
+        let sum = self.sums[bin].wrapping_add(quantize(value, self.scale.exponent));
+        // Both terms are within 2^126 quanta, so a sum past the headroom shows in its magnitude
+        // even where it wrapped (to -2^127, whose magnitude is 2^127).
+        if sum.unsigned_abs() > self.headroom {
+            return Err(self.past_headroom(bin, value));
+        }
+        self.sums[bin] = sum;
+        Ok(())
+    }
+
+    /// [`FixedHistogram::add`] of an f32 value (widened exactly).
+    #[inline]
+    pub fn add_f32(&mut self, bin: usize, value: f32) -> Result<(), CollectiveError> {
+        self.add(bin, f64::from(value))
+    }
+
+    /// Adds `values[i]` to bin `bins[i]` for every `i`, as [`FixedHistogram::add`] does; if
+    /// one is refused, the ones before it are taken back out (exactly: the sums are integers),
+    /// so the histogram is as it was.
+    pub fn add_many<B>(&mut self, bins: &[B], values: &[f64]) -> Result<(), CollectiveError>
+    where
+        B: Copy + TryInto<usize> + fmt::Display,
+    {
+        if bins.len() != values.len() {
+            return Err(CollectiveError::InvalidArgument {
+                reason: format!("{} bins for {} values", bins.len(), values.len()),
+            });
+        }
+        for (i, (&bin, &value)) in bins.iter().zip(values).enumerate() {
+            let added = match bin.try_into() {
+                Ok(index) => self.add(index, value),
+                Err(_) => Err(self.refuse(CollectiveError::InvalidArgument {
+                    reason: format!("bin {bin} of value {i} is not a bin of {}", self.bins()),
+                })),
+            };
+            if let Err(error) = added {
+                for (&bin, &value) in bins[..i].iter().zip(values) {
+                    let index = bin.try_into().unwrap_or_else(|_| unreachable!("added before"));
+                    let sum = &mut self.sums[index];
+                    *sum = sum.wrapping_sub(quantize(value, self.scale.exponent));
+                }
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces every bin's sum with its sum over every rank of `ring`: one
+    /// [`TrainerCollective::allreduce`] of `i128`s (the bins, then four checks), exact, so the
+    /// same bits for any world.
+    ///
+    /// Every rank calls it with the same number of bins. The checks fail every rank alike,
+    /// with the same error: ranks holding another scale ([`CollectiveError::ScaleMismatch`],
+    /// naming one); a value refused by an add on any rank since this histogram was made (the
+    /// refusal, naming that rank: its sums would miss the value); and ranks whose rows together
+    /// are more than the scale was agreed for, as when a histogram already reduced is reduced
+    /// again ([`CollectiveError::Overflow`]). The first two are told in a second small
+    /// collective. On any error the histogram is emptied (every sum zero): a partial or mixed
+    /// reduction is never left to read. Once reduced, the histogram holds every rank's rows:
+    /// values may still be added within that headroom.
+    pub fn allreduce<C: TrainerCollective + ?Sized>(
+        &mut self,
+        ring: &mut C,
+    ) -> Result<(), CollectiveError> {
+        let bins = self.bins();
+        let tag = self.scale.tag();
+        let rows = i128::try_from(self.rows).expect("at most 2^64 rows");
+        let refused = i128::from(self.refused.is_some());
+        self.sums[bins..].copy_from_slice(&[tag, tag * tag, rows, refused]);
+        let reduced = ring
+            .allreduce(Numbers::I128(&mut self.sums), Reduction::Sum)
+            .and_then(|()| self.check_reduced(ring));
+        if reduced.is_err() {
+            self.sums.fill(0);
+        }
+        reduced
+    }
+
+    /// The checks of a reduction, from the elements after the bins.
+    fn check_reduced<C: TrainerCollective + ?Sized>(
+        &mut self,
+        ring: &mut C,
+    ) -> Result<(), CollectiveError> {
+        let world = i128::try_from(ring.world_size()).expect("a world fits an i128");
+        let bins = self.bins();
+        let [tags, squares, rows, refusals] = [0, 1, 2, 3].map(|i| self.sums[bins + i]);
+        let tag = self.scale.tag();
+        // Sums of n tags and of their squares equal n × t and n × t² only if every tag is t
+        // (their variance about t is then zero).
+        if tags != world * tag || squares != world * tag * tag || refusals != 0 {
+            return Err(self.tell_every_rank(ring));
+        }
+        let most = 1i128 << self.scale.rows_exponent();
+        if !(0..=most).contains(&rows) {
+            return Err(CollectiveError::Overflow {
+                bin: None,
+                reason: format!(
+                    "the ranks' histograms hold the values of {rows} rows, and the scale ({}) was \
+                     agreed for at most {most}: was a histogram reduced twice?",
+                    self.scale
+                ),
+            });
+        }
+        self.hold_rows(rows.unsigned_abs());
+        Ok(())
+    }
+
+    /// The error every rank returns where the checks found another scale or a refused value:
+    /// every rank's scale and first refusal are gathered, and each rank makes the same error
+    /// from them.
+    fn tell_every_rank<C: TrainerCollective + ?Sized>(&self, ring: &mut C) -> CollectiveError {
+        let reports = match ring.allgather_varlen(&self.report()) {
+            Ok(reports) => reports,
+            Err(error) => return error,
+        };
+        let read = |report: &[u8]| {
+            let (tag, rest) = report.split_first_chunk::<16>()?;
+            let (kind, rest) = rest.split_first()?;
+            let (bin, reason) = rest.split_first_chunk::<8>()?;
+            let bin = Some(u64::from_le_bytes(*bin)).filter(|&b| b != u64::MAX);
+            let reason = String::from_utf8_lossy(reason).into_owned();
+            Some((i128::from_le_bytes(*tag), *kind, bin.map(|b| b as usize), reason))
+        };
+        let reports: Vec<_> = reports.iter().map(|r| read(r)).collect();
+        let tag = self.scale.tag();
+        if let Some(peer) = reports.iter().position(|r| r.as_ref().map(|r| r.0) != Some(tag)) {
+            let got =
+                reports[peer].as_ref().map_or_else(|| "unreadable".into(), |r| describe_tag(r.0));
+            return CollectiveError::ScaleMismatch { peer, expected: self.scale.to_string(), got };
+        }
+        let refusal = reports.into_iter().enumerate().find_map(|(rank, r)| match r {
+            Some((_, kind @ (REFUSED_OVERFLOW | REFUSED_ARGUMENT), bin, reason)) => {
+                Some((rank, kind, bin, reason))
+            }
+            _ => None,
+        });
+        match refusal {
+            Some((rank, REFUSED_OVERFLOW, bin, reason)) => {
+                CollectiveError::Overflow { bin, reason: format!("on rank {rank}, {reason}") }
+            }
+            Some((rank, _, _, reason)) => {
+                CollectiveError::InvalidArgument { reason: format!("on rank {rank}, {reason}") }
+            }
+            // The sums said the scales differed or a value was refused, and the reports say
+            // neither: only ranks that changed between the two calls could do that.
+            None => CollectiveError::InvalidArgument {
+                reason: "the ranks' fixed-point histograms changed during their reduction".into(),
+            },
+        }
+    }
+
+    /// This rank's scale and first refusal, as [`FixedHistogram::tell_every_rank`] gathers
+    /// them: the tag (16 bytes), the refusal's kind, its bin (`u64::MAX` for none) and its
+    /// reason.
+    fn report(&self) -> Vec<u8> {
+        let mut report = self.scale.tag().to_le_bytes().to_vec();
+        let (kind, bin, reason) = match &self.refused {
+            Some(CollectiveError::Overflow { bin, reason }) => {
+                (REFUSED_OVERFLOW, *bin, reason.as_str())
+            }
+            Some(CollectiveError::InvalidArgument { reason }) => {
+                (REFUSED_ARGUMENT, None, reason.as_str())
+            }
+            _ => (REFUSED_NONE, None, ""),
+        };
+        report.push(kind);
+        report.extend_from_slice(&bin.map_or(u64::MAX, |b| b as u64).to_le_bytes());
+        report.extend_from_slice(reason.as_bytes());
+        report
+    }
+
+    /// Each bin's sum as an f64: one correct rounding of the exact total.
+    pub fn to_f64(&self) -> Vec<f64> {
+        self.sums().iter().map(|&quanta| quanta_to_f64(quanta, self.scale.exponent)).collect()
+    }
+
+    /// Keeps the first refusal for the reduction to tell every rank, and returns it.
+    fn refuse(&mut self, error: CollectiveError) -> CollectiveError {
+        self.refused.get_or_insert_with(|| error.clone());
+        error
+    }
+
+    #[cold]
+    fn no_bin(&mut self, bin: usize) -> CollectiveError {
+        self.refuse(CollectiveError::InvalidArgument {
+            reason: format!("bin {bin} is not a bin of this {}-bin histogram", self.bins()),
+        })
+    }
+
+    #[cold]
+    fn out_of_bound(&mut self, bin: usize, value: f64) -> CollectiveError {
+        if !value.is_finite() {
+            return self.refuse(CollectiveError::InvalidArgument {
+                reason: format!(
+                    "a fixed-point histogram adds finite values, bin {bin} got {value}"
+                ),
+            });
+        }
+        let error = CollectiveError::Overflow {
+            bin: Some(bin),
+            reason: format!(
+                "value {value} is not below the scale's bound 2^{} (its {}), agreed from every \
+                 rank's max |value|",
+                self.scale.bound_exponent, self.scale
+            ),
+        };
+        self.refuse(error)
+    }
+
+    #[cold]
+    fn past_headroom(&mut self, bin: usize, value: f64) -> CollectiveError {
+        let error = CollectiveError::Overflow {
+            bin: Some(bin),
+            reason: format!(
+                "adding {value} takes the bin's sum past what {} rows of values below 2^{} can \
+                 make (the rows this rank declared)",
+                self.rows, self.scale.bound_exponent
+            ),
+        };
+        self.refuse(error)
+    }
+}
+
+/// `2^exponent` for exponents from -1074 (the smallest subnormal) to 1024 (infinity).
+fn pow2(exponent: i32) -> f64 {
+    match exponent {
+        1024.. => f64::INFINITY,
+        -1022.. => f64::from_bits(((exponent + 1023) as u64) << 52),
+        _ => f64::from_bits(1u64 << (exponent - MIN_EXPONENT).max(0)),
+    }
+}
+
+/// The least `m` with `x < 2^m`, for a finite `x >= 0`; -1074 for zero (so that only zeros lie
+/// below `2^m`: none of f64's positive values do).
+fn exponent_above(x: f64) -> i32 {
+    let bits = x.abs().to_bits();
+    let biased = (bits >> 52) as i32;
+    if biased == 0 {
+        // Zero or a subnormal: `bits` is the value in units of 2^-1074.
+        (64 - bits.leading_zeros() as i32 + MIN_EXPONENT).max(MIN_EXPONENT)
+    } else {
+        biased - 1022
+    }
+}
+
+/// `round(value × 2^exponent)`, to nearest, ties to even, exactly, for a finite `value` whose
+/// result is within `2^126` (which the bound check makes sure of).
+#[inline]
+pub(crate) fn quantize(value: f64, exponent: i32) -> i128 {
+    let bits = value.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    // value = significand × 2^(power - exponent): a subnormal has no implicit bit and the
+    // smallest normal's exponent.
+    let (significand, power) = if biased == 0 {
+        (fraction, MIN_EXPONENT + exponent)
+    } else {
+        (fraction | 1 << 52, biased - 1075 + exponent)
+    };
+    let magnitude = if power >= 0 {
+        (significand as u128) << power
+    } else {
+        u128::from(shift_right_even(significand, power.unsigned_abs()))
+    };
+    let magnitude = magnitude as i128;
+    if bits >> 63 == 0 { magnitude } else { -magnitude }
+}
+
+/// `x / 2^by` rounded to nearest, ties to even, for `x < 2^53`.
+#[inline]
+fn shift_right_even(x: u64, by: u32) -> u64 {
+    if by >= 64 {
+        return 0; // below half of 2^by
+    }
+    let kept = x >> by;
+    let dropped = x & ((1u64 << by) - 1);
+    let half = 1u64 << (by - 1);
+    kept + u64::from(dropped > half || (dropped == half && kept & 1 == 1))
+}
+
+/// `x / 2^by` rounded to nearest, ties to even, for any `by >= 1`.
+fn shift_right_even_u128(x: u128, by: u32) -> u128 {
+    if by > 128 {
+        return 0;
+    }
+    let (kept, dropped) = if by == 128 { (0, x) } else { (x >> by, x & ((1u128 << by) - 1)) };
+    let half = 1u128 << (by - 1);
+    kept + u128::from(dropped > half || (dropped == half && kept & 1 == 1))
+}
+
+/// `quanta × 2^−exponent` rounded once to an f64 (to nearest, ties to even), subnormals and
+/// overflow included.
+pub(crate) fn quanta_to_f64(quanta: i128, exponent: i32) -> f64 {
+    let magnitude = quanta.unsigned_abs();
+    let length = 128 - magnitude.leading_zeros() as i32;
+    // The leading bit is worth 2^top.
+    let top = length - 1 - exponent;
+    let value = if magnitude == 0 {
+        0.0
+    } else if top > 1023 {
+        f64::INFINITY
+    } else {
+        // Keep 53 bits, or fewer where the value is subnormal: none below 2^-1074.
+        let keep = 53.min(top - MIN_EXPONENT + 1);
+        let drop = length - keep;
+        let (significand, power) = if drop > 0 {
+            (shift_right_even_u128(magnitude, drop as u32), drop - exponent)
+        } else {
+            (magnitude, -exponent)
+        };
+        // significand <= 2^53 and -1074 <= power <= 971, so both are exact and the product is
+        // rounded only where it overflows (to infinity, as a correct rounding does).
+        significand as f64 * pow2(power)
+    };
+    if quanta < 0 { -value } else { value }
+}
+
+#[cfg(test)]
+#[path = "fixed_tests.rs"]
+mod tests;

@@ -1,0 +1,312 @@
+use num_bigint::BigInt;
+use num_traits::{Signed, Zero};
+
+use super::*;
+use crate::LocalCollective;
+
+/// A small deterministic generator (xorshift64*).
+struct Dice(u64);
+
+impl Dice {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn between(&mut self, low: i32, high: i32) -> i32 {
+        low + self.below((high - low + 1) as u64) as i32
+    }
+}
+
+fn scale(max_abs: f64, rows: u64) -> FixedScale {
+    FixedScale::agree(&mut LocalCollective, max_abs, rows).unwrap()
+}
+
+/// `y × 2^at` as an exact big integer (`at` large enough that it is one).
+fn exact(y: f64, at: i32) -> BigInt {
+    let bits = y.abs().to_bits();
+    let (biased, fraction) = ((bits >> 52) as i32, BigInt::from(bits & ((1 << 52) - 1)));
+    let (significand, power) = if biased == 0 {
+        (fraction, -1074)
+    } else {
+        (fraction + (BigInt::from(1) << 52), biased - 1075)
+    };
+    let magnitude = significand << usize::try_from(power + at).expect("a whole number");
+    if y < 0.0 { -magnitude } else { magnitude }
+}
+
+/// Asserts that `got` is `quanta × 2^-exponent` rounded to nearest, ties to even: no f64 lies
+/// closer, and at a tie its significand is even. Checked in big integers, apart from the code.
+fn assert_correctly_rounded(quanta: i128, exponent: i32, got: f64) {
+    let case = format!("{quanta} × 2^{} gave {got:e}", -exponent);
+    let at = exponent.max(0) + 1074;
+    let target = BigInt::from(quanta) << usize::try_from(at - exponent).unwrap();
+    if got.is_infinite() {
+        // Rounds to infinity from 2^1024 - 2^970 (half an ulp above f64::MAX) up.
+        let threshold =
+            (BigInt::from(1) << (1024 + at as usize)) - (BigInt::from(1) << (970 + at as usize));
+        assert!(target.abs() >= threshold, "{case}");
+        assert_eq!(got.is_sign_negative(), quanta < 0, "{case}");
+        return;
+    }
+    let distance = |y: f64| (&target - exact(y, at)).abs();
+    let mine = distance(got);
+    let bits = got.to_bits();
+    let neighbours = [f64::from_bits(bits.wrapping_add(1)), f64::from_bits(bits.wrapping_sub(1))];
+    for n in neighbours
+        .into_iter()
+        .filter(|n| n.is_finite() && n.is_sign_negative() == got.is_sign_negative())
+    {
+        let theirs = distance(n);
+        assert!(mine <= theirs, "{case}: {n:e} is closer");
+        if mine == theirs {
+            assert_eq!(bits & 1, 0, "{case}: a tie with {n:e} kept the odd one");
+        }
+    }
+    if got == 0.0 {
+        // Zero's other neighbour is the smallest subnormal of the other sign.
+        let other = if got.is_sign_negative() { f64::from_bits(1) } else { -f64::from_bits(1) };
+        assert!(mine <= distance(other), "{case}: {other:e} is closer");
+    }
+}
+
+#[test]
+fn quanta_convert_with_one_correct_rounding_at_every_exponent() {
+    let mut dice = Dice(0x5eed_f1ed);
+    for _ in 0..20_000 {
+        let length = dice.between(1, 127) as u32;
+        let magnitude = (u128::from(dice.next()) << 64 | u128::from(dice.next())) >> (128 - length);
+        let magnitude = (magnitude | 1 << (length - 1)) as i128;
+        let quanta = if dice.below(2) == 0 { magnitude } else { -magnitude };
+        // Exponents that put the result anywhere: deep subnormal to overflow.
+        let exponent = dice.between(-1100, 1250);
+        assert_correctly_rounded(quanta, exponent, quanta_to_f64(quanta, exponent));
+    }
+    // Ties at 53 bits, both ways, and at the subnormal cut.
+    for (quanta, exponent) in [
+        ((1i128 << 53) + 1, 0),
+        ((1i128 << 53) + 3, 0),
+        (-(1i128 << 54) - 2, 1),
+        (3, 1075),
+        (1, 1075),
+        (1, 1076),
+        (5, 1076),
+        (i128::MAX, -900),
+        (i128::MIN + 1, -897),
+        (1, -1023),
+        (i128::MAX, 0),
+    ] {
+        assert_correctly_rounded(quanta, exponent, quanta_to_f64(quanta, exponent));
+    }
+    assert_eq!(quanta_to_f64((1i128 << 53) + 1, 0), 2f64.powi(53), "a tie goes to even");
+    assert_eq!(quanta_to_f64((1i128 << 53) + 3, 0), 2f64.powi(53) + 4.0);
+    assert_eq!(quanta_to_f64(1, 1075), 0.0, "half the smallest subnormal ties to zero");
+    assert_eq!(quanta_to_f64(3, 1075), f64::from_bits(2), "one and a half rounds to two");
+    assert_eq!(quanta_to_f64(0, 77).to_bits(), 0, "zero is +0");
+}
+
+#[test]
+fn a_value_is_rounded_once_to_nearest_ties_to_even() {
+    // Where `value × 2^exponent` is a normal f64, the hardware's own exact product and
+    // round-ties-even are the oracle.
+    let mut dice = Dice(0x0dd_ba11);
+    for _ in 0..50_000 {
+        let power = dice.between(-60, 60);
+        let value = f64::from_bits(dice.next() >> 12 | 0x3ff0_0000_0000_0000) * 2f64.powi(power);
+        let value = if dice.below(2) == 0 { value } else { -value };
+        let exponent = dice.between(-power - 60, 120 - power);
+        let want = (value * 2f64.powi(exponent)).round_ties_even() as i128;
+        assert_eq!(quantize(value, exponent), want, "{value:e} at 2^{exponent}");
+    }
+    let e = 59;
+    assert_eq!(quantize(0.5 * 2f64.powi(-e), e), 0, "half a quantum ties to zero");
+    assert_eq!(quantize(1.5 * 2f64.powi(-e), e), 2);
+    assert_eq!(quantize(-2.5 * 2f64.powi(-e), e), -2);
+    assert_eq!(quantize(-3.5 * 2f64.powi(-e), e), -4);
+    assert_eq!(quantize(f64::from_bits(1), 1074), 1, "a subnormal held exactly");
+    assert_eq!(quantize(f64::from_bits(3), 1073), 2, "1.5 quanta to 2");
+    assert_eq!(quantize(f64::from_bits(1), 1000), 0);
+    assert_eq!(quantize(1e-300, 0), 0);
+    assert_eq!(quantize(-0.0, 3), 0);
+    assert_eq!(quantize(2f64.powi(72), 54), 1i128 << 126);
+}
+
+/// The window the module docs state: values within 74 - k binades of the bound come back
+/// exactly; smaller ones are off by at most half a quantum; N values at the bound fit.
+#[test]
+fn the_window_holds_what_the_docs_say() {
+    let mut dice = Dice(0xb1_4a5e);
+    for (max_abs, rows) in [(1.0, 1), (1000.0, 100_000), (3.0e-7, 1 << 32), (1.7e308, 9), (0.0, 4)]
+    {
+        let s = scale(max_abs, rows);
+        let k = if rows <= 1 { 0 } else { 64 - (rows - 1).leading_zeros() as i32 };
+        let m = exponent_above(max_abs);
+        assert!(max_abs < s.bound() && (max_abs == 0.0 || s.bound() <= 2.0 * max_abs.max(1e-300)));
+        assert_eq!(s.exponent(), 126 - k - m);
+        assert_eq!(s.rows_exponent(), k);
+        for _ in 0..2000 {
+            let binades = dice.between(0, 140);
+            let fraction = 1.0 + dice.below(1 << 52) as f64 / (1u64 << 52) as f64;
+            // Below 2^m: 2^(m - 1) times [1, 2), then scaled down.
+            let value = 2f64.powi(m - 1) * fraction * 2f64.powi(-binades);
+            if value == 0.0 {
+                continue;
+            }
+            let quanta = s.quantize(value).unwrap();
+            let back = s.to_f64(quanta);
+            if value >= 2f64.powi(m + k - 74) {
+                assert_eq!(back, value, "{value:e} within the window, {s}");
+            } else {
+                let off = (back - value).abs();
+                assert!(off <= 2f64.powi(m + k - 127), "{value:e} off by {off:e}, {s}");
+            }
+        }
+    }
+    assert_eq!(scale(0.0, 3).quantize(0.0), Some(0));
+    assert_eq!(scale(0.0, 3).quantize(f64::from_bits(1)), None, "only zeros below a max of 0");
+    assert_eq!(scale(f64::MAX, 1).bound(), f64::INFINITY);
+    assert_eq!(scale(f64::MAX, 1).quantize(f64::INFINITY), None);
+    assert_eq!(scale(1.0, 1).quantize(f64::NAN), None);
+}
+
+#[test]
+fn a_bin_holds_every_rows_values_at_the_bound_and_refuses_one_more() {
+    for rows in [1u64, 2, 3, 1000, 1 << 20] {
+        let s = scale(1.0, rows);
+        let largest = 2.0 - f64::EPSILON; // below the bound 2
+        let mut hist = FixedHistogram::new(3, s);
+        for _ in 0..rows {
+            hist.add(1, largest).unwrap();
+            hist.add(2, -largest).unwrap();
+        }
+        let before = hist.clone();
+        let refused = hist.add(1, largest).unwrap_err();
+        assert!(matches!(refused, CollectiveError::Overflow { bin: Some(1), .. }), "{refused}");
+        assert!(refused.to_string().contains("in bin 1"), "{refused}");
+        assert!(hist.add(2, -largest).is_err());
+        assert_eq!(hist.sums(), before.sums(), "a refused add adds nothing");
+        // Cancelling values still fit: the headroom bounds the sum, not the count.
+        hist.add(1, -largest).unwrap();
+        hist.add(1, largest).unwrap();
+        assert_eq!(hist.to_f64()[1], rows as f64 * largest);
+        assert_eq!(hist.to_f64()[2], -(rows as f64) * largest);
+    }
+    // Rows that are all a scale's: 2^64 - 1 of them, the headroom within 2^126.
+    let s = scale(1.0, u64::MAX);
+    let mut hist = FixedHistogram::new(1, s);
+    hist.add(0, 1.999).unwrap();
+    assert_eq!(hist.to_f64(), [1.999]);
+}
+
+#[test]
+fn values_outside_the_scale_and_bins_outside_the_histogram_are_refused() {
+    let mut hist = FixedHistogram::new(4, scale(3.0, 10));
+    assert_eq!(hist.scale().bound(), 4.0);
+    let outside = hist.add(2, 4.0).unwrap_err();
+    assert!(matches!(outside, CollectiveError::Overflow { bin: Some(2), .. }), "{outside}");
+    assert!(
+        outside.to_string().contains("value 4 is not below the scale's bound 2^2"),
+        "{outside}"
+    );
+    for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let e = hist.add(0, bad).unwrap_err();
+        assert_eq!(e.kind(), "invalid_argument", "{e}");
+    }
+    let past = hist.add(4, 1.0).unwrap_err();
+    assert!(past.to_string().contains("bin 4 is not a bin of this 4-bin histogram"), "{past}");
+    hist.add_f32(3, -0.75f32).unwrap();
+    assert_eq!(hist.to_f64(), [0.0, 0.0, 0.0, -0.75]);
+    assert_eq!(hist.sums()[3], -3i128 << (hist.scale().exponent() - 2));
+}
+
+#[test]
+fn a_refused_value_in_a_batch_takes_the_batch_back_out() {
+    let mut hist = FixedHistogram::new(3, scale(1.0, 4));
+    hist.add(0, 0.125).unwrap();
+    let before = hist.clone();
+    let e = hist.add_many(&[0i64, 1, 2, 1], &[0.5, 1e-30, 0.25, 7.0]).unwrap_err();
+    assert!(matches!(e, CollectiveError::Overflow { bin: Some(1), .. }), "{e}");
+    assert_eq!(hist.sums(), before.sums());
+    let e = hist.add_many(&[0i64, -1], &[0.5, 0.5]).unwrap_err();
+    assert!(e.to_string().contains("bin -1 of value 1"), "{e}");
+    assert_eq!(hist.sums(), before.sums());
+    assert!(hist.add_many(&[0i64], &[0.5, 0.5]).is_err());
+    hist.add_many(&[0i64, 1, 2, 1], &[0.5, 1e-30, 0.25, -0.5]).unwrap();
+    assert_eq!(hist.to_f64(), [0.625, 1e-30 - 0.5, 0.25]);
+}
+
+#[test]
+fn a_sum_is_the_same_in_any_order_and_grouping() {
+    let mut dice = Dice(0x0bde_0001);
+    let values: Vec<f64> = (0..5000)
+        .map(|_| {
+            let v = f64::from_bits(dice.next() >> 12 | 0x3ff0_0000_0000_0000) - 1.0;
+            v * 2f64.powi(dice.between(-40, 10)) * if dice.below(2) == 0 { 1.0 } else { -1.0 }
+        })
+        .collect();
+    let max_abs = values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let s = scale(max_abs, values.len() as u64);
+    let mut forward = FixedHistogram::new(1, s);
+    for &v in &values {
+        forward.add(0, v).unwrap();
+    }
+    let mut backward = FixedHistogram::new(1, s);
+    for &v in values.iter().rev() {
+        backward.add(0, v).unwrap();
+    }
+    assert_eq!(forward.sums(), backward.sums());
+    let exact: BigInt = values.iter().map(|&v| BigInt::from(s.quantize(v).unwrap())).sum();
+    assert_eq!(BigInt::from(forward.sums()[0]), exact);
+    assert_correctly_rounded(forward.sums()[0], s.exponent(), forward.to_f64()[0]);
+}
+
+#[test]
+fn agree_refuses_a_max_that_is_not_a_number_at_least_zero() {
+    for bad in [f64::NAN, -1.0, f64::INFINITY] {
+        let e = FixedScale::agree(&mut LocalCollective, bad, 3).unwrap_err();
+        assert_eq!(e.kind(), "invalid_argument", "{e}");
+        assert!(e.to_string().contains("rank 0 passed FixedScale::agree a max"), "{e}");
+    }
+    let s = FixedScale::agree(&mut LocalCollective, -0.0, 3).unwrap();
+    assert_eq!(
+        (s.local_rows(), s.to_string()),
+        (3, "quanta of 2^-1198, values below 2^-1074".into())
+    );
+}
+
+#[test]
+fn a_world_of_one_reduces_to_its_own_sums_as_often_as_asked() {
+    let s = scale(10.0, 4);
+    let mut hist = FixedHistogram::new(2, s);
+    hist.add(0, 9.5).unwrap();
+    hist.add(1, -0.1).unwrap();
+    let before = hist.to_f64();
+    hist.allreduce(&mut LocalCollective).unwrap();
+    hist.allreduce(&mut LocalCollective).unwrap();
+    assert_eq!(hist.to_f64(), before);
+    assert_eq!(describe_tag(s.tag()), s.to_string());
+    assert_eq!(describe_tag(scale(1e300, 1).tag()), scale(1e300, 1).to_string());
+}
+
+/// A refused add is told at the reduction (here to the one rank there is), which fails and
+/// empties the histogram rather than reduce sums that miss a value.
+#[test]
+fn a_refused_add_fails_the_reduction_and_empties_the_histogram() {
+    let mut hist = FixedHistogram::new(2, scale(1.0, 2));
+    hist.add(0, 0.5).unwrap();
+    assert!(hist.add(1, 3.0).is_err());
+    hist.add(1, 0.25).unwrap();
+    let e = hist.allreduce(&mut LocalCollective).unwrap_err();
+    assert!(matches!(e, CollectiveError::Overflow { bin: Some(1), .. }), "{e}");
+    assert!(e.to_string().starts_with("fixed-point overflow in bin 1: on rank 0, value 3"), "{e}");
+    assert_eq!(hist.sums(), [0, 0]);
+    let mut nan = FixedHistogram::new(1, scale(1.0, 2));
+    assert!(nan.add(0, f64::NAN).is_err());
+    let e = nan.allreduce(&mut LocalCollective).unwrap_err();
+    assert_eq!(e.kind(), "invalid_argument", "{e}");
+    assert!(e.to_string().contains("on rank 0, a fixed-point histogram adds finite"), "{e}");
+}
