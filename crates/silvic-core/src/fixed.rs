@@ -8,19 +8,7 @@
 //! ([`FixedHistogram::to_f64`]) is one correct rounding of its exact total, so it depends on the
 //! samples alone: any world, partition, order or allreduce path gives the same bits.
 //!
-//! # The window
-//!
-//! The scale comes from the global max |value| `M` and the global row count `N`: with `2^m`
-//! the power of two above `M` (`M < 2^m`) and `2^k` the power of two at or above `N`, a value
-//! `v` is held as `round(v × 2^e)` quanta, `e = 126 − k − m`, to nearest, ties to even. Then:
-//!
-//! - a value is held exactly when `|v| >= 2^(m + k − 74)`: every bit of its 53 lies at or above
-//!   the quantum `2^−e`. That is the 74 − k binades below the largest value (57 binades for
-//!   10^5 rows, 42 for 2^32);
-//! - a smaller value is off by at most half a quantum, `2^(m + k − 127)`: relative to `2^m`,
-//!   at most `2^(k − 127)` (`2^−110` for 10^5 rows), and it becomes zero below that;
-//! - a sum of `N` values below `2^m` stays within `2^126` quanta, so no order of folding, on any
-//!   rank, can pass the `±2^127` of an `i128`.
+//! Which values are held exactly, and how the others are rounded, is on [`FixedScale`].
 //!
 //! Invariants kept here: the scale is a pure function of the global max and row count, so every
 //! rank that agreed holds the same one; each value's quanta depend on that value alone; each
@@ -52,7 +40,21 @@ const TAG_BOUND_OFFSET: i32 = 1075;
 ///
 /// It holds three numbers: the quantum `2^−exponent`, the bound every value must stay below
 /// (`2^m`, the power of two above the global max |value|) and this rank's rows (its
-/// headroom). See the [module docs](self) for which values are held exactly.
+/// headroom).
+///
+/// # The window
+///
+/// The scale comes from the global max |value| `M` and the global row count `N`: with `2^m`
+/// the power of two above `M` (`M < 2^m`) and `2^k` the power of two at or above `N`, a value
+/// `v` is held as `round(v × 2^e)` quanta, `e = 126 − k − m`, to nearest, ties to even. Then:
+///
+/// - a value is held exactly when `|v| >= 2^(m + k − 74)`: every bit of its 53 lies at or above
+///   the quantum `2^−e`. That is the 74 − k binades below the largest value (57 binades for
+///   10^5 rows, 42 for 2^32);
+/// - a smaller value is off by at most half a quantum, `2^(m + k − 127)`: relative to `2^m`,
+///   at most `2^(k − 127)` (`2^−110` for 10^5 rows); one below half a quantum becomes zero;
+/// - a sum of `N` values below `2^m` stays within `2^126` quanta, so no order of folding, on any
+///   rank, can pass the `±2^127` of an `i128`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FixedScale {
     exponent: i32,
@@ -68,8 +70,8 @@ impl FixedScale {
     /// on the data alone, not on how the rows are partitioned.
     ///
     /// Every rank calls it with its own numbers. A max that is not a finite number at least
-    /// zero, or rows adding up to more than `u64::MAX`, fail every rank alike, naming the
-    /// rank.
+    /// zero (naming the rank that passed it), or rows adding up to more than `u64::MAX`, fail
+    /// every rank alike.
     ///
     /// ```
     /// use silvic_core::{FixedHistogram, FixedScale, LocalCollective};
@@ -205,10 +207,9 @@ pub struct FixedHistogram {
     /// The rows whose values the sums may hold: the scale's local rows, then, once reduced,
     /// every rank's.
     rows: u128,
-    /// The most quanta a bin's sum may hold in magnitude: `rows × 2^(m + e)`.
-    headroom: u128,
-    /// Every value must be below this in magnitude: [`FixedScale::bound`].
-    bound: f64,
+    /// What an add checks against: the bound, and the most quanta a bin's sum may hold in
+    /// magnitude (the headroom, `rows × 2^(m + e)`).
+    adder: Adder,
     /// The first add refused since the histogram was made: its reduction fails on every rank.
     refused: Option<CollectiveError>,
 }
@@ -220,8 +221,7 @@ impl FixedHistogram {
             sums: vec![0; bins + CHECKS],
             scale,
             rows: 0,
-            headroom: 0,
-            bound: scale.bound(),
+            adder: Adder::new(scale.exponent, scale.bound(), 0),
             refused: None,
         };
         hist.hold_rows(u128::from(scale.local_rows));
@@ -232,7 +232,8 @@ impl FixedHistogram {
     /// `2^126` quanta).
     fn hold_rows(&mut self, rows: u128) {
         self.rows = rows;
-        self.headroom = rows << (SUM_BITS - self.scale.rows_exponent());
+        let headroom = rows << (SUM_BITS - self.scale.rows_exponent());
+        self.adder = Adder::new(self.scale.exponent, self.scale.bound(), headroom);
     }
 
     /// The number of bins.
@@ -258,20 +259,12 @@ impl FixedHistogram {
     /// ([`CollectiveError::Overflow`], naming the bin).
     #[inline]
     pub fn add(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
-        if bin >= self.bins() {
+        let adder = self.adder;
+        let bins = self.bins();
+        let Some(slot) = self.sums[..bins].get_mut(bin) else {
             return Err(self.no_bin(bin));
-        }
-        if !(value.abs() < self.bound) {
-            return Err(self.out_of_bound(bin, value));
-        }
-        let sum = self.sums[bin].wrapping_add(quantize(value, self.scale.exponent));
-        // Both terms are within 2^126 quanta, so a sum past the headroom shows in its magnitude
-        // even where it wrapped (to -2^127, whose magnitude is 2^127).
-        if sum.unsigned_abs() > self.headroom {
-            return Err(self.past_headroom(bin, value));
-        }
-        self.sums[bin] = sum;
-        Ok(())
+        };
+        adder.add(slot, value).map_err(|refusal| self.refused(refusal, bin, value))
     }
 
     /// [`FixedHistogram::add`] of an f32 value (widened exactly).
@@ -292,23 +285,43 @@ impl FixedHistogram {
                 reason: format!("{} bins for {} values", bins.len(), values.len()),
             });
         }
+        let (adder, count) = (self.adder, self.bins());
+        let sums = &mut self.sums[..count];
+        let mut refusal = None;
         for (i, (&bin, &value)) in bins.iter().zip(values).enumerate() {
-            let added = match bin.try_into() {
-                Ok(index) => self.add(index, value),
-                Err(_) => Err(self.refuse(CollectiveError::InvalidArgument {
-                    reason: format!("bin {bin} of value {i} is not a bin of {}", self.bins()),
-                })),
+            let Some(slot) = bin.try_into().ok().and_then(|b: usize| sums.get_mut(b)) else {
+                refusal = Some((i, None));
+                break;
             };
-            if let Err(error) = added {
-                for (&bin, &value) in bins[..i].iter().zip(values) {
-                    let index = bin.try_into().unwrap_or_else(|_| unreachable!("added before"));
-                    let sum = &mut self.sums[index];
-                    *sum = sum.wrapping_sub(quantize(value, self.scale.exponent));
-                }
-                return Err(error);
+            if let Err(why) = adder.add(slot, value) {
+                refusal = Some((i, Some(why)));
+                break;
             }
         }
-        Ok(())
+        let Some((i, why)) = refusal else {
+            return Ok(());
+        };
+        for (&bin, &value) in bins[..i].iter().zip(values) {
+            let index: usize = bin.try_into().unwrap_or_else(|_| unreachable!("added before"));
+            let sum = &mut sums[index];
+            *sum = sum.wrapping_sub(quantize(value, adder.exponent));
+        }
+        let (bin, value) = (bins[i], values[i]);
+        Err(match (why, bin.try_into()) {
+            (Some(why), Ok(index)) => self.refused(why, index, value),
+            _ => self.refuse(CollectiveError::InvalidArgument {
+                reason: format!("bin {bin} of value {i} is not a bin of {}", self.bins()),
+            }),
+        })
+    }
+
+    /// The error of a refused add, kept for the reduction.
+    #[cold]
+    fn refused(&mut self, refusal: Refusal, bin: usize, value: f64) -> CollectiveError {
+        match refusal {
+            Refusal::Bound => self.out_of_bound(bin, value),
+            Refusal::Headroom => self.past_headroom(bin, value),
+        }
     }
 
     /// Replaces every bin's sum with its sum over every rank of `ring`: one
@@ -484,6 +497,82 @@ impl FixedHistogram {
             ),
         };
         self.refuse(error)
+    }
+}
+
+/// Why an add was refused.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// The value is not below the bound (or not a number).
+    Bound,
+    /// The bin's sum would pass the headroom.
+    Headroom,
+}
+
+/// An add's constants, read once from the histogram, so that a loop of adds keeps them in
+/// registers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Adder {
+    /// The magnitude bits of the smallest value that is a whole number of quanta (a normal
+    /// value whose last significand bit is worth a quantum or more).
+    whole: u64,
+    /// How far above `whole` the bound's bits lie (zero where the bound is not above it): a
+    /// magnitude in `whole..whole + span` takes the fast path.
+    span: u64,
+    /// The bits of the bound: a magnitude at or above it is refused (NaN's too).
+    limit: u64,
+    exponent: i32,
+    headroom: u128,
+}
+
+impl Adder {
+    fn new(exponent: i32, bound: f64, headroom: u128) -> Adder {
+        // From this biased exponent on, a value is a whole number of quanta (and normal).
+        let whole = ((1075 - i64::from(exponent)).clamp(1, 2047) as u64) << 52;
+        let limit = bound.to_bits();
+        Adder { whole, span: limit.saturating_sub(whole), limit, exponent, headroom }
+    }
+
+    /// Adds `value`'s quanta to `slot`, or says why not (leaving it as it was).
+    #[inline(always)]
+    fn add(self, slot: &mut i128, value: f64) -> Result<(), Refusal> {
+        let bits = value.to_bits();
+        let magnitude = bits & !(1 << 63);
+        // One compare for both: below the bound, and a whole number of quanta.
+        if magnitude.wrapping_sub(self.whole) >= self.span {
+            return self.add_rounded(slot, value);
+        }
+        // The significand shifted left: no rounding, and the shift is below 126 - 52, as the
+        // value is below the bound.
+        let significand = magnitude & ((1 << 52) - 1) | 1 << 52;
+        let shift = (magnitude >> 52) as i32 - 1075 + self.exponent;
+        let quanta = ((significand as u128) << shift) as i128;
+        let sign = i128::from((bits as i64) >> 63);
+        self.add_quanta(slot, (quanta ^ sign) - sign)
+    }
+
+    /// [`Adder::add`] of a value that is not a whole number of quanta, or not below the bound.
+    #[cold]
+    #[inline(never)]
+    fn add_rounded(self, slot: &mut i128, value: f64) -> Result<(), Refusal> {
+        if value.to_bits() & !(1 << 63) >= self.limit {
+            return Err(Refusal::Bound);
+        }
+        self.add_quanta(slot, quantize(value, self.exponent))
+    }
+
+    #[inline(always)]
+    fn add_quanta(self, slot: &mut i128, quanta: i128) -> Result<(), Refusal> {
+        let sum = slot.wrapping_add(quanta);
+        // Within the headroom: -h <= sum <= h, one unsigned compare of sum + h with 2h. Both
+        // terms were within 2^126 quanta, so a sum past the headroom is seen even where it
+        // wrapped (to -2^127).
+        let lifted = sum.wrapping_add(self.headroom as i128) as u128;
+        if lifted > self.headroom << 1 {
+            return Err(Refusal::Headroom);
+        }
+        *slot = sum;
+        Ok(())
     }
 }
 

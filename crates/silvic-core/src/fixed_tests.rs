@@ -1,5 +1,5 @@
 use num_bigint::BigInt;
-use num_traits::{Signed, Zero};
+use num_traits::Signed;
 
 use super::*;
 use crate::LocalCollective;
