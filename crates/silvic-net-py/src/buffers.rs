@@ -10,7 +10,7 @@
 //! fails on every rank instead, so no rank goes on with a result the others have and it lacks.
 
 use numpy::{Element, PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray};
-use numpy::{PyReadwriteArray1, PyUntypedArrayMethods};
+use numpy::{PyReadonlyArray1, PyReadwriteArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use silvic_net::{CollectiveError, Op, TcpCollective};
@@ -82,6 +82,31 @@ fn writeable<'py, T: Element>(
     op: &str,
     dtype: &str,
 ) -> PyResult<PyReadwriteArray1<'py, T>> {
+    let typed = one_dimensional::<T>(buf, op, dtype)?;
+    typed.try_readwrite().map_err(|e| match e {
+        numpy::BorrowError::NotWriteable => {
+            PyValueError::new_err(format!("{op} reduces in place and needs a writeable array"))
+        }
+        other => PyRuntimeError::new_err(format!("{op}: {other}")),
+    })
+}
+
+/// Borrows `buf` as a 1-D C-contiguous array of `T` to read, or says why it is not one.
+pub(crate) fn readable<'py, T: Element>(
+    buf: &Bound<'py, PyAny>,
+    op: &str,
+    dtype: &str,
+) -> PyResult<PyReadonlyArray1<'py, T>> {
+    let typed = one_dimensional::<T>(buf, op, dtype)?;
+    typed.try_readonly().map_err(|e| PyRuntimeError::new_err(format!("{op}: {e}")))
+}
+
+/// `buf` as a 1-D C-contiguous array of `T`, or why it is not one.
+fn one_dimensional<'py, T: Element>(
+    buf: &Bound<'py, PyAny>,
+    op: &str,
+    dtype: &str,
+) -> PyResult<Bound<'py, PyArray1<T>>> {
     let Ok(array) = buf.cast::<PyUntypedArray>() else {
         return Err(PyTypeError::new_err(format!(
             "{op} needs a 1-D numpy array of {dtype}, got {}",
@@ -107,13 +132,7 @@ fn writeable<'py, T: Element>(
              and read the result from it)"
         )));
     }
-    let typed = array.cast::<PyArray1<T>>()?;
-    typed.try_readwrite().map_err(|e| match e {
-        numpy::BorrowError::NotWriteable => {
-            PyValueError::new_err(format!("{op} reduces in place and needs a writeable array"))
-        }
-        other => PyRuntimeError::new_err(format!("{op}: {other}")),
-    })
+    Ok(array.cast::<PyArray1<T>>()?.clone())
 }
 
 /// Keeps an array read-only to Python while a collective runs on it, and makes it writeable

@@ -41,6 +41,7 @@
 mod arguments;
 mod buffers;
 mod errors;
+mod fixed;
 mod lightgbm;
 mod listener;
 mod stats;
@@ -411,6 +412,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RingListener>()?;
     m.add("SilvicError", py.get_type::<errors::SilvicError>())?;
     m.add_class::<RingWatch>()?;
+    m.add_class::<fixed::FixedScale>()?;
+    m.add_class::<fixed::FixedHistogram>()?;
     m.add("CollectiveError", py.get_type::<errors::CollectiveError>())?;
     m.add("ConnectError", py.get_type::<errors::ConnectError>())?;
     m.add("LIVENESS", silvic_net::LIVENESS.as_secs_f64())?;

@@ -12,7 +12,7 @@
 
 use std::sync::Mutex;
 
-use numpy::{Element, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{Element, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -47,7 +47,30 @@ fn typed<T: Element + Copy + Send>(
     reduce_in_place(ring, py, buf, call, |ring, work| ring.allreduce(numbers(work), reduction))
 }
 
-/// `ring.allreduce(buf, op)`: `buf` a float32, float64, int32, int64 or uint64 array.
+/// `ring.allreduce(buf, op)` of an `(n, 2)` int64 array, `n` i128s (low word first).
+fn wide(
+    ring: &mut TcpCollective,
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    reduction: Reduction,
+) -> PyResult<()> {
+    let typed = buf.cast::<numpy::PyArray2<i64>>()?;
+    if !typed.is_c_contiguous() {
+        return Err(PyValueError::new_err(
+            "allreduce needs a contiguous (n, 2) int64 array, got a strided view (pass \
+             numpy.ascontiguousarray(a) and read the result from it)",
+        ));
+    }
+    let mut array = typed.try_readwrite().map_err(|_| {
+        PyValueError::new_err("allreduce reduces in place and needs a writeable array")
+    })?;
+    let words = array.as_slice_mut().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let _read_only = ReadOnlyWhileInUse::new(buf)?;
+    crate::fixed::allreduce_i128(ring, py, words, reduction).map_err(|e| errors::collective(py, &e))
+}
+
+/// `ring.allreduce(buf, op)`: `buf` a float32, float64, int32, int64 or uint64 array, or an
+/// `(n, 2)` int64 array of i128s.
 pub(crate) fn allreduce(
     ring: &mut TcpCollective,
     py: Python<'_>,
@@ -63,7 +86,9 @@ pub(crate) fn allreduce(
     };
     let dtype = array.dtype();
     let is = |d: Bound<'_, numpy::PyArrayDescr>| dtype.is_equiv_to(&d);
-    if is(f32::get_dtype(py)) {
+    if array.ndim() == 2 && array.shape()[1] == 2 && is(i64::get_dtype(py)) {
+        wide(ring, py, buf, reduction)
+    } else if is(f32::get_dtype(py)) {
         typed(ring, py, buf, "float32", reduction, |s: &mut [f32]| Numbers::F32(s))
     } else if is(f64::get_dtype(py)) {
         typed(ring, py, buf, "float64", reduction, |s: &mut [f64]| Numbers::F64(s))

@@ -20,12 +20,17 @@ events (refused connections, a short job token, a long wait) reach :mod:`logging
 logger ``"silvic_net"``; levels set there take effect from the next ``connect`` or ``from_env``.
 Every error the library raises is a :class:`SilvicError`: a :class:`ConnectError` (binding or
 joining) or a :class:`CollectiveError` (a collective), with a ``kind`` to branch on.
+
+:class:`FixedHistogram` sums per-sample values exactly at a :class:`FixedScale` every rank
+agrees on, so its results are the same bits for any world size or partition of the samples.
 """
 
 from silvic_net._native import (
     LIVENESS,
     CollectiveError,
     ConnectError,
+    FixedHistogram,
+    FixedScale,
     RingListener,
     RingWatch,
     SilvicError,
@@ -48,6 +53,8 @@ __all__ = [
     "CollectiveErrorKind",
     "ConnectError",
     "ConnectErrorKind",
+    "FixedHistogram",
+    "FixedScale",
     "PeerStats",
     "RejectReasonName",
     "RingListener",

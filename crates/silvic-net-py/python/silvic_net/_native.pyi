@@ -19,6 +19,8 @@ __all__ = [
     "RingListener",
     "SilvicError",
     "RingWatch",
+    "FixedScale",
+    "FixedHistogram",
     "CollectiveError",
     "ConnectError",
     "LIVENESS",
@@ -216,7 +218,8 @@ class TcpCollective:
         op: Literal["sum", "min", "max"],
     ) -> None:
         """Reduce ``buf`` (1-D, C-contiguous, writeable; float32, float64, int32, int64 or
-        uint64) across ranks in place. Sums of floats fold in the ring's fixed rank order, so
+        uint64; or an ``(n, 2)`` int64 array of ``n`` i128s, each the low 64 bits then the high
+        ones, whose sums are exact and the same for any world) across ranks in place. Sums of floats fold in the ring's fixed rank order, so
         every rank gets the same bits; integer sums wrap; min and max of floats propagate NaN.
         A sum of float64 is the same op as :meth:`allreduce_sum_f64` (and so for the other two
         pinned ones). Raises ``TypeError``/``ValueError`` for a bad array or op, before anything
@@ -255,3 +258,65 @@ class TcpCollective:
 
     def broadcast_bytes(self, data: bytes, root: int) -> bytes:
         """Rank ``root``'s ``data``, on every rank (what the other ranks pass is discarded)."""
+
+@final
+class FixedScale:
+    """The power-of-two quantum of a :class:`FixedHistogram`, agreed by every rank from the
+    data alone. Values are held as whole numbers of quanta of ``2**-exponent``, each rounded
+    once (to nearest, ties to even); every value added must be below ``bound`` in magnitude.
+
+    With ``M < 2**m`` the global max and ``N <= 2**k`` the global rows, ``exponent`` is
+    ``126 - k - m``: values down to ``2**(m + k - 74)`` are held exactly, smaller ones are off
+    by at most half a quantum, and no sum of ``N`` values can overflow.
+    """
+
+    @staticmethod
+    def agree(ring: TcpCollective, max_abs: float, rows: int) -> FixedScale:
+        """Agree the scale with every rank of ``ring`` in one small collective: ``max_abs`` is
+        the largest ``|value|`` this rank will add, ``rows`` the most values it will add to any
+        one bin. The scale depends on the largest max and the total rows alone."""
+
+    @property
+    def exponent(self) -> int:
+        """Values are held as whole numbers of quanta of ``2**-exponent``."""
+
+    @property
+    def bound(self) -> float:
+        """Every value added must be below this in magnitude (a power of two, or infinity)."""
+
+    @property
+    def local_rows(self) -> int:
+        """The rows this rank declared: its headroom."""
+
+@final
+class FixedHistogram:
+    """Per-bin exact sums of per-sample values at an agreed :class:`FixedScale`: ``add`` each
+    batch of samples, ``allreduce`` once on every rank, and ``to_f64`` gives every bin's exact
+    total rounded once, the same bits for any world or partition of the samples."""
+
+    def __init__(self, bins: int, scale: FixedScale) -> None: ...
+    @property
+    def bins(self) -> int:
+        """The number of bins."""
+
+    @property
+    def scale(self) -> FixedScale:
+        """The scale the sums are held at."""
+
+    def add(self, bins: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
+        """Add ``values[i]`` to bin ``bins[i]`` for every ``i`` (1-D contiguous arrays of one
+        length): all of them, or, if one is refused, none. A refused value raises
+        :class:`CollectiveError` (kind ``"overflow"`` or ``"invalid_argument"``) and fails the
+        next :meth:`allreduce` on every rank."""
+
+    def allreduce(self, ring: TcpCollective) -> None:
+        """Sum every bin over every rank of ``ring``, exactly. Raises :class:`CollectiveError`
+        on every rank alike where a rank holds another scale (``"scale_mismatch"``), refused a
+        value, or reduced this histogram already (``"overflow"``); the histogram is emptied."""
+
+    def to_f64(self) -> npt.NDArray[np.float64]:
+        """Each bin's sum: one correct rounding of its exact total."""
+
+    def sums(self) -> npt.NDArray[np.int64]:
+        """Each bin's exact sum in quanta of ``2**-scale.exponent``, as an ``(n, 2)`` int64
+        array of i128s (low 64 bits, then high)."""

@@ -29,6 +29,8 @@ CollectiveErrorKind = Literal[
     "length_mismatch",
     "malformed_frame",
     "invalid_argument",
+    "overflow",
+    "scale_mismatch",
     "aborted",
 ]
 ConnectErrorKind = Literal[
