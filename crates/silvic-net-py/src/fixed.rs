@@ -128,7 +128,11 @@ impl FixedHistogram {
     /// it with the same number of bins. Raises CollectiveError on every rank alike where a rank
     /// holds another scale (kind "scale_mismatch"), refused a value (its kind), or the
     /// histogram was already reduced (kind "overflow"); the histogram is then emptied.
-    fn allreduce(&mut self, py: Python<'_>, ring: &Bound<'_, crate::TcpCollective>) -> PyResult<()> {
+    fn allreduce(
+        &mut self,
+        py: Python<'_>,
+        ring: &Bound<'_, crate::TcpCollective>,
+    ) -> PyResult<()> {
         let mut ring = ring.try_borrow_mut()?;
         let ring = ring.ring()?;
         let hist = &mut self.inner;

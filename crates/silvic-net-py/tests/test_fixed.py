@@ -14,13 +14,19 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, get_args
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
-from silvic_net import CollectiveError, FixedHistogram, FixedScale, TcpCollective
+from silvic_net import (
+    CollectiveError,
+    CollectiveErrorKind,
+    FixedHistogram,
+    FixedScale,
+    TcpCollective,
+)
 from test_binding import on_every_rank, ring_of
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -148,6 +154,7 @@ def test_refusals_and_another_scale_fail_every_rank_clearly() -> None:
             with pytest.raises(CollectiveError) as refused:
                 hist.add(np.array([1, 3]), np.array([0.5, 2.0]))
             assert refused.value.kind == "overflow"
+            assert refused.value.kind in get_args(CollectiveErrorKind)
         try:
             hist.allreduce(rings[r])
         except CollectiveError as e:
@@ -159,6 +166,7 @@ def test_refusals_and_another_scale_fail_every_rank_clearly() -> None:
         try:
             mixed.allreduce(rings[r])
         except CollectiveError as e:
+            assert e.kind in get_args(CollectiveErrorKind)
             seen.append(f"{e.kind} {e.peer}: {e}")
         return seen
 

@@ -294,7 +294,9 @@ class FixedHistogram:
     batch of samples, ``allreduce`` once on every rank, and ``to_f64`` gives every bin's exact
     total rounded once, the same bits for any world or partition of the samples."""
 
-    def __init__(self, bins: int, scale: FixedScale) -> None: ...
+    def __new__(cls, bins: int, scale: FixedScale) -> FixedHistogram:
+        """``bins`` empty bins at ``scale``."""
+
     @property
     def bins(self) -> int:
         """The number of bins."""
