@@ -174,10 +174,13 @@ pub(crate) enum OpArg {
     /// allreduce, f64 max (NaN wins).
     #[value(name = "max_f64")]
     MaxF64,
+    /// allreduce, i128 sum (exact; the fixed-point histograms' op).
+    #[value(name = "sum_i128")]
+    SumI128,
     /// allgather of bytes.
     #[value(name = "allgather")]
     Allgather,
-    /// Each of the above in turn.
+    /// The pinned collectives in turn: sum_f64, sum_i64, max_f64 and allgather.
     #[value(name = "all")]
     All,
 }
@@ -188,6 +191,7 @@ impl OpArg {
             OpArg::SumF64 => vec![Kind::SumF64],
             OpArg::SumI64 => vec![Kind::SumI64],
             OpArg::MaxF64 => vec![Kind::MaxF64],
+            OpArg::SumI128 => vec![Kind::SumI128],
             OpArg::Allgather => vec![Kind::Allgather],
             OpArg::All => vec![Kind::SumF64, Kind::SumI64, Kind::MaxF64, Kind::Allgather],
         }
@@ -198,6 +202,7 @@ impl OpArg {
             OpArg::SumF64 => "sum_f64",
             OpArg::SumI64 => "sum_i64",
             OpArg::MaxF64 => "max_f64",
+            OpArg::SumI128 => "sum_i128",
             OpArg::Allgather => "allgather",
             OpArg::All => "all",
         }

@@ -1,6 +1,6 @@
 //! One rank's sweep: every kind at every size, measured on a collective; rank 0 prints.
 
-use silvic_core::{Collective, CollectiveError};
+use silvic_core::{CollectiveError, TrainerCollective};
 
 use crate::cli::Config;
 use crate::report::{self, Printer, Row};
@@ -11,7 +11,7 @@ use crate::workload::Workload;
 /// (summed over ranks, the same on every rank). Rank 0 prints `preamble`, the rows and the
 /// progress line; `rss_per` labels the peak RSS column ("(MiB/rank)" or "(MiB/proc)").
 pub(crate) fn sweep(
-    collective: &mut dyn Collective,
+    collective: &mut dyn TrainerCollective,
     config: &Config,
     preamble: &str,
     rss_per: &str,

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use silvic_core::{Collective, CollectiveError};
+use silvic_core::{CollectiveError, TrainerCollective};
 
 use crate::workload::Workload;
 
@@ -72,7 +72,7 @@ fn parse_schedstat(text: &str) -> Option<f64> {
 
 /// The maximum of `value` over every rank.
 pub(crate) fn max_over_ranks(
-    collective: &mut dyn Collective,
+    collective: &mut dyn TrainerCollective,
     value: f64,
 ) -> Result<f64, CollectiveError> {
     let mut v = [value];
@@ -80,13 +80,13 @@ pub(crate) fn max_over_ranks(
     Ok(v[0])
 }
 
-fn barrier(collective: &mut dyn Collective) -> Result<(), CollectiveError> {
+fn barrier(collective: &mut dyn TrainerCollective) -> Result<(), CollectiveError> {
     collective.allreduce_sum_f64(&mut [0.0])
 }
 
 /// Measures `workload` at `bytes` following the protocol.
 pub(crate) fn measure(
-    collective: &mut dyn Collective,
+    collective: &mut dyn TrainerCollective,
     workload: &mut Workload,
     bytes: usize,
     seconds: f64,

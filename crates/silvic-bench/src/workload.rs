@@ -4,11 +4,11 @@
 //! holds and check its result element by element without a second copy of the buffer: the
 //! check costs no memory, and the peak RSS the tool reports is the collective's own.
 //!
-//! The f64 inputs are small integers, whose sums are exact in any order; the i64 inputs are
-//! spread over the whole range, so sums wrap; the max inputs hold a NaN here and there, which
-//! must win.
+//! The f64 inputs are small integers, whose sums are exact in any order; the i64 and i128
+//! inputs are spread over the whole range, so sums wrap; the max inputs hold a NaN here and
+//! there, which must win.
 
-use silvic_core::{Collective, CollectiveError};
+use silvic_core::{CollectiveError, Numbers, Reduction, TrainerCollective};
 
 /// One measured collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +19,9 @@ pub(crate) enum Kind {
     SumI64,
     /// `allreduce_max_f64`.
     MaxF64,
+    /// `TrainerCollective::allreduce` of `Numbers::I128`, a sum: the fixed-point histograms'
+    /// op.
+    SumI128,
     /// `allgather_bytes`; a size is the gathered total, each rank giving `size / world` bytes.
     Allgather,
 }
@@ -30,6 +33,7 @@ impl Kind {
             Kind::SumF64 => "sum_f64",
             Kind::SumI64 => "sum_i64",
             Kind::MaxF64 => "max_f64",
+            Kind::SumI128 => "sum_i128",
             Kind::Allgather => "allgather",
         }
     }
@@ -39,6 +43,7 @@ impl Kind {
         match self {
             Kind::SumF64 | Kind::MaxF64 => "double",
             Kind::SumI64 => "int64",
+            Kind::SumI128 => "int128",
             Kind::Allgather => "uint8",
         }
     }
@@ -46,7 +51,7 @@ impl Kind {
     /// The reduction, as nccl-tests names it.
     pub(crate) fn redop(self) -> &'static str {
         match self {
-            Kind::SumF64 | Kind::SumI64 => "sum",
+            Kind::SumF64 | Kind::SumI64 | Kind::SumI128 => "sum",
             Kind::MaxF64 => "max",
             Kind::Allgather => "none",
         }
@@ -62,6 +67,7 @@ impl Kind {
     pub(crate) fn element_bytes(self) -> usize {
         match self {
             Kind::Allgather => 1,
+            Kind::SumI128 => 16,
             _ => 8,
         }
     }
@@ -87,6 +93,12 @@ fn sum_i64_input(rank: usize, i: usize) -> i64 {
     (i as i64).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as i64).wrapping_add((rank as i64) << 59)
 }
 
+/// The value rank `rank` contributes at index `i` to an i128 sum: anywhere in the range.
+fn sum_i128_input(rank: usize, i: usize) -> i128 {
+    let word = sum_i64_input(rank, i) as i128;
+    word << 64 ^ (i as i128 * 0x5851_f42d) ^ (rank as i128) << 126
+}
+
 /// The value rank `rank` contributes at index `i` to an f64 max: NaN on one rank at about one
 /// index in a thousand, else a small integer.
 fn max_f64_input(rank: usize, world: usize, i: usize) -> f64 {
@@ -105,6 +117,8 @@ pub(crate) enum Buffer {
     F64(Vec<f64>),
     /// For the i64 allreduce.
     I64(Vec<i64>),
+    /// For the i128 allreduce.
+    I128(Vec<i128>),
     /// This rank's allgather block.
     Bytes(Vec<u8>),
 }
@@ -126,6 +140,7 @@ impl Workload {
         let buffer = match kind {
             Kind::SumF64 | Kind::MaxF64 => Buffer::F64(vec![0.0; max_bytes / 8]),
             Kind::SumI64 => Buffer::I64(vec![0; max_bytes / 8]),
+            Kind::SumI128 => Buffer::I128(vec![0; max_bytes / 16]),
             Kind::Allgather => Buffer::Bytes(vec![0; max_bytes / world.max(1)]),
         };
         Workload { kind, rank, world, buffer, len: 0 }
@@ -135,7 +150,7 @@ impl Workload {
     pub(crate) fn elements(kind: Kind, world: usize, bytes: usize) -> usize {
         match kind {
             Kind::Allgather => bytes / world.max(1),
-            _ => bytes / 8,
+            _ => bytes / kind.element_bytes(),
         }
     }
 
@@ -154,6 +169,9 @@ impl Workload {
             (Buffer::I64(v), _) => {
                 v[..self.len].iter_mut().enumerate().for_each(|(i, x)| *x = sum_i64_input(rank, i))
             }
+            (Buffer::I128(v), _) => {
+                v[..self.len].iter_mut().enumerate().for_each(|(i, x)| *x = sum_i128_input(rank, i))
+            }
             (Buffer::Bytes(v), _) => v[..self.len]
                 .iter_mut()
                 .enumerate()
@@ -165,13 +183,16 @@ impl Workload {
     /// repeated calls reduce the previous results); an allgather returns what it gathered.
     pub(crate) fn call(
         &mut self,
-        collective: &mut dyn Collective,
+        collective: &mut dyn TrainerCollective,
     ) -> Result<Option<Vec<Vec<u8>>>, CollectiveError> {
         let n = self.len;
         match (&mut self.buffer, self.kind) {
             (Buffer::F64(v), Kind::SumF64) => collective.allreduce_sum_f64(&mut v[..n])?,
             (Buffer::F64(v), _) => collective.allreduce_max_f64(&mut v[..n])?,
             (Buffer::I64(v), _) => collective.allreduce_sum_i64(&mut v[..n])?,
+            (Buffer::I128(v), _) => {
+                collective.allreduce(Numbers::I128(&mut v[..n]), Reduction::Sum)?
+            }
             (Buffer::Bytes(v), _) => return collective.allgather_bytes(&v[..n]).map(Some),
         }
         Ok(None)
@@ -181,7 +202,7 @@ impl Workload {
     /// result (for an allgather, the wrong bytes and any block of the wrong length).
     pub(crate) fn check(
         &mut self,
-        collective: &mut dyn Collective,
+        collective: &mut dyn TrainerCollective,
         bytes: usize,
     ) -> Result<u64, CollectiveError> {
         self.fill(bytes);
@@ -205,6 +226,13 @@ impl Workload {
                 .enumerate()
                 .filter(|&(i, &x)| {
                     x != (0..world).fold(0i64, |acc, r| acc.wrapping_add(sum_i64_input(r, i)))
+                })
+                .count() as u64,
+            (Buffer::I128(v), None) => v[..n]
+                .iter()
+                .enumerate()
+                .filter(|&(i, &x)| {
+                    x != (0..world).fold(0i128, |acc, r| acc.wrapping_add(sum_i128_input(r, i)))
                 })
                 .count() as u64,
             (Buffer::Bytes(_), None) => n as u64,
@@ -238,7 +266,7 @@ fn count_wrong_blocks(blocks: &[Vec<u8>], world: usize, n: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use silvic_core::LocalCollective;
+    use silvic_core::{Collective, LocalCollective, RecordFold};
 
     /// A fake world: "reduces" by writing the expected result, optionally spoiling one element,
     /// so the check's counting can be tested without sockets.
@@ -292,9 +320,52 @@ mod tests {
         }
     }
 
+    /// Only the i128 sum is ever asked of it; any other op is a bug in the test.
+    impl TrainerCollective for Oracle {
+        fn allreduce(&mut self, buf: Numbers<'_>, _: Reduction) -> Result<(), CollectiveError> {
+            let Numbers::I128(buf) = buf else { unreachable!("only the i128 sum is benched") };
+            for (i, x) in buf.iter_mut().enumerate() {
+                *x = (0..self.world).fold(0i128, |a, r| a.wrapping_add(sum_i128_input(r, i)));
+            }
+            if self.spoil && !buf.is_empty() {
+                buf[0] ^= 1 << 100;
+            }
+            Ok(())
+        }
+        fn reduce_scatter_records(
+            &mut self,
+            _: &mut [u8],
+            _: &[usize],
+            _: usize,
+            _: RecordFold<'_>,
+        ) -> Result<(), CollectiveError> {
+            unreachable!("not benched")
+        }
+        fn allreduce_records(
+            &mut self,
+            _: &mut [u8],
+            _: usize,
+            _: RecordFold<'_>,
+        ) -> Result<(), CollectiveError> {
+            unreachable!("not benched")
+        }
+        fn allgather_blocks(&mut self, _: &mut [u8], _: &[usize]) -> Result<(), CollectiveError> {
+            unreachable!("not benched")
+        }
+        fn allgather_varlen(&mut self, _: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+            unreachable!("not benched")
+        }
+        fn broadcast_bytes(&mut self, _: &mut Vec<u8>, _: usize) -> Result<(), CollectiveError> {
+            unreachable!("not benched")
+        }
+    }
+
+    const KINDS: [Kind; 5] =
+        [Kind::SumF64, Kind::SumI64, Kind::MaxF64, Kind::SumI128, Kind::Allgather];
+
     #[test]
     fn right_results_count_zero_and_spoiled_ones_are_counted() {
-        for kind in [Kind::SumF64, Kind::SumI64, Kind::MaxF64, Kind::Allgather] {
+        for kind in KINDS {
             for world in [2, 3, 5] {
                 let bytes = 8 * 1024 * world;
                 let mut w = Workload::new(kind, 0, world, bytes);
@@ -309,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_world_of_one_checks_clean_on_the_local_collective() {
-        for kind in [Kind::SumF64, Kind::SumI64, Kind::MaxF64, Kind::Allgather] {
+        for kind in KINDS {
             let mut w = Workload::new(kind, 0, 1, 4096);
             assert_eq!(w.check(&mut LocalCollective, 4096).unwrap(), 0, "{kind:?}");
         }
@@ -321,6 +392,9 @@ mod tests {
         let wraps =
             (0..1000).any(|i| sum_i64_input(0, i).checked_add(sum_i64_input(1, i)).is_none());
         assert!(wraps);
+        let wide =
+            (0..1000).any(|i| sum_i128_input(0, i).checked_add(sum_i128_input(1, i)).is_none());
+        assert!(wide, "i128 sums wrap somewhere");
         assert!(expected_max(4, 17).is_nan());
         assert_eq!(
             expected_max(4, 18),

@@ -141,6 +141,10 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/cluster.md")]
 pub struct ClusterDocDoctests;
+/// The examples of docs/fixed-point.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/fixed-point.md")]
+pub struct FixedPointDocDoctests;
 /// The examples of docs/paths.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/paths.md")]
