@@ -77,7 +77,7 @@ impl FixedScale {
     /// use silvic_core::{FixedHistogram, FixedScale, LocalCollective};
     ///
     /// let mut ring = LocalCollective;
-    /// let gradients = [0.25, -1.5, 3.0e-9];
+    /// let gradients = [0.25f64, -1.5, 3.0e-9];
     /// let max_abs = gradients.iter().fold(0.0f64, |m, g| m.max(g.abs()));
     /// let scale = FixedScale::agree(&mut ring, max_abs, gradients.len() as u64)?;
     /// let mut hist = FixedHistogram::new(2, scale);
