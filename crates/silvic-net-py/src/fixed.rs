@@ -4,7 +4,8 @@
 //! Invariants: a histogram adds a whole batch of (bin, value) pairs or none of them (a refused
 //! value takes the batch back out, and is still told to every rank at the next `allreduce`, as
 //! in Rust); arrays are checked (dtype, 1-D, contiguous, equal lengths) before a value is
-//! added; the GIL is released while adding and during the collectives.
+//! added, and read with the GIL held (no other thread can resize them meanwhile); the GIL is
+//! released during the collectives, which touch no Python memory.
 
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
@@ -120,8 +121,7 @@ impl FixedHistogram {
                 values.len()
             )));
         }
-        let hist = &mut self.inner;
-        py.detach(|| hist.add_many(bins, values)).map_err(|e| errors::collective(py, &e))
+        self.inner.add_many(bins, values).map_err(|e| errors::collective(py, &e))
     }
 
     /// Sums every bin over every rank of ring, exactly (one i128 allreduce). Every rank calls
@@ -162,19 +162,15 @@ fn i128_words(x: i128) -> [i64; 2] {
     [x as i64, (x >> 64) as i64]
 }
 
-/// The Numbers of an `(n, 2)` int64 array's words, i128s low word first, reduced in place with
-/// `reduction`: in the array's own memory where it is 16-byte aligned, else through a copy.
+/// Reduces `words`, i128s as pairs of int64 words (low first), with `reduction`: through an
+/// `i128` copy, as a slice of `i64` need not be aligned for `i128`.
 pub(crate) fn allreduce_i128(
     ring: &mut silvic_net::TcpCollective,
-    py: Python<'_>,
     words: &mut [i64],
     reduction: silvic_net::Reduction,
 ) -> Result<(), silvic_net::CollectiveError> {
-    if let Ok(wide) = bytemuck::try_cast_slice_mut::<i64, i128>(words) {
-        return py.detach(|| ring.allreduce(silvic_net::Numbers::I128(wide), reduction));
-    }
     let mut wide: Vec<i128> = words.chunks_exact(2).map(|w| bytemuck::cast([w[0], w[1]])).collect();
-    py.detach(|| ring.allreduce(silvic_net::Numbers::I128(&mut wide), reduction))?;
+    ring.allreduce(silvic_net::Numbers::I128(&mut wide), reduction)?;
     for (w, x) in words.chunks_exact_mut(2).zip(wide) {
         w.copy_from_slice(&i128_words(x));
     }

@@ -12,12 +12,12 @@
 
 use std::sync::Mutex;
 
-use numpy::{Element, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{Element, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use silvic_net::{
-    Collective, CollectiveError, Numbers, Op, Reduction, TcpCollective, TrainerCollective,
+    Collective, CollectiveError, Dtype, Numbers, Op, Reduction, TcpCollective, TrainerCollective,
 };
 
 use crate::buffers::{InPlace, reduce_in_place};
@@ -47,26 +47,28 @@ fn typed<T: Element + Copy + Send>(
     reduce_in_place(ring, py, buf, call, |ring, work| ring.allreduce(numbers(work), reduction))
 }
 
-/// `ring.allreduce(buf, op)` of an `(n, 2)` int64 array, `n` i128s (low word first).
+/// `ring.allreduce(buf, op)` of an `(n, 2)` int64 array, `n` i128s (low word first): reduced
+/// as the 1-D arrays are ([`reduce_in_place`]), through a flat view of its words.
 fn wide(
     ring: &mut TcpCollective,
     py: Python<'_>,
     buf: &Bound<'_, PyAny>,
     reduction: Reduction,
 ) -> PyResult<()> {
-    let typed = buf.cast::<numpy::PyArray2<i64>>()?;
-    if !typed.is_c_contiguous() {
+    let array = buf.cast::<PyUntypedArray>()?;
+    if !array.is_c_contiguous() {
         return Err(PyValueError::new_err(
             "allreduce needs a contiguous (n, 2) int64 array, got a strided view (pass \
              numpy.ascontiguousarray(a) and read the result from it)",
         ));
     }
-    let mut array = typed.try_readwrite().map_err(|_| {
-        PyValueError::new_err("allreduce reduces in place and needs a writeable array")
-    })?;
-    let words = array.as_slice_mut().map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let _read_only = ReadOnlyWhileInUse::new(buf)?;
-    crate::fixed::allreduce_i128(ring, py, words, reduction).map_err(|e| errors::collective(py, &e))
+    // A C-contiguous array's flat reshape is a view of the same memory, never a copy.
+    let flat = buf.call_method1("reshape", (-1,))?;
+    let op = Op::allreduce(reduction, Dtype::I128);
+    let call = InPlace { name: "allreduce", dtype: "int64", op };
+    reduce_in_place(ring, py, &flat, call, |ring, words: &mut [i64]| {
+        crate::fixed::allreduce_i128(ring, words, reduction)
+    })
 }
 
 /// `ring.allreduce(buf, op)`: `buf` a float32, float64, int32, int64 or uint64 array, or an
