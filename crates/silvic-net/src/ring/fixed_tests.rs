@@ -9,9 +9,10 @@ use silvic_core::{
     TrainerCollective,
 };
 
+use super::choice::{Path, carries};
 use super::mem::{Dice, Driver, MemLink, on_ring};
-use super::seam::{Call, Link, Path};
-use super::{Scratch, carries, gather, records, varlen};
+use super::seam::{Call, Link};
+use super::{Scratch, records, varlen};
 
 /// One rank of the in-memory ring as a [`TrainerCollective`]: every op is the ring's own
 /// call on its path (the driver's forced one), numbered as a `TcpCollective` numbers them.
@@ -54,7 +55,7 @@ impl Collective for MemCollective<'_> {
         let call = self.call(Op::AllgatherBytes);
         let mut blocks = vec![Vec::new(); self.world];
         blocks[self.rank] = local.to_vec();
-        gather::allgather(self.link, call, local.len() as u64, &mut blocks)?;
+        super::allgather(self.link, call, local.len() as u64, &mut blocks)?;
         Ok(blocks)
     }
 }
@@ -97,7 +98,7 @@ impl TrainerCollective for MemCollective<'_> {
         blocks: &[usize],
     ) -> Result<(), CollectiveError> {
         let call = self.call(Op::AllgatherBlocks);
-        records::allgather_blocks(self.link, call, buf, blocks)
+        super::allgather_blocks(self.link, call, buf, blocks)
     }
     fn allgather_varlen(&mut self, local: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
         let call = self.call(Op::AllgatherVarlen);

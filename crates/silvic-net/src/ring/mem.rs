@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use silvic_core::{CollectiveError, Op};
 
-use super::seam::{Call, FramePlan, Link, Moved, Network, Path, Receiving, Route, Sink};
+use super::choice::Path;
+use super::seam::{Call, Forced, FramePlan, Link, Moved, Network, Receiving, Route, Sink};
 use crate::frame::{HEADER_LEN, Header};
 
 /// The most ways a plan may have in this driver (gates are kept as bit masks).
@@ -358,12 +359,12 @@ impl MemLink {
 
 impl Link for MemLink {
     fn network(&self) -> Network {
-        let chords = self.forced().is_some();
+        let chords = self.forced().path.is_some();
         Network { chords, ..Network::UNMEASURED }
     }
 
-    fn forced(&self) -> Option<Path> {
-        self.ring.lock().config.forced
+    fn forced(&self) -> Forced {
+        Forced { path: self.ring.lock().config.forced }
     }
 
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
