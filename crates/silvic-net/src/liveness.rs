@@ -2,12 +2,11 @@
 //!
 //! Linux applies TCP_USER_TIMEOUT to zero-window probing too: once the receiver has advertised
 //! a zero window for longer than the timeout, the sender's connection is aborted with
-//! `ETIMEDOUT`, although the receiver's kernel answers every probe (docs/failures.md gives the
-//! kernels and a measurement). A rank that is paused or busy for longer than [`LIVENESS`] while
-//! a neighbour has bytes queued to it would so fail the ring, where it should be waited for up
-//! to the collective timeout. Data flows both ways round the ring (the two-way gather), so
-//! every stream a rank writes to needs this, not only the one to its right: the link keeps one
-//! [`Liveness`] per stream.
+//! `ETIMEDOUT`, although the receiver's kernel answers every probe (Linux 5.11 onwards). A
+//! rank that is paused or busy for longer than [`LIVENESS`] while a neighbour has bytes queued
+//! to it would so fail the ring, where it should be waited for up to the collective timeout.
+//! Data flows both ways round the ring (the two-way gather), so every stream a rank writes to
+//! needs this, not only the one to its right: the link keeps one [`Liveness`] per stream.
 //!
 //! So when a collective has waited [`CHECK_EVERY`] without a byte moving on a stream, that
 //! stream's own `TCP_INFO` is read ([`crate::sys`]). A closed send window with an

@@ -18,12 +18,12 @@ pub const ALLREDUCE_VARIABLE: &str = "SILVIC_ALLREDUCE";
 /// Which path a ring's allreduces take.
 ///
 /// [`AllreducePath::Auto`], the default, lets each call choose from its size, the world and
-/// the network the ranks measured at connect (docs/log-depth-paths.md). The others force one
+/// the network the ranks measured at connect (docs/paths.md). The others force one
 /// path on every call that path can carry; a call it cannot carry takes the automatic choice:
 ///
 /// - [`AllreducePath::Ring`] carries every call.
 /// - [`AllreducePath::Gather`] holds every rank's whole buffer, so it carries a call only within
-///   the gather's memory bound (every buffer below 4 KiB, else `world × bytes` at most 4 MiB).
+///   the gather's memory bound (every buffer below 4 KiB, else `world × bytes` at most 1 MiB).
 /// - [`AllreducePath::Bruck`] holds every rank's whole buffer too, and needs chord streams (to
 ///   `rank ± 2^k`): within that bound, on a ring that has them.
 /// - [`AllreducePath::Index`] needs chord streams: every call, on a ring that has them.

@@ -113,7 +113,7 @@ impl Network {
     /// ring measures its rate and the cut weighs it. Below it a hop is mostly a rank's wake-up,
     /// which every path pays per frame, and fewer hops saved nothing: on loopback (8 ranks on 2
     /// cores, a hop of 30 to 50 us) Bruck's gather and the index measured slower than the
-    /// gather and the ring (docs/log-depth-paths.md).
+    /// gather and the ring (docs/paths.md, "The cut").
     pub(crate) const LOG_DEPTH_FROM_HOP_NS: u64 = 100_000;
 
     /// Whether a hop costs at least [`Network::LOG_DEPTH_FROM_HOP_NS`]: where the ring
@@ -143,16 +143,16 @@ pub(crate) const SMALL_BYTES: usize = 4096;
 // once, super::twoway), so the gather wins while (n - 1) × S × (1 - 2/n) / rate < (n - 1) hops,
 // that is while S × (n - 2)/n < hop × rate: at worlds 1 and 2 always, and at larger worlds below
 // a cut that falls towards hop × rate as n grows. The constants are loopback figures of a shared
-// 2-core VM (docs/performance.md, "The cut between the two paths"); on another network, measure a
-// hop and the per-rank rate with silvic-bench and change them here.
+// 2-core machine (docs/paths.md, "The cut"); on another network, measure a hop and the per-rank
+// rate with silvic-bench and change them here.
 
 /// What one hop costs, in nanoseconds: a wake-up and a small frame's way to the neighbour (a
-/// loopback figure, the one that puts the cut where the two paths measured the same;
-/// docs/performance.md, "The cut between the two paths", gives the measurements).
+/// loopback figure, the one that puts the cut where the two paths, each forced, measured the
+/// same).
 pub(crate) const HOP_NS: u64 = 10_000;
 
 /// The rate at which one rank's bytes leave it, in bytes per microsecond (1500 is 1.5 GB/s, a
-/// loopback figure; docs/performance.md gives the measurements).
+/// loopback figure, the ring's busbw there).
 pub(crate) const RATE_BYTES_PER_US: u64 = 1_500;
 
 /// The most memory the gather path may hold for the gathered buffers (`world × bytes`) above
@@ -201,7 +201,7 @@ pub(crate) fn gather_limit(world: usize) -> usize {
 /// `network`: the frames of a window's slices go step by step, so a step pays a hop once for
 /// all of them rather than once per slice. One slice, plus as many as leave a rank at
 /// [`RATE_BYTES_PER_US`] while a hop passes: one on loopback, where a slice is best forwarded
-/// while its fold is still in cache, more where hops are long (docs/ring-window.md). Every rank
+/// while its fold is still in cache, more where hops are long (docs/paths.md). Every rank
 /// must use the same window (it orders the frames on the wire): every rank has the same
 /// `network`.
 pub(crate) fn window(network: Network) -> usize {
@@ -212,7 +212,7 @@ pub(crate) fn window(network: Network) -> usize {
 
 /// Allreduces of this many bytes or more never take index-fold-gather: through 500 us hops
 /// (the relay bed) it was faster than the ring at 32 and 256 KiB but slower at 1 MiB, where
-/// its frame per slot costs more than the hops it saves (docs/log-depth-paths.md).
+/// its frame per slot costs more than the hops it saves.
 pub(crate) const INDEX_BELOW_BYTES: usize = 1 << 20;
 
 /// The path an allreduce of `bytes` (elements of `elem` bytes) takes in a world of `world` on

@@ -23,8 +23,7 @@
 //!   segment `rank - s - 1`, and hop `h` of the rightward gather overwrites slice `k` of segment
 //!   `rank - h`, which the reduce-scatter sent at step `h` of slice `k`, an earlier frame. The
 //!   credit also keeps the ring in step without a barrier (the socket buffers hold what a
-//!   neighbour sends beyond it; reading further ahead made the ring slower,
-//!   docs/performance.md).
+//!   neighbour sends beyond it; reading further ahead measured slower).
 //! - Leftward hop `h` overwrites segment `rank + h + 2`, which the reduce-scatter sent at step
 //!   `world - h - 2`: it comes in once that rightward frame is out. An honest right neighbour
 //!   cannot send it earlier (the segment was folded on its way through this rank), so the gate
@@ -85,7 +84,7 @@ impl<T: Element, C: Fn(T, T) -> T> RingPlan<'_, T, C> {
     /// Whether the reduced segments are gathered both ways: when each segment is one slice.
     /// Sliced segments are gathered rightward only, step by step behind the reduce-scatter: their
     /// time is the bytes, not the hops, and gathering them both ways made world 4 slower at 2 and
-    /// 16 MiB (docs/performance.md, the relay bed).
+    /// 16 MiB on loopback.
     fn two_way(&self) -> bool {
         self.count == 1
     }
