@@ -245,7 +245,7 @@ impl Folder {
         token: &[u8],
         timeout: Duration,
     ) -> Result<Vec<String>, ConnectError> {
-        let deadline = super::deadline_after(Instant::now(), timeout);
+        let deadline = crate::wait::deadline_after(Instant::now(), timeout);
         let mut addresses: Vec<Option<String>> = vec![None; world];
         let mut ignored: Vec<Option<String>> = vec![None; world];
         let mut backoff = Backoff::new((POLL, POLL));

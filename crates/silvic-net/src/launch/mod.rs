@@ -44,7 +44,7 @@
 //!   rank is atomic (a hard link): two processes never both hold one. Anyone who can write in
 //!   the folder can still delete files (delaying the start) or fill it.
 
-mod env;
+pub(crate) mod env;
 pub(crate) mod exchange;
 pub mod folder;
 
@@ -60,7 +60,7 @@ use crate::options::{self, ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
 use crate::tcp::{RingListener, TcpCollective};
 use crate::topology::Chords;
 use crate::wait::Backoff;
-pub(crate) use env::process_var;
+use env::process_var;
 use env::{Launch, Meeting, env_error};
 use folder::Folder;
 
@@ -139,7 +139,7 @@ fn launch_from(
     launch_ring(&launch, timeout, allreduce)
 }
 
-pub(crate) use crate::wait::deadline_after;
+use crate::wait::deadline_after;
 
 /// Resolves the rendezvous host, retrying until `deadline`: a launcher's DNS name (a
 /// Kubernetes headless service) may appear only after the ranks start.

@@ -38,16 +38,15 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use super::Plan;
 use super::conn::Conn;
+pub(crate) use super::conn::HANDSHAKE_DEADLINE;
 use super::evict::{Source, Standing, oldest_from, victim};
+use super::plan::Plan;
 use super::tally::{Rejection, Tally};
 use crate::handshake::fresh_nonce;
 use crate::handshake::{Acceptor, Claims, Failure, MAC_LEN, Message, MessageError, Next};
 use crate::wait::nonblocking;
 
-/// How long one incoming connection has to complete its handshake.
-pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 /// The most handshakes held open at once on the accepting side.
 pub(crate) const MAX_PENDING: usize = 256;
 /// The most handshakes held from one [`Source`], beside the ranks still expected from there.

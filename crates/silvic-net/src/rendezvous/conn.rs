@@ -5,11 +5,15 @@
 //! is allocated, every buffer is [`MESSAGE_LEN`] bytes. Not here: what the messages mean.
 
 use std::io::{self, Read, Write};
+use std::time::Duration;
 
 use rustix::event::PollFlags;
 
 use crate::handshake::{MESSAGE_LEN, Message};
 use crate::wait::nonblocking;
+
+/// How long one connection, accepted or dialled, has to complete its handshake.
+pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// A stream and the message in flight each way.
 #[derive(Debug)]

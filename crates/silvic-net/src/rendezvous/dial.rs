@@ -23,9 +23,8 @@ use rustix::event::PollFlags;
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::debug;
 
-use super::Plan;
-use super::accept::HANDSHAKE_DEADLINE;
-use super::conn::Conn;
+use super::conn::{Conn, HANDSHAKE_DEADLINE};
+use super::plan::Plan;
 use crate::RejectReason;
 use crate::error::ConnectError;
 use crate::handshake::fresh_nonce;

@@ -19,64 +19,26 @@ pub(crate) mod accept;
 mod conn;
 mod dial;
 mod evict;
+mod plan;
 mod tally;
 
 use std::collections::HashSet;
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
 
 use rustix::event::{PollFd, PollFlags};
 use tracing::warn;
 
 use self::accept::{ACCEPT_PAUSE, Accepted, Lobby};
 use self::dial::{Dial, Dialer};
+pub(crate) use self::plan::Plan;
 use crate::error::ConnectError;
 use crate::wait::wait as poll_wait;
 
 /// Job tokens shorter than this draw a warning: a short token is guessable offline by anyone
 /// who recorded one handshake.
 const SHORT_TOKEN: usize = 16;
-
-/// What one rank needs to join the ring.
-pub(crate) struct Plan<'a> {
-    /// This rank.
-    pub(crate) rank: usize,
-    /// The number of ranks, `addresses.len()`.
-    pub(crate) world: usize,
-    /// Every rank's advertised address, in rank order, the same on every rank.
-    pub(crate) addresses: &'a [SocketAddr],
-    /// The job token: keys the MACs, never sent, never logged.
-    pub(crate) token: &'a [u8],
-    /// The whole rendezvous's bound.
-    pub(crate) timeout: Duration,
-    /// [`crate::handshake::roster_digest`] of `addresses`.
-    pub(crate) roster: [u8; 32],
-    /// The ranks this rank dials, the right neighbour first.
-    pub(crate) dials: &'a [usize],
-    /// The ranks this rank accepts, the left neighbour first.
-    pub(crate) accepts: &'a [usize],
-}
-
-/// Leaves the token out: a Plan may end up in a debug line, the token never.
-impl std::fmt::Debug for Plan<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plan")
-            .field("rank", &self.rank)
-            .field("world", &self.world)
-            .field("addresses", &self.addresses)
-            .field("timeout", &self.timeout)
-            .field("dials", &self.dials)
-            .field("accepts", &self.accepts)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Plan<'_> {
-    fn io_error(&self, peer: usize, e: &io::Error) -> ConnectError {
-        ConnectError::io(peer, self.addresses[peer].to_string(), e)
-    }
-}
 
 /// The streams of a formed rendezvous, each in the order of the plan's ranks.
 #[derive(Debug)]
@@ -261,6 +223,8 @@ fn timeout_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use std::time::Duration;
 
     /// Finding 9 of the second review: forming the result takes the streams only once every
     /// dial and accept is done, and cannot panic on a state the loop did not expect.

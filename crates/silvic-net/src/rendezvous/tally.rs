@@ -103,7 +103,7 @@ impl Tally {
             parts.push(format!("{} dropped for room", self.room));
         }
         if self.late > 0 {
-            let deadline = super::accept::HANDSHAKE_DEADLINE;
+            let deadline = super::conn::HANDSHAKE_DEADLINE;
             parts.push(format!("{} with no handshake within {deadline:?}", self.late));
         }
         if self.failed > 0 {
