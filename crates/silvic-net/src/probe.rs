@@ -16,8 +16,8 @@
 //! 3. **A first estimate of the rate**, where that time allows ([`affords`]): [`RATE_PROBES`]
 //!    shifts ([`ring::shift`]: every rank sends a block to its right neighbour, what a step of
 //!    the ring moves) of [`FIRST_SHIFT_BYTES`], the first left out, and an agreement on the
-//!    slowest rank's fastest. Its rate ([`shift_rate`]: the bytes over the time less a hop) is
-//!    only an estimate: on a link whose bandwidth-delay product is near the block, the hop and
+//!    slowest rank's fastest. Its rate ([`shift_rate`]: the bytes over the time less a hop,
+//!    the hop at most half of it) is only an estimate: on a link whose bandwidth-delay product is near the block, the hop and
 //!    whatever else a call costs once hide most of the bytes.
 //! 4. **The rate**, where the time left allows: [`LONG_SHIFTS`] shifts of a block sized from
 //!    the first estimate's bandwidth-delay product ([`long_shift_bytes`]: many times the bytes
@@ -192,7 +192,7 @@ pub(crate) fn measure<L: Timed>(
         let seqs = FIRST_SHIFT_SEQ..FIRST_SHIFT_SEQ + RATE_PROBES;
         let (short, left_ns) = timed_shifts(link, (rank, world), seqs, 1, first, scratch)?;
         let mut rate = shift_rate(short, first, hop_ns);
-        let long = long_shift_bytes(hop_ns, rate);
+        let long = long_shift_bytes(hop_ns, estimate_rate(short, first, hop_ns));
         if affords(left_ns, round_ns(LONG_SHIFTS, long, hop_ns, rate)) {
             let seqs = LONG_SHIFT_SEQ..LONG_SHIFT_SEQ + LONG_SHIFTS;
             let (time, _) = timed_shifts(link, (rank, world), seqs, 0, long, scratch)?;
@@ -289,10 +289,21 @@ fn per_us(bytes: u64, ns: u128) -> u64 {
     u64::try_from(rate).unwrap_or(MAX_BYTES_PER_US).clamp(1, MAX_BYTES_PER_US)
 }
 
-/// The rate of one stream from `time`, the agreed time of a shift of `bytes` at a hop of
-/// `hop_ns`: the bytes over what is left of the time once the hop is taken off.
-pub(crate) fn shift_rate(time: Duration, bytes: usize, hop_ns: u64) -> u64 {
+/// What a first shift of `bytes` in `time` at a hop of `hop_ns` says of the rate, to size the
+/// long shift by: the bytes over the time less the whole hop. Where the hop was measured slow
+/// it may say far too much, and the long shift is only the longer for it.
+pub(crate) fn estimate_rate(time: Duration, bytes: usize, hop_ns: u64) -> u64 {
     per_us(bytes as u64, time.as_nanos().saturating_sub(u128::from(hop_ns)))
+}
+
+/// The rate of one stream from `time`, the agreed time of a shift of `bytes` at a hop of
+/// `hop_ns`: the bytes over what is left of the time once the hop is taken off, the hop taking
+/// at most half of it. (A hop measured slow on a loaded machine, against a shift that ran
+/// fast, would otherwise leave next to no time to the bytes, and a rate a thousand times the
+/// link's; a long shift's hop is a small part of its time, so the bound changes nothing there.)
+pub(crate) fn shift_rate(time: Duration, bytes: usize, hop_ns: u64) -> u64 {
+    let time = time.as_nanos();
+    per_us(bytes as u64, time - u128::from(hop_ns).min(time / 2))
 }
 
 /// The block of a long shift at a hop of `hop_ns` and a first estimate of `bytes_per_us`:
@@ -504,10 +515,14 @@ mod tests {
     #[test]
     fn rates_stay_in_their_range_at_the_edges() {
         let mib = 1 << 20;
-        // The hop takes the whole time, or more: nothing says the bytes cost anything.
-        for time in [Duration::ZERO, Duration::from_micros(500), Duration::from_micros(499)] {
-            assert_eq!(shift_rate(time, mib, 500_000), MAX_BYTES_PER_US, "{time:?}");
+        // The hop would take the whole time, or more (a hop measured slow on a loaded
+        // machine): it takes half, so the rate is twice the bytes over the time, never a
+        // thousand times the link's.
+        for us in [500, 499, 100] {
+            let time = Duration::from_micros(us);
+            assert_eq!(shift_rate(time, mib, 500_000), 2 * mib as u64 / us, "{time:?}");
         }
+        assert_eq!(shift_rate(Duration::ZERO, mib, 500_000), MAX_BYTES_PER_US);
         // A call that never ended, or a hop of centuries: the rate falls, never to 0.
         assert_eq!(shift_rate(Duration::MAX, mib, 500_000), 1);
         assert_eq!(shift_rate(Duration::MAX, mib, u64::MAX), 1);
