@@ -17,8 +17,8 @@
 //!    shifts ([`ring::shift`]: every rank sends a block to its right neighbour, what a step of
 //!    the ring moves) of [`FIRST_SHIFT_BYTES`], the first left out, and an agreement on the
 //!    slowest rank's fastest. Its rate ([`shift_rate`]: the bytes over the time less a hop,
-//!    the hop at most half of it) is only an estimate: on a link whose bandwidth-delay product is near the block, the hop and
-//!    whatever else a call costs once hide most of the bytes.
+//!    the hop at most half of it) is only an estimate: on a link whose bandwidth-delay product
+//!    is near the block, the hop and whatever else a call costs once hide most of the bytes.
 //! 4. **The rate**, where the time left allows: [`LONG_SHIFTS`] shifts of a block sized from
 //!    the first estimate's bandwidth-delay product ([`long_shift_bytes`]: many times the bytes
 //!    one hop holds, so latency cannot hide the rate) and an agreement likewise; the rate is
