@@ -98,8 +98,10 @@ pub(crate) const FIRST_SHIFT_BYTES: usize = 256 << 10;
 /// hop is a small part of its time.
 pub(crate) const HOPS_OF_BYTES: u64 = 8;
 
-/// The least a long shift carries, in first shifts.
-pub(crate) const LONG_SHIFT_MIN_FACTOR: usize = 4;
+/// The least a long shift carries, in first shifts: 4 MiB, past what a loopback stream's
+/// socket buffers take in at once, so that a shift on a fast link times the stream's bytes
+/// and not the buffers filling.
+pub(crate) const LONG_SHIFT_MIN_FACTOR: usize = 16;
 
 /// The most bytes of a long shift: the time `connect` spends on it.
 pub(crate) const LONG_SHIFT_MAX_BYTES: usize = 8 << 20;
@@ -532,8 +534,10 @@ mod tests {
     #[test]
     fn a_long_shift_holds_many_hops_of_bytes_within_its_bounds() {
         let least = LONG_SHIFT_MIN_FACTOR * FIRST_SHIFT_BYTES;
-        // A relay bed's 500 us at 300 B/us: 150 KB a hop, 1.2 MB a long shift.
-        assert_eq!(long_shift_bytes(500_000, 300), 1_200_000);
+        // 500 us at 1500 B/us: 750 KB a hop, 6 MB a long shift.
+        assert_eq!(long_shift_bytes(500_000, 1500), 6_000_000);
+        // A relay bed's 500 us at 300 B/us: 150 KB a hop, and the least is more.
+        assert_eq!(long_shift_bytes(500_000, 300), least);
         // Loopback's short hops: the least.
         assert_eq!(long_shift_bytes(30_000, 1500), least);
         assert_eq!(long_shift_bytes(0, 0), least);
