@@ -20,12 +20,11 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
-/// speaks the same messages. Ranks of different versions reject each other. 12: frame kinds
-/// for the typed allreduces of i128 (11: once the ring
-/// forms, `connect` measures a stream's rate by shifts (a frame to the right neighbour), the
-/// calls numbered from `2^64 - 15` (10: ring-path rate probes; docs/protocol.md has the
-/// history).
-pub const VERSION: u16 = 12;
+/// speaks the same messages. Ranks of different versions reject each other. 13: the long rate
+/// shift's block is sized anew (12: frame kinds for the typed allreduces of i128; 11: once the
+/// ring forms, `connect` measures a stream's rate by shifts (a frame to the right neighbour),
+/// the calls numbered from `2^64 - 15`; docs/protocol.md has the history).
+pub const VERSION: u16 = 13;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.
