@@ -128,6 +128,7 @@ mod sys;
 mod tcp;
 mod topology;
 mod trainer;
+mod variables;
 mod wait;
 
 pub use bind::BindOptions;

@@ -161,7 +161,7 @@ impl TcpCollective {
         timeout: Duration,
         options: &ConnectOptions,
     ) -> Result<TcpCollective, ConnectError> {
-        let variable = crate::launch::env::process_var(options::ALLREDUCE_VARIABLE)?;
+        let variable = crate::variables::process_var(options::ALLREDUCE_VARIABLE)?;
         let allreduce = options::resolve(options, variable.as_deref())?;
         let chords = Chords::Auto;
         TcpCollective::connect_with(

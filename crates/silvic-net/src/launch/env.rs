@@ -3,7 +3,7 @@
 //!
 //! Pure: [`Launch::parse`] reads variables through a lookup function and opens nothing, so every
 //! rule is tested without sockets or a real environment. Every error names the variable at fault;
-//! a value that is not UTF-8 is an error that says so ([`process_var`]), never taken as unset.
+//! a variable the lookup cannot read (not UTF-8: `crate::variables`) is an error, never unset.
 //!
 //! Which variables, first match wins:
 //!
@@ -81,18 +81,6 @@ pub(crate) const MAX_WORLD: usize = 1 << 16;
 
 pub(crate) fn env_error(variable: &str, message: impl Into<String>) -> ConnectError {
     ConnectError::Environment { variable: variable.to_string(), message: message.into() }
-}
-
-/// The process environment's `name`: `None` where it is unset, an error where its value is not
-/// UTF-8 (no launcher variable can mean anything then, and taking it as unset would silently
-/// pick another, as `MASTER_ADDR` in place of `SILVIC_RENDEZVOUS`).
-pub(crate) fn process_var(name: &str) -> Result<Option<String>, ConnectError> {
-    match std::env::var_os(name) {
-        None => Ok(None),
-        Some(value) => {
-            value.into_string().map(Some).map_err(|v| env_error(name, format!("not UTF-8: {v:?}")))
-        }
-    }
 }
 
 fn number(variable: &str, text: &str) -> Result<usize, ConnectError> {

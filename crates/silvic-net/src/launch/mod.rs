@@ -59,8 +59,8 @@ use crate::error::ConnectError;
 use crate::options::{self, ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
 use crate::tcp::{RingListener, TcpCollective};
 use crate::topology::Chords;
+use crate::variables::process_var;
 use crate::wait::Backoff;
-use env::process_var;
 use env::{Launch, Meeting, env_error};
 use folder::Folder;
 
