@@ -420,3 +420,80 @@ fn a_rank_that_refuses_a_call_fails_every_other_rank_naming_it() {
         }
     }
 }
+
+/// `connect` returns within its timeout plus a second under a peer that forms the ring and then
+/// sends waiting notices for ever, on both streams and for every probe call, however a notice
+/// might count as a sign of life: once the ring has formed, the probes wait no longer than
+/// `connect`'s deadline either.
+#[test]
+fn connect_meets_its_deadline_under_a_peer_that_sends_waiting_notices_for_ever() {
+    use silvic_net::frame::Waiting;
+    use silvic_net::handshake::{Acceptor, Connector, MESSAGE_LEN, Message, Next, roster_digest};
+    use std::io::Read;
+    use std::net::TcpListener;
+    use std::thread;
+
+    const TOKEN: &str = "notices-for-ever-token-0123456789";
+    let listener = TcpCollective::bind("127.0.0.1").unwrap();
+    let peer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addresses = vec![listener.address(), peer.local_addr().unwrap().to_string()];
+    let parsed: Vec<std::net::SocketAddr> = addresses.iter().map(|a| a.parse().unwrap()).collect();
+    let roster = roster_digest(&parsed);
+    let until = Instant::now() + LIMIT;
+    // Rank 1: both handshakes done honestly, then notices for ever (until rank 0 goes).
+    let rank1 = {
+        let own = addresses[0].clone();
+        thread::spawn(move || {
+            let exchange = |stream: &mut TcpStream,
+                            first: Option<Message>,
+                            mut role: Box<dyn FnMut(&Message) -> Next>| {
+                if let Some(m) = first {
+                    stream.write_all(&m.encode()).unwrap();
+                }
+                let mut inbox = [0u8; MESSAGE_LEN];
+                loop {
+                    stream.read_exact(&mut inbox).unwrap();
+                    match role(&Message::decode(&inbox).unwrap()) {
+                        Next::Send(m) => stream.write_all(&m.encode()).unwrap(),
+                        Next::SendAndDone(m) => return stream.write_all(&m.encode()).unwrap(),
+                        Next::Done => return,
+                        Next::Fail(f, _) => panic!("rank 1's handshake: {f:?}"),
+                    }
+                }
+            };
+            let (mut dialled, _) = peer.accept().unwrap();
+            let mut acceptor = Acceptor::new(TOKEN.as_bytes(), roster, 2, 1, 0, [1; 16]);
+            exchange(&mut dialled, None, Box::new(move |m| acceptor.on_message(m)));
+            let mut dialling = TcpStream::connect(&own).unwrap();
+            let (mut connector, hello) =
+                Connector::start(TOKEN.as_bytes(), roster, 2, 1, 0, [2; 16]);
+            exchange(&mut dialling, Some(hello), Box::new(move |m| connector.on_message(m)));
+            for stream in [&dialled, &dialling] {
+                stream.set_nonblocking(true).unwrap();
+            }
+            let mut drain = [0u8; 4096];
+            'notices: while Instant::now() < until {
+                for seq in (u64::MAX - 31)..=u64::MAX {
+                    let notice = Waiting { on: 0, waited: Duration::from_millis(500) }.encode(seq);
+                    for mut stream in [&dialled, &dialling] {
+                        let _ = stream.read(&mut drain);
+                        match stream.write(&notice) {
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => break 'notices, // rank 0 has gone
+                        }
+                    }
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let timeout = Duration::from_secs(2);
+    let started = Instant::now();
+    let outcome = TcpCollective::connect(listener, 0, &addresses, TOKEN, timeout);
+    let took = started.elapsed();
+    assert!(took <= timeout + Duration::from_secs(1), "connect took {took:?}");
+    let error = outcome.map(drop).unwrap_err();
+    assert!(matches!(error, ConnectError::Timeout { peer: 1, .. }), "{error}");
+    rank1.join().unwrap();
+}
