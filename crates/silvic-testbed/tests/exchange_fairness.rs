@@ -2,25 +2,27 @@
 //! on hosts that are network namespaces (crates/silvic-testbed's `Net`), every rank a process of
 //! silvic-net's `from_env` example.
 //!
-//! Rank 0 serves the exchange on host 0 and rank 1 (host 1) joins it. Then two floods of
+//! Rank 0 serves the exchange on host 0 and rank 1 (host 1) joins it. Then floods of
 //! strangers start, each stranger sending a valid Hello (the world's size, a rank of the world)
-//! and holding its connection as a half-done handshake:
+//! and holding its connection as a half-done handshake ([`Floods`] says which, alone or
+//! together):
 //!
 //! - from rank 1's own address (a co-tenant of its node, pods behind one SNAT address), a few
 //!   hundred a second;
 //! - from 16 other addresses (host 3), as fast as one thread on one core opens them.
 //!
-//! Rank 2 starts on host 2 once both floods have filled rank 0's handshake slots, and reaches
+//! Rank 2 starts on host 2 once the floods have filled what rank 0 lets them hold, and reaches
 //! the exchange through the test bed's relay, 20 ms each way (a round trip of 40 ms: every one
 //! of its handshake's steps waits on the link while the strangers keep arriving).
 //!
-//! Asserted, in each of [`RUNS`] runs: rank 2 has the address list within [`JOIN_BOUND`] of its
-//! start (by its own clock: from_env logs when the exchange ended), while both floods run, and
-//! every rank then forms the ring and sums right. What fairness promises is that a source
-//! holding fewer handshakes than any other is never the one dropped for room, so the bound
-//! holds however fast the strangers come, as long as rank 0's kernel takes rank 2's
+//! Asserted, in each of [`RUNS`] runs of each flood: rank 2 has the address list within
+//! [`JOIN_BOUND`] of its start (by its own clock: from_env logs when the exchange ended), while
+//! the floods run, and every rank then forms the ring and sums right. What fairness promises is
+//! that a source holding fewer handshakes than any other is never the one dropped for room, so
+//! the bound holds however fast the strangers come, as long as rank 0's kernel takes rank 2's
 //! connection at all (its accept queue has room). Printed, not asserted: the floods' rates, the
-//! time rank 2 took, and how many lines rank 0 logged meanwhile.
+//! time rank 2 took, how many attempts it made (each one rank 0 dropped is retried), and how
+//! many lines rank 0 logged meanwhile.
 //!
 //! Every process and thread is bounded: a rank that has not ended by [`LIMIT`] is killed and
 //! fails the test, and the floods stop at their own limit.
@@ -42,7 +44,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 const TOKEN: &str = "exchange-fairness-test-token-0123456789";
 const WORLD: usize = 3;
-/// Runs of the whole start, each with fresh ranks and floods.
+/// Runs of the whole start for each of [`Floods::ALL`], each with fresh ranks and floods.
 const RUNS: usize = 5;
 /// How soon after its start rank 2 must have the list.
 const JOIN_BOUND: Duration = Duration::from_secs(2);
@@ -53,8 +55,34 @@ const SOURCES: usize = 16;
 /// Connections each flood holds open at once (the oldest is reset for the next): more than rank
 /// 0 keeps handshakes for, so it must choose whom to drop.
 const HELD: usize = 1024;
-/// Strangers both floods open before rank 2 starts: rank 0's slots are full and turning over.
-const HEAD_START: usize = 2000;
+/// Which floods run while rank 2 joins.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Floods {
+    /// Strangers from rank 1's address alone: an admitted rank's source is capped too.
+    Rank1Address,
+    /// Strangers from the 16 other addresses alone.
+    Others,
+    /// Both at once.
+    Both,
+}
+
+impl Floods {
+    const ALL: [Floods; 3] = [Floods::Rank1Address, Floods::Others, Floods::Both];
+
+    fn rank1_address(self) -> bool {
+        self != Floods::Others
+    }
+
+    fn other_sources(self) -> bool {
+        self != Floods::Rank1Address
+    }
+
+    /// Strangers the floods open before rank 2 starts: more than rank 0 lets them hold, so its
+    /// room is full and turning over (about 1 s of the flood from rank 1's address alone).
+    fn head_start(self) -> usize {
+        if self.other_sources() { 2000 } else { 400 }
+    }
+}
 /// The link between rank 2 and the exchange, each way.
 const DELAY: Duration = Duration::from_millis(20);
 /// A run's bound: each rank's own timeout (the example's) is 60 s.
@@ -231,18 +259,25 @@ fn parse_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(seconds))
 }
 
+/// What `join` logs (at debug) for each attempt rank 0 did not answer with the list.
+const RETRY: &str = "retrying the address exchange";
+
 /// What one run measured.
 #[derive(Debug)]
 struct Run {
+    floods: Floods,
     /// Rank 2's time from its start to the list, by its own clock; `None` if it did not have it
     /// while the floods ran.
     joined: Option<Duration>,
+    /// Rank 2's attempts at the exchange until it had the list (or the floods stopped): each
+    /// one rank 0 dropped it from is retried, and logged so.
+    attempts: usize,
     rank1_rate: f64,
     others_rate: f64,
     rank0_lines: usize,
 }
 
-fn run(net: &Net, relay: SocketAddr, port: u16) -> Run {
+fn run(net: &Net, relay: SocketAddr, port: u16, floods: Floods) -> Run {
     let exchange: SocketAddr = format!("{}:{port}", host_ip(0)).parse().unwrap();
     // Rank 0 logs as a user's would, warnings; and when a rank has sent its address.
     let rank0 =
@@ -257,19 +292,19 @@ fn run(net: &Net, relay: SocketAddr, port: u16) -> Run {
     let rank1_ip: IpAddr = host_ip(1).parse().unwrap();
     let others: Vec<IpAddr> =
         (0..SOURCES).map(|i| format!("10.231.0.{}", 150 + i).parse().unwrap()).collect();
-    let floods = [
-        flood(
-            net.hosts[1].clone(),
-            vec![rank1_ip],
-            exchange,
-            Some(RANK1_RATE),
-            stop.clone(),
-            from_rank1.clone(),
-        ),
-        flood(net.hosts[3].clone(), others, exchange, None, stop.clone(), from_others.clone()),
-    ];
+    let mut flooding = Vec::new();
+    if floods.rank1_address() {
+        let (ns, opened) = (net.hosts[1].clone(), from_rank1.clone());
+        let rate = Some(RANK1_RATE);
+        flooding.push(flood(ns, vec![rank1_ip], exchange, rate, stop.clone(), opened));
+    }
+    if floods.other_sources() {
+        let (ns, opened) = (net.hosts[3].clone(), from_others.clone());
+        flooding.push(flood(ns, others, exchange, None, stop.clone(), opened));
+    }
     let head_start = Instant::now() + FLOOD_LIMIT / 2;
-    while from_rank1.load(Ordering::Relaxed) + from_others.load(Ordering::Relaxed) < HEAD_START {
+    let wanted = floods.head_start();
+    while from_rank1.load(Ordering::Relaxed) + from_others.load(Ordering::Relaxed) < wanted {
         assert!(Instant::now() < head_start, "the floods do not reach rank 0");
         thread::sleep(Duration::from_millis(2));
     }
@@ -277,15 +312,17 @@ fn run(net: &Net, relay: SocketAddr, port: u16) -> Run {
     let counts = || (from_rank1.load(Ordering::Relaxed), from_others.load(Ordering::Relaxed));
     let (rank1_before, others_before) = counts();
     let started = Instant::now();
-    let rank2 = Rank::start(net, &net.hosts[2], 2, relay, "warn,silvic_net::launch=info");
+    // Its retries are debug lines (and nothing else of launch/ logs per attempt).
+    let rank2 = Rank::start(net, &net.hosts[2], 2, relay, "warn,silvic_net::launch=debug");
     // While the floods run: past the bound by far, so that a rank 2 that gets in late is told
     // apart from one that never gets in.
     let line = rank2.wait_for("addresses exchanged", started + 4 * JOIN_BOUND);
     let flooded_for = started.elapsed();
     let (rank1_after, others_after) = counts();
     let rank0_lines = rank0.lines.lock().unwrap().len() - rank0_lines_before;
+    let retries = rank2.lines.lock().unwrap().iter().filter(|(_, l)| l.contains(RETRY)).count();
     stop.store(true, Ordering::Relaxed);
-    for f in floods {
+    for f in flooding {
         f.join().expect("a flood");
     }
     let joined = line.and_then(|line| {
@@ -298,7 +335,9 @@ fn run(net: &Net, relay: SocketAddr, port: u16) -> Run {
         assert!(out.contains(&format!("rank {rank} of {WORLD}: sum 6 (expected 6)")), "{out}");
     }
     Run {
+        floods,
         joined,
+        attempts: retries + 1,
         rank1_rate: (rank1_after - rank1_before) as f64 / flooded_for.as_secs_f64(),
         others_rate: (others_after - others_before) as f64 / flooded_for.as_secs_f64(),
         rank0_lines,
@@ -323,7 +362,8 @@ fn netns_a_rank_joins_the_exchange_within_2s_through_floods_from_its_peers_addre
         setrlimit(Resource::Nofile, limit).expect("raise the descriptor limit");
     }
     let mut runs = Vec::new();
-    for i in 0..RUNS {
+    let plan = Floods::ALL.into_iter().flat_map(|floods| std::iter::repeat_n(floods, RUNS));
+    for (i, floods) in plan.enumerate() {
         let port = 29400 + i as u16;
         let exchange: SocketAddr = format!("{}:{port}", host_ip(0)).parse().unwrap();
         // Rank 2's way to the exchange: the relay on the switch, whose connections to rank 0
@@ -339,12 +379,16 @@ fn netns_a_rank_joins_the_exchange_within_2s_through_floods_from_its_peers_addre
             .unwrap()
             .expect("the relay")
         });
-        let measured = run(&net, relay.address(), port);
+        let measured = run(&net, relay.address(), port, floods);
         eprintln!(
-            "exchange fairness run {i}: rank 2 had the list after {:?} (from {SWITCH_IP}, {DELAY:?} \
-             each way); strangers {:.0}/s from rank 1's address and {:.0}/s from {SOURCES} \
-             others; rank 0 logged {} lines meanwhile",
-            measured.joined, measured.rank1_rate, measured.others_rate, measured.rank0_lines
+            "exchange fairness run {i} ({floods:?}): rank 2 had the list after {:?} in {} \
+             attempt(s) (from {SWITCH_IP}, {DELAY:?} each way); strangers {:.0}/s from rank 1's \
+             address and {:.0}/s from {SOURCES} others; rank 0 logged {} lines meanwhile",
+            measured.joined,
+            measured.attempts,
+            measured.rank1_rate,
+            measured.others_rate,
+            measured.rank0_lines
         );
         runs.push(measured);
         // Its drop wakes its accept loop through the switch's network.
@@ -354,6 +398,17 @@ fn netns_a_rank_joins_the_exchange_within_2s_through_floods_from_its_peers_addre
                 drop(relay);
             });
         });
+    }
+    for floods in Floods::ALL {
+        let of: Vec<&Run> = runs.iter().filter(|r| r.floods == floods).collect();
+        let admitted = of.iter().filter(|r| r.joined.is_some()).count();
+        let attempts: usize = of.iter().map(|r| r.attempts).sum();
+        let slowest = of.iter().filter_map(|r| r.joined).max();
+        eprintln!(
+            "exchange fairness ({floods:?}): rank 2 admitted in {admitted} of {attempts} \
+             attempts over {} runs; slowest join {slowest:?}",
+            of.len()
+        );
     }
     let late: Vec<(usize, &Run)> =
         runs.iter().enumerate().filter(|(_, r)| r.joined.is_none_or(|t| t > JOIN_BOUND)).collect();
