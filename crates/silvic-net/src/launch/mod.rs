@@ -44,7 +44,7 @@
 //!   rank is atomic (a hard link): two processes never both hold one. Anyone who can write in
 //!   the folder can still delete files (delaying the start) or fill it.
 
-pub(crate) mod env;
+mod env;
 pub(crate) mod exchange;
 pub mod folder;
 
