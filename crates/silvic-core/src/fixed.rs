@@ -13,9 +13,11 @@
 //! Invariants kept here: the scale is a pure function of the global max and row count, so every
 //! rank that agreed holds the same one; each value's quanta depend on that value alone; each
 //! bin's sum on a rank stays within `rows × 2^(m + e)` quanta, where `rows` are the rows the
-//! rank declared, checked at every add (an add that could pass it is refused, naming the bin);
-//! a reduction checks, in the same allreduce, that every rank held the same scale and that
-//! their rows together are at most `2^k`, so the reduced sums never wrapped.
+//! rank declared (an add that could pass it is refused, naming the bin): proved by count while
+//! a histogram not yet reduced has taken at most `rows` values (each adds less than
+//! `2^(m + e)` in magnitude), and checked at each add past that; a reduction checks, in the
+//! same allreduce, that every rank held the same scale and that their rows together are at most
+//! `2^k`, so the reduced sums never wrapped.
 
 use std::fmt;
 
@@ -210,6 +212,10 @@ pub struct FixedHistogram {
     /// What an add checks against: the bound, and the most quanta a bin's sum may hold in
     /// magnitude (the headroom, `rows × 2^(m + e)`).
     adder: Adder,
+    /// The adds still proved to stay within the headroom without a check: the rows less the
+    /// values added since the histogram was made (each bin's sum is at most that many values'
+    /// worth); zero once reduced.
+    unchecked: u64,
     /// The first add refused since the histogram was made: its reduction fails on every rank.
     refused: Option<CollectiveError>,
 }
@@ -222,6 +228,7 @@ impl FixedHistogram {
             scale,
             rows: 0,
             adder: Adder::new(scale.exponent, scale.bound(), 0),
+            unchecked: scale.local_rows,
             refused: None,
         };
         hist.hold_rows(u128::from(scale.local_rows));
@@ -259,12 +266,27 @@ impl FixedHistogram {
     /// ([`CollectiveError::Overflow`], naming the bin).
     #[inline]
     pub fn add(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
-        let adder = self.adder;
-        let bins = self.bins();
+        // The common case in a few instructions, all else out of line.
+        let adder = &self.adder;
+        if bin < self.bins() && self.unchecked > 0 && value.abs() < adder.split_bound {
+            let (low, high) = split(value * adder.scale);
+            self.sums[bin] = self.sums[bin].wrapping_add(join(low, high));
+            self.unchecked -= 1;
+            return Ok(());
+        }
+        self.add_one(bin, value)
+    }
+
+    /// [`FixedHistogram::add`] in full: checked, and refusing.
+    #[inline(never)]
+    fn add_one(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
+        let (adder, bins) = (self.adder, self.bins());
         let Some(slot) = self.sums[..bins].get_mut(bin) else {
             return Err(self.no_bin(bin));
         };
-        adder.add(slot, value).map_err(|refusal| self.refused(refusal, bin, value))
+        adder
+            .add(slot, &mut self.unchecked, value)
+            .map_err(|refusal| self.refused(refusal, bin, value))
     }
 
     /// [`FixedHistogram::add`] of an f32 value (widened exactly).
@@ -287,13 +309,21 @@ impl FixedHistogram {
         }
         let (adder, count) = (self.adder, self.bins());
         let sums = &mut self.sums[..count];
+        // Within the proof, a batch goes through the vectorised conversion; else, or where
+        // one of its bins or values is refused, one by one, as add does.
+        let proved = u64::try_from(values.len()).is_ok_and(|n| n <= self.unchecked);
+        if proved && adder.splits() && add_batch(adder, sums, bins, values) {
+            self.unchecked -= values.len() as u64;
+            return Ok(());
+        }
+        let unchecked = self.unchecked;
         let mut refusal = None;
         for (i, (&bin, &value)) in bins.iter().zip(values).enumerate() {
             let Some(slot) = bin.try_into().ok().and_then(|b: usize| sums.get_mut(b)) else {
                 refusal = Some((i, None));
                 break;
             };
-            if let Err(why) = adder.add(slot, value) {
+            if let Err(why) = adder.add(slot, &mut self.unchecked, value) {
                 refusal = Some((i, Some(why)));
                 break;
             }
@@ -306,6 +336,7 @@ impl FixedHistogram {
             let sum = &mut sums[index];
             *sum = sum.wrapping_sub(quantize(value, adder.exponent));
         }
+        self.unchecked = unchecked;
         let (bin, value) = (bins[i], values[i]);
         Err(match (why, bin.try_into()) {
             (Some(why), Ok(index)) => self.refused(why, index, value),
@@ -381,6 +412,8 @@ impl FixedHistogram {
             });
         }
         self.hold_rows(rows.unsigned_abs());
+        // The sums now hold every rank's values: only a check can say what still fits.
+        self.unchecked = 0;
         Ok(())
     }
 
@@ -513,56 +546,57 @@ enum Refusal {
 /// registers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Adder {
-    /// The magnitude bits of the smallest value that is a whole number of quanta (a normal
-    /// value whose last significand bit is worth a quantum or more).
-    whole: u64,
-    /// How far above `whole` the bound's bits lie (zero where the bound is not above it): a
-    /// magnitude in `whole..whole + span` takes the fast path.
-    span: u64,
-    /// The bits of the bound: a magnitude at or above it is refused (NaN's too).
-    limit: u64,
+    /// Every value must be below this in magnitude.
+    bound: f64,
+    /// The bound where values convert through [`split`], else zero (no value is below it).
+    split_bound: f64,
+    /// `2^exponent` where that is a normal f64 (so `value × scale` is exact, or below
+    /// `2^-1022` and so zero quanta): where [`split`] is used.
+    scale: f64,
     exponent: i32,
     headroom: u128,
 }
 
 impl Adder {
     fn new(exponent: i32, bound: f64, headroom: u128) -> Adder {
-        // From this biased exponent on, a value is a whole number of quanta (and normal).
-        let whole = ((1075 - i64::from(exponent)).clamp(1, 2047) as u64) << 52;
-        let limit = bound.to_bits();
-        Adder { whole, span: limit.saturating_sub(whole), limit, exponent, headroom }
+        let splits = (-1022..=1023).contains(&exponent);
+        let (scale, split_bound) = if splits { (pow2(exponent), bound) } else { (0.0, 0.0) };
+        Adder { bound, split_bound, scale, exponent, headroom }
     }
 
-    /// Adds `value`'s quanta to `slot`, or says why not (leaving it as it was).
+    /// Whether values convert through [`split`].
+    fn splits(self) -> bool {
+        self.split_bound > 0.0
+    }
+
+    /// `value`'s quanta, rounded to nearest, ties to even; `None` where it is not below the
+    /// bound (NaN and infinities included). `value × scale` is below `2^(m + e) <= 2^126`.
     #[inline(always)]
-    fn add(self, slot: &mut i128, value: f64) -> Result<(), Refusal> {
-        let bits = value.to_bits();
-        let magnitude = bits & !(1 << 63);
-        // One compare for both: below the bound, and a whole number of quanta.
-        if magnitude.wrapping_sub(self.whole) >= self.span {
-            return self.add_rounded(slot, value);
+    fn quanta(self, value: f64) -> Option<i128> {
+        if value.abs() < self.split_bound {
+            let (low, high) = split(value * self.scale);
+            return Some(join(low, high));
         }
-        // The significand shifted left: no rounding, and the shift is below 126 - 52, as the
-        // value is below the bound.
-        let significand = magnitude & ((1 << 52) - 1) | 1 << 52;
-        let shift = (magnitude >> 52) as i32 - 1075 + self.exponent;
-        let quanta = ((significand as u128) << shift) as i128;
-        let sign = i128::from((bits as i64) >> 63);
-        self.add_quanta(slot, (quanta ^ sign) - sign)
+        (value.abs() < self.bound).then(|| quantize_cold(value, self.exponent))
     }
 
-    /// [`Adder::add`] of a value that is not a whole number of quanta, or not below the bound.
-    #[cold]
-    #[inline(never)]
-    fn add_rounded(self, slot: &mut i128, value: f64) -> Result<(), Refusal> {
-        if value.to_bits() & !(1 << 63) >= self.limit {
+    /// Adds `value`'s quanta to `slot`, or says why not (leaving it as it was): unchecked while
+    /// `unchecked` (the adds proved within the headroom) lasts, counting it down.
+    #[inline(always)]
+    fn add(self, slot: &mut i128, unchecked: &mut u64, value: f64) -> Result<(), Refusal> {
+        let Some(quanta) = self.quanta(value) else {
             return Err(Refusal::Bound);
+        };
+        if *unchecked > 0 {
+            *unchecked -= 1;
+            *slot = slot.wrapping_add(quanta);
+            return Ok(());
         }
-        self.add_quanta(slot, quantize(value, self.exponent))
+        self.add_checked(slot, quanta)
     }
 
     #[inline(always)]
-    fn add_quanta(self, slot: &mut i128, quanta: i128) -> Result<(), Refusal> {
+    fn add_checked(self, slot: &mut i128, quanta: i128) -> Result<(), Refusal> {
         let sum = slot.wrapping_add(quanta);
         // Within the headroom: -h <= sum <= h, one unsigned compare of sum + h with 2h. Both
         // terms were within 2^126 quanta, so a sum past the headroom is seen even where it
@@ -574,6 +608,122 @@ impl Adder {
         *slot = sum;
         Ok(())
     }
+}
+
+/// [`quantize`] where [`split`] cannot be used (scales whose `2^e` is no f64: values below
+/// `2^-897`), out of the adds' loops.
+#[cold]
+#[inline(never)]
+fn quantize_cold(value: f64, exponent: i32) -> i128 {
+    quantize(value, exponent)
+}
+
+/// The values a batch converts at a time, into words on the stack, before adding them to bins.
+const BATCH: usize = 64;
+
+/// Adds `values[i]` to bin `bins[i]` for every `i`, without the headroom check (the caller
+/// proved it), converting `BATCH` values at a time in a loop the compiler vectorises (`split`
+/// has no branch), then adding their words. If a value is not below the bound or a bin is not
+/// one of `sums`, every value added is taken back out and it returns false: the caller then
+/// adds one by one, to say which was refused.
+fn add_batch<B>(adder: Adder, sums: &mut [i128], bins: &[B], values: &[f64]) -> bool
+where
+    B: Copy + TryInto<usize>,
+{
+    let mut words = [[0u64; BATCH]; 2];
+    let chunks = bins.chunks(BATCH).zip(values.chunks(BATCH));
+    for (start, (bins_now, values_now)) in (0..).step_by(BATCH).zip(chunks) {
+        let below = convert_batch(adder, values_now, &mut words);
+        let added = if below { add_words(sums, bins_now, &words) } else { 0 };
+        if added < values_now.len() {
+            let taken = (0..start + added).map(|i| (bins[i], values[i]));
+            for (bin, value) in taken {
+                let index: usize = bin.try_into().unwrap_or_else(|_| unreachable!("added"));
+                let (low, high) = split(value * adder.scale);
+                sums[index] = sums[index].wrapping_sub(join(low, high));
+            }
+            return false;
+        }
+    }
+    true
+}
+
+/// The words of up to [`BATCH`] values' quanta ([`split`]), low words then high; false where one
+/// is not below the bound. A loop of its own, so that it vectorises with every constant in a
+/// register.
+#[inline(never)]
+fn convert_batch(adder: Adder, values: &[f64], words: &mut [[u64; BATCH]; 2]) -> bool {
+    let mut below = true;
+    let [lows, highs] = words;
+    for ((&value, low), high) in values.iter().zip(lows).zip(highs) {
+        below &= value.abs() < adder.split_bound; // false for NaN too
+        (*low, *high) = split(value * adder.scale);
+    }
+    below
+}
+
+/// Adds the quanta in `words` to bins `bins` of `sums`, in order, up to the first bin that is
+/// not one of `sums`; returns how many it added.
+#[inline(never)]
+fn add_words<B>(sums: &mut [i128], bins: &[B], words: &[[u64; BATCH]; 2]) -> usize
+where
+    B: Copy + TryInto<usize>,
+{
+    let [lows, highs] = words;
+    for (i, ((&bin, &low), &high)) in bins.iter().zip(lows).zip(highs).enumerate() {
+        let Some(slot) = bin.try_into().ok().and_then(|b: usize| sums.get_mut(b)) else {
+            return i;
+        };
+        *slot = slot.wrapping_add(join(low, high));
+    }
+    bins.len()
+}
+
+/// The constants [`split`] adds: `1.5 × 2^p`, whose last significand bit is worth `2^(p − 52)`,
+/// for `p` = 127, 75 and 52 (the grids `2^75`, `2^23` and 1).
+const SPLIT_HIGH: f64 = f64::from_bits((1023 + 127) << 52 | 1 << 51);
+const SPLIT_MIDDLE: f64 = f64::from_bits((1023 + 75) << 52 | 1 << 51);
+const SPLIT_LOW: f64 = f64::from_bits((1023 + 52) << 52 | 1 << 51);
+/// Subtracted from each sum's bits: its constant's bits, less an offset that keeps the piece
+/// at least zero. The offsets (`2^53 − 1` of `2^75`, `2^52 − 1` of `2^23`, `2^23`) add up to
+/// `2^128`, which an i128 does not see.
+const HIGH_BITS: u64 = SPLIT_HIGH.to_bits() - ((1 << 53) - 1);
+const MIDDLE_BITS: u64 = SPLIT_MIDDLE.to_bits() - ((1 << 52) - 1);
+const LOW_BITS: u64 = SPLIT_LOW.to_bits() - (1 << 23);
+
+/// `round(x)` (to nearest, ties to even) for `|x| < 2^126`, as the low and high words of an
+/// i128 ([`join`]), with float adds and integer shifts only: no branch, so that a loop of it
+/// vectorises.
+///
+/// Adding `1.5 × 2^p` to a number of magnitude at most `2^(p − 1)` rounds it to the grid of the
+/// sum's last bit, `2^(p − 52)`, and subtracting the constant again is exact. So `x = a + r`
+/// with `a` on the grid `2^75` and `|r| <= 2^74` exact, then `r = b + c` with `b` on `2^23` and
+/// `|c| <= 2^22`, and `round(x) = a + b + round(c)`, as `a + b` is an even integer. The three
+/// pieces in units of their grids, within `±2^51`, `±2^51` and `±2^22`, are read from the sums'
+/// bits, which count in those units across the sum's binade (and at its upper edge, `2^(p + 1)`,
+/// where a rounding may land). With the offsets of the `*_BITS` constants every piece is at
+/// least zero, so the words are put together with shifts and one carry.
+#[inline(always)]
+fn split(x: f64) -> (u64, u64) {
+    let with_high = x + SPLIT_HIGH;
+    let rest = x - (with_high - SPLIT_HIGH);
+    let with_middle = rest + SPLIT_MIDDLE;
+    let last = rest - (with_middle - SPLIT_MIDDLE);
+    let with_low = last + SPLIT_LOW;
+    let high = with_high.to_bits().wrapping_sub(HIGH_BITS); // < 2^54, in units of 2^75
+    let middle = with_middle.to_bits().wrapping_sub(MIDDLE_BITS); // < 2^53, of 2^23
+    let low = with_low.to_bits().wrapping_sub(LOW_BITS); // < 2^24, of 1
+    let shifted = middle << 23;
+    let low_word = shifted.wrapping_add(low);
+    // The carry out of the low word (`low` has no top bit, so only `shifted`'s can carry).
+    let carry = (shifted & !low_word) >> 63;
+    (low_word, (high << 11).wrapping_add(middle >> 41).wrapping_add(carry))
+}
+
+/// The i128 whose words [`split`] gave.
+#[inline(always)]
+fn join(low: u64, high: u64) -> i128 {
+    (u128::from(high) << 64 | u128::from(low)) as i128
 }
 
 /// `2^exponent` for exponents from -1074 (the smallest subnormal) to 1024 (infinity).

@@ -310,3 +310,145 @@ fn a_refused_add_fails_the_reduction_and_empties_the_histogram() {
     assert_eq!(e.kind(), "invalid_argument", "{e}");
     assert!(e.to_string().contains("on rank 0, a fixed-point histogram adds finite"), "{e}");
 }
+
+/// The branch-free conversion of batches and adds gives `quantize`'s quanta (itself checked
+/// against the hardware's rounding above) at every exponent a scale may have where it is used,
+/// at ties on each of its grids, and at the edges of its range.
+#[test]
+fn split_rounds_as_quantize_does() {
+    let mut dice = Dice(0x5b11_7000);
+    let check = |value: f64, exponent: i32| {
+        let x = value * pow2(exponent);
+        if x.abs() >= 2f64.powi(126) {
+            return;
+        }
+        let (low, high) = split(x);
+        assert_eq!(join(low, high), quantize(value, exponent), "{value:e} at 2^{exponent}");
+    };
+    for _ in 0..200_000 {
+        let exponent = dice.between(-1022, 1023);
+        // Magnitudes from below half a quantum up to the top of the range.
+        let binades = dice.between(-60, 126) - exponent;
+        let value = f64::from_bits(dice.next() >> 12 | 0x3ff0_0000_0000_0000) * 2f64.powi(binades);
+        let value = if value.is_finite() { value } else { f64::MAX };
+        check(if dice.below(2) == 0 { value } else { -value }, exponent);
+        // Subnormal values.
+        check(f64::from_bits(dice.next() >> 12), dice.between(1000, 1023));
+    }
+    // Ties and near-ties on each grid (1, 2^23 and 2^75), and rounding up to 2^126.
+    for grid in [0, 23, 75] {
+        for k in [0u64, 1, 2, 3, 7, (1 << 51) - 1, 1 << 50] {
+            for half in [-1.0, 0.0, 1.0] {
+                let x = (k as f64 + 0.5) * 2f64.powi(grid) + half * 2f64.powi(grid - 30);
+                for exponent in [0, 60, 100] {
+                    check(x * pow2(-exponent), exponent);
+                    check(-x * pow2(-exponent), exponent);
+                }
+            }
+        }
+    }
+    let below_top = 2f64.powi(126) - 2f64.powi(73);
+    for x in [below_top, -below_top, 2f64.powi(74), 3.0 * 2f64.powi(73), 0.5, -0.5, 0.0, -0.0] {
+        check(x, 0);
+    }
+    assert!(!Adder::new(1024, 1.0, 0).splits(), "2^1024 is no f64: quantize instead");
+}
+
+/// A batch longer than the conversion's block, values spanning every binade of the window and
+/// past it (rounded), gives the sums that adding one by one gives, with bins as usize or i64.
+#[test]
+fn a_batch_adds_what_adds_one_by_one_add() {
+    let mut dice = Dice(0xba7c_4000);
+    let n = 5 * BATCH + 17;
+    let values: Vec<f64> = (0..n)
+        .map(|_| {
+            let v = f64::from_bits(dice.next() >> 12 | 0x3ff0_0000_0000_0000) - 1.0;
+            v * 2f64.powi(dice.between(-120, 10)) * if dice.below(2) == 0 { 1.0 } else { -1.0 }
+        })
+        .collect();
+    let bins: Vec<usize> = (0..n).map(|_| dice.below(7) as usize).collect();
+    // The last two: a scale whose 2^e is no f64 (so quantize converts), and one of one row.
+    for (s, unit) in [
+        (scale(1024.0, n as u64), 1.0),
+        (scale(1024.0, 1 << 40), 1.0),
+        (scale(1e300, 2), 1.0e290),
+        (scale(1.0e-300, n as u64), 1.0e-304),
+        (scale(1024.0, 1), 1.0),
+    ] {
+        let values: Vec<f64> = values.iter().map(|v| v * unit).collect();
+        let mut one_by_one = FixedHistogram::new(7, s);
+        let mut batch = FixedHistogram::new(7, s);
+        let mut wide = FixedHistogram::new(7, s);
+        let rows = s.local_rows() as usize;
+        for (&b, &v) in bins.iter().zip(&values).take(rows) {
+            one_by_one.add(b, v).unwrap();
+        }
+        let bins_i64: Vec<i64> = bins.iter().map(|&b| b as i64).collect();
+        batch.add_many(&bins[..n.min(rows)], &values[..n.min(rows)]).unwrap();
+        wide.add_many(&bins_i64[..n.min(rows)], &values[..n.min(rows)]).unwrap();
+        assert_eq!(batch.sums(), one_by_one.sums(), "{s}");
+        assert_eq!(wide.sums(), one_by_one.sums(), "{s}");
+        assert!(one_by_one.sums().iter().any(|&q| q != 0), "{s}");
+    }
+    assert!(!FixedHistogram::new(1, scale(1.0e-300, 2)).adder.splits());
+}
+
+/// A value or bin refused late in a long batch takes every value of the batch back out, and
+/// names the one refused.
+#[test]
+fn a_refusal_late_in_a_long_batch_takes_it_all_back() {
+    let n = 3 * BATCH + 5;
+    let mut hist = FixedHistogram::new(4, scale(1.0, 1 << 20));
+    hist.add(3, 0.375).unwrap();
+    let before = hist.clone();
+    let bins: Vec<i64> = (0..n as i64).map(|i| i % 4).collect();
+    let values: Vec<f64> = (0..n).map(|i| 0.001 * i as f64 - 0.1).collect();
+    for at in [0, 1, BATCH - 1, BATCH, 2 * BATCH + 3, n - 1] {
+        let mut bad_value = values.clone();
+        bad_value[at] = 2.5;
+        let e = hist.add_many(&bins, &bad_value).unwrap_err();
+        let bin = at % 4;
+        assert!(matches!(e, CollectiveError::Overflow { bin: Some(b), .. } if b == bin), "{e}");
+        assert_eq!(hist.sums(), before.sums(), "value {at}");
+        let mut bad_bin = bins.clone();
+        bad_bin[at] = 4;
+        let e = hist.add_many(&bad_bin, &values).unwrap_err();
+        assert!(e.to_string().contains(&format!("bin 4 of value {at}")), "{e}");
+        assert_eq!(hist.sums(), before.sums(), "bin {at}");
+    }
+    let mut nan = values.clone();
+    nan[2 * BATCH] = f64::NAN;
+    assert_eq!(hist.add_many(&bins, &nan).unwrap_err().kind(), "invalid_argument");
+    hist.add_many(&bins, &values).unwrap();
+    let mut want = before.clone();
+    for (&b, &v) in bins.iter().zip(&values) {
+        want.add(b as usize, v).unwrap();
+    }
+    assert_eq!(hist.sums(), want.sums());
+}
+
+/// Past the rows a histogram was made for, and once reduced, every add is checked again: the
+/// one that takes a bin past the headroom is refused, in a batch or alone.
+#[test]
+fn adds_past_the_proof_are_checked() {
+    let largest = 2.0 - f64::EPSILON;
+    let rows = 3 * BATCH as u64;
+    let mut hist = FixedHistogram::new(2, scale(1.0, rows));
+    let all = vec![0usize; rows as usize];
+    hist.add_many(&all, &vec![largest; rows as usize]).unwrap();
+    let before = hist.clone();
+    let e = hist.add_many(&[1usize, 0], &[largest, largest]).unwrap_err();
+    assert!(matches!(e, CollectiveError::Overflow { bin: Some(0), .. }), "{e}");
+    assert_eq!(hist.sums(), before.sums());
+    hist.add_many(&[1usize, 0, 0], &[largest, -largest, largest]).unwrap();
+    assert!(hist.add(0, largest).is_err());
+    // Reduced in a world of one, the sums hold the rows' values: nothing more fits bin 0.
+    let mut reduced = FixedHistogram::new(1, scale(1.0, 4));
+    for _ in 0..4 {
+        reduced.add(0, largest).unwrap();
+    }
+    reduced.allreduce(&mut LocalCollective).unwrap();
+    assert!(reduced.add(0, largest).is_err());
+    assert!(reduced.add_many(&[0usize], &[largest]).is_err());
+    reduced.add(0, -largest).unwrap();
+}
