@@ -203,7 +203,8 @@ impl fmt::Display for FixedScale {
 /// world size or partition of the same samples (see [`FixedScale::agree`] for an example).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FixedHistogram {
-    /// The bins' sums in quanta, then [`CHECKS`] elements filled in by each reduction.
+    /// The bins' sums in quanta, with room for the [`CHECKS`] elements a reduction appends
+    /// (and takes off again).
     sums: Vec<i128>,
     scale: FixedScale,
     /// The rows whose values the sums may hold: the scale's local rows, then, once reduced,
@@ -223,8 +224,10 @@ pub struct FixedHistogram {
 impl FixedHistogram {
     /// `bins` empty bins at `scale`.
     pub fn new(bins: usize, scale: FixedScale) -> FixedHistogram {
+        let mut sums = Vec::with_capacity(bins + CHECKS);
+        sums.resize(bins, 0);
         let mut hist = FixedHistogram {
-            sums: vec![0; bins + CHECKS],
+            sums,
             scale,
             rows: 0,
             adder: Adder::new(scale.exponent, scale.bound(), 0),
@@ -245,7 +248,7 @@ impl FixedHistogram {
 
     /// The number of bins.
     pub fn bins(&self) -> usize {
-        self.sums.len() - CHECKS
+        self.sums.len()
     }
 
     /// The scale the sums are held at.
@@ -255,7 +258,7 @@ impl FixedHistogram {
 
     /// Each bin's exact sum, in quanta of `2^−exponent` ([`FixedScale::exponent`]).
     pub fn sums(&self) -> &[i128] {
-        &self.sums[..self.bins()]
+        &self.sums
     }
 
     /// Adds `value`, rounded to the scale on its own, to bin `bin`.
@@ -266,22 +269,27 @@ impl FixedHistogram {
     /// ([`CollectiveError::Overflow`], naming the bin).
     #[inline]
     pub fn add(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
-        // The common case in a few instructions, all else out of line.
-        let adder = &self.adder;
-        if bin < self.bins() && self.unchecked > 0 && value.abs() < adder.split_bound {
-            let (low, high) = split(value * adder.scale);
-            self.sums[bin] = self.sums[bin].wrapping_add(join(low, high));
-            self.unchecked -= 1;
-            return Ok(());
-        }
-        self.add_one(bin, value)
+        // The common case in a few instructions (the loop of a trainer's adds keeps no field
+        // in a register across a store to the sums), all else out of line.
+        let Some(unchecked) = self.unchecked.checked_sub(1) else {
+            return self.add_one(bin, value);
+        };
+        let Some(quanta) = self.adder.whole_quanta(value) else {
+            return self.add_one(bin, value);
+        };
+        let Some(slot) = self.sums.get_mut(bin) else {
+            return self.add_one(bin, value);
+        };
+        *slot = slot.wrapping_add(quanta);
+        self.unchecked = unchecked;
+        Ok(())
     }
 
     /// [`FixedHistogram::add`] in full: checked, and refusing.
     #[inline(never)]
     fn add_one(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
-        let (adder, bins) = (self.adder, self.bins());
-        let Some(slot) = self.sums[..bins].get_mut(bin) else {
+        let adder = self.adder;
+        let Some(slot) = self.sums.get_mut(bin) else {
             return Err(self.no_bin(bin));
         };
         adder
@@ -307,43 +315,25 @@ impl FixedHistogram {
                 reason: format!("{} bins for {} values", bins.len(), values.len()),
             });
         }
-        let (adder, count) = (self.adder, self.bins());
-        let sums = &mut self.sums[..count];
-        // Within the proof, a batch goes through the vectorised conversion; else, or where
-        // one of its bins or values is refused, one by one, as add does.
-        let proved = u64::try_from(values.len()).is_ok_and(|n| n <= self.unchecked);
-        if proved && adder.splits() && add_batch(adder, sums, bins, values) {
-            self.unchecked -= values.len() as u64;
-            return Ok(());
-        }
         let unchecked = self.unchecked;
-        let mut refusal = None;
         for (i, (&bin, &value)) in bins.iter().zip(values).enumerate() {
-            let Some(slot) = bin.try_into().ok().and_then(|b: usize| sums.get_mut(b)) else {
-                refusal = Some((i, None));
-                break;
+            let added = match bin.try_into() {
+                Ok(index) if index < self.bins() => self.add(index, value),
+                _ => Err(self.refuse(CollectiveError::InvalidArgument {
+                    reason: format!("bin {bin} of value {i} is not a bin of {}", self.bins()),
+                })),
             };
-            if let Err(why) = adder.add(slot, &mut self.unchecked, value) {
-                refusal = Some((i, Some(why)));
-                break;
+            if let Err(error) = added {
+                for (&bin, &value) in bins[..i].iter().zip(values) {
+                    let index: usize = bin.try_into().unwrap_or_else(|_| unreachable!("added"));
+                    let sum = &mut self.sums[index];
+                    *sum = sum.wrapping_sub(quantize(value, self.adder.exponent));
+                }
+                self.unchecked = unchecked;
+                return Err(error);
             }
         }
-        let Some((i, why)) = refusal else {
-            return Ok(());
-        };
-        for (&bin, &value) in bins[..i].iter().zip(values) {
-            let index: usize = bin.try_into().unwrap_or_else(|_| unreachable!("added before"));
-            let sum = &mut sums[index];
-            *sum = sum.wrapping_sub(quantize(value, adder.exponent));
-        }
-        self.unchecked = unchecked;
-        let (bin, value) = (bins[i], values[i]);
-        Err(match (why, bin.try_into()) {
-            (Some(why), Ok(index)) => self.refused(why, index, value),
-            _ => self.refuse(CollectiveError::InvalidArgument {
-                reason: format!("bin {bin} of value {i} is not a bin of {}", self.bins()),
-            }),
-        })
+        Ok(())
     }
 
     /// The error of a refused add, kept for the reduction.
@@ -376,24 +366,25 @@ impl FixedHistogram {
         let tag = self.scale.tag();
         let rows = i128::try_from(self.rows).expect("at most 2^64 rows");
         let refused = i128::from(self.refused.is_some());
-        self.sums[bins..].copy_from_slice(&[tag, tag * tag, rows, refused]);
-        let reduced = ring
-            .allreduce(Numbers::I128(&mut self.sums), Reduction::Sum)
-            .and_then(|()| self.check_reduced(ring));
+        self.sums.extend_from_slice(&[tag, tag * tag, rows, refused]);
+        let reduced = ring.allreduce(Numbers::I128(&mut self.sums), Reduction::Sum);
+        let mut checks = [0; CHECKS];
+        checks.copy_from_slice(&self.sums[bins..]);
+        self.sums.truncate(bins);
+        let reduced = reduced.and_then(|()| self.check_reduced(ring, checks));
         if reduced.is_err() {
             self.sums.fill(0);
         }
         reduced
     }
 
-    /// The checks of a reduction, from the elements after the bins.
+    /// The checks of a reduction: the elements it appended after the bins.
     fn check_reduced<C: TrainerCollective + ?Sized>(
         &mut self,
         ring: &mut C,
+        [tags, squares, rows, refusals]: [i128; CHECKS],
     ) -> Result<(), CollectiveError> {
         let world = i128::try_from(ring.world_size()).expect("a world fits an i128");
-        let bins = self.bins();
-        let [tags, squares, rows, refusals] = [0, 1, 2, 3].map(|i| self.sums[bins + i]);
         let tag = self.scale.tag();
         // Sums of n tags and of their squares equal n × t and n × t² only if every tag is t
         // (their variance about t is then zero).
@@ -548,36 +539,58 @@ enum Refusal {
 struct Adder {
     /// Every value must be below this in magnitude.
     bound: f64,
-    /// The bound where values convert through [`split`], else zero (no value is below it).
-    split_bound: f64,
-    /// `2^exponent` where that is a normal f64 (so `value × scale` is exact, or below
-    /// `2^-1022` and so zero quanta): where [`split`] is used.
-    scale: f64,
+    /// The bits of the smallest magnitude that is a whole number of quanta, shifted left by
+    /// one (past the sign), or `u64::MAX` where no normal value's exponent says so.
+    whole: u64,
+    /// How far above `whole` the shifted bits of a value in [`Adder::whole_quanta`]'s range
+    /// may lie: below the bound, and under `2^63` quanta per significand unit.
+    span: u64,
     exponent: i32,
     headroom: u128,
 }
 
 impl Adder {
     fn new(exponent: i32, bound: f64, headroom: u128) -> Adder {
-        let splits = (-1022..=1023).contains(&exponent);
-        let (scale, split_bound) = if splits { (pow2(exponent), bound) } else { (0.0, 0.0) };
-        Adder { bound, split_bound, scale, exponent, headroom }
+        // A normal value of biased exponent b is `significand × 2^(b − 1075)`, so
+        // `significand × 2^(b − 1075 + exponent)` quanta: whole from b = 1075 − exponent up.
+        let (whole, span) = match u64::try_from(1075 - i64::from(exponent)) {
+            Ok(biased @ 1..=2047) => {
+                let span = (bound.to_bits() << 1).saturating_sub(biased << 53);
+                (biased << 53, span.min(63 << 53))
+            }
+            _ => (u64::MAX, 0),
+        };
+        Adder { bound, whole, span, exponent, headroom }
     }
 
-    /// Whether values convert through [`split`].
-    fn splits(self) -> bool {
-        self.split_bound > 0.0
+    /// `value`'s quanta where it is a whole number of them, below the bound, and a unit of its
+    /// significand is at most `2^62` quanta; else `None`. That is every value held exactly
+    /// (see [`FixedScale`]) but, with fewer than `2^11` rows (`k < 11`), those in the top
+    /// `11 − k` binades below the bound; and none where a quantum is below `2^−1074` (a bound
+    /// below about `2^−948`).
+    ///
+    /// Exact: the signed significand times a power of two, one 64 × 64 → 128-bit multiply.
+    /// One unsigned compare says all three: the magnitude's bits, less the smallest whole
+    /// value's, are below `span` (NaN's and infinities' are above any bound's).
+    #[inline(always)]
+    fn whole_quanta(self, value: f64) -> Option<i128> {
+        let bits = value.to_bits();
+        let above_whole = (bits << 1).wrapping_sub(self.whole);
+        if above_whole >= self.span {
+            return None;
+        }
+        // The exponent above the smallest whole value's: the power of two of a unit.
+        let power = 1i64 << ((above_whole >> 53) & 63);
+        let sign = (bits as i64) >> 63;
+        let significand = ((bits << 11 | 1 << 63) >> 11) as i64;
+        Some(i128::from((significand ^ sign) - sign) * i128::from(power))
     }
 
     /// `value`'s quanta, rounded to nearest, ties to even; `None` where it is not below the
-    /// bound (NaN and infinities included). `value × scale` is below `2^(m + e) <= 2^126`.
+    /// bound (NaN and infinities included).
     #[inline(always)]
     fn quanta(self, value: f64) -> Option<i128> {
-        if value.abs() < self.split_bound {
-            let (low, high) = split(value * self.scale);
-            return Some(join(low, high));
-        }
-        (value.abs() < self.bound).then(|| quantize_cold(value, self.exponent))
+        self.whole_quanta(value).or_else(|| quantize_below(value, self.bound, self.exponent))
     }
 
     /// Adds `value`'s quanta to `slot`, or says why not (leaving it as it was): unchecked while
@@ -610,120 +623,12 @@ impl Adder {
     }
 }
 
-/// [`quantize`] where [`split`] cannot be used (scales whose `2^e` is no f64: values below
-/// `2^-897`), out of the adds' loops.
+/// [`Adder::quanta`] of the values [`Adder::whole_quanta`] leaves, out of the adds' loops (and
+/// given numbers, not the adder, which a loop would copy to memory at every value for it).
 #[cold]
 #[inline(never)]
-fn quantize_cold(value: f64, exponent: i32) -> i128 {
-    quantize(value, exponent)
-}
-
-/// The values a batch converts at a time, into words on the stack, before adding them to bins.
-const BATCH: usize = 64;
-
-/// Adds `values[i]` to bin `bins[i]` for every `i`, without the headroom check (the caller
-/// proved it), converting `BATCH` values at a time in a loop the compiler vectorises (`split`
-/// has no branch), then adding their words. If a value is not below the bound or a bin is not
-/// one of `sums`, every value added is taken back out and it returns false: the caller then
-/// adds one by one, to say which was refused.
-fn add_batch<B>(adder: Adder, sums: &mut [i128], bins: &[B], values: &[f64]) -> bool
-where
-    B: Copy + TryInto<usize>,
-{
-    let mut words = [[0u64; BATCH]; 2];
-    let chunks = bins.chunks(BATCH).zip(values.chunks(BATCH));
-    for (start, (bins_now, values_now)) in (0..).step_by(BATCH).zip(chunks) {
-        let below = convert_batch(adder, values_now, &mut words);
-        let added = if below { add_words(sums, bins_now, &words) } else { 0 };
-        if added < values_now.len() {
-            let taken = (0..start + added).map(|i| (bins[i], values[i]));
-            for (bin, value) in taken {
-                let index: usize = bin.try_into().unwrap_or_else(|_| unreachable!("added"));
-                let (low, high) = split(value * adder.scale);
-                sums[index] = sums[index].wrapping_sub(join(low, high));
-            }
-            return false;
-        }
-    }
-    true
-}
-
-/// The words of up to [`BATCH`] values' quanta ([`split`]), low words then high; false where one
-/// is not below the bound. A loop of its own, so that it vectorises with every constant in a
-/// register.
-#[inline(never)]
-fn convert_batch(adder: Adder, values: &[f64], words: &mut [[u64; BATCH]; 2]) -> bool {
-    let mut below = true;
-    let [lows, highs] = words;
-    for ((&value, low), high) in values.iter().zip(lows).zip(highs) {
-        below &= value.abs() < adder.split_bound; // false for NaN too
-        (*low, *high) = split(value * adder.scale);
-    }
-    below
-}
-
-/// Adds the quanta in `words` to bins `bins` of `sums`, in order, up to the first bin that is
-/// not one of `sums`; returns how many it added.
-#[inline(never)]
-fn add_words<B>(sums: &mut [i128], bins: &[B], words: &[[u64; BATCH]; 2]) -> usize
-where
-    B: Copy + TryInto<usize>,
-{
-    let [lows, highs] = words;
-    for (i, ((&bin, &low), &high)) in bins.iter().zip(lows).zip(highs).enumerate() {
-        let Some(slot) = bin.try_into().ok().and_then(|b: usize| sums.get_mut(b)) else {
-            return i;
-        };
-        *slot = slot.wrapping_add(join(low, high));
-    }
-    bins.len()
-}
-
-/// The constants [`split`] adds: `1.5 × 2^p`, whose last significand bit is worth `2^(p − 52)`,
-/// for `p` = 127, 75 and 52 (the grids `2^75`, `2^23` and 1).
-const SPLIT_HIGH: f64 = f64::from_bits((1023 + 127) << 52 | 1 << 51);
-const SPLIT_MIDDLE: f64 = f64::from_bits((1023 + 75) << 52 | 1 << 51);
-const SPLIT_LOW: f64 = f64::from_bits((1023 + 52) << 52 | 1 << 51);
-/// Subtracted from each sum's bits: its constant's bits, less an offset that keeps the piece
-/// at least zero. The offsets (`2^53 − 1` of `2^75`, `2^52 − 1` of `2^23`, `2^23`) add up to
-/// `2^128`, which an i128 does not see.
-const HIGH_BITS: u64 = SPLIT_HIGH.to_bits() - ((1 << 53) - 1);
-const MIDDLE_BITS: u64 = SPLIT_MIDDLE.to_bits() - ((1 << 52) - 1);
-const LOW_BITS: u64 = SPLIT_LOW.to_bits() - (1 << 23);
-
-/// `round(x)` (to nearest, ties to even) for `|x| < 2^126`, as the low and high words of an
-/// i128 ([`join`]), with float adds and integer shifts only: no branch, so that a loop of it
-/// vectorises.
-///
-/// Adding `1.5 × 2^p` to a number of magnitude at most `2^(p − 1)` rounds it to the grid of the
-/// sum's last bit, `2^(p − 52)`, and subtracting the constant again is exact. So `x = a + r`
-/// with `a` on the grid `2^75` and `|r| <= 2^74` exact, then `r = b + c` with `b` on `2^23` and
-/// `|c| <= 2^22`, and `round(x) = a + b + round(c)`, as `a + b` is an even integer. The three
-/// pieces in units of their grids, within `±2^51`, `±2^51` and `±2^22`, are read from the sums'
-/// bits, which count in those units across the sum's binade (and at its upper edge, `2^(p + 1)`,
-/// where a rounding may land). With the offsets of the `*_BITS` constants every piece is at
-/// least zero, so the words are put together with shifts and one carry.
-#[inline(always)]
-fn split(x: f64) -> (u64, u64) {
-    let with_high = x + SPLIT_HIGH;
-    let rest = x - (with_high - SPLIT_HIGH);
-    let with_middle = rest + SPLIT_MIDDLE;
-    let last = rest - (with_middle - SPLIT_MIDDLE);
-    let with_low = last + SPLIT_LOW;
-    let high = with_high.to_bits().wrapping_sub(HIGH_BITS); // < 2^54, in units of 2^75
-    let middle = with_middle.to_bits().wrapping_sub(MIDDLE_BITS); // < 2^53, of 2^23
-    let low = with_low.to_bits().wrapping_sub(LOW_BITS); // < 2^24, of 1
-    let shifted = middle << 23;
-    let low_word = shifted.wrapping_add(low);
-    // The carry out of the low word (`low` has no top bit, so only `shifted`'s can carry).
-    let carry = (shifted & !low_word) >> 63;
-    (low_word, (high << 11).wrapping_add(middle >> 41).wrapping_add(carry))
-}
-
-/// The i128 whose words [`split`] gave.
-#[inline(always)]
-fn join(low: u64, high: u64) -> i128 {
-    (u128::from(high) << 64 | u128::from(low)) as i128
+fn quantize_below(value: f64, bound: f64, exponent: i32) -> Option<i128> {
+    (value.abs() < bound).then(|| quantize(value, exponent))
 }
 
 /// `2^exponent` for exponents from -1074 (the smallest subnormal) to 1024 (infinity).
