@@ -76,6 +76,13 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = OpArg::SumF64)]
     op: OpArg,
 
+    /// Time this collective too, at each size's element count (sum_i128 at 16 KiB of sum_f64
+    /// is 32 KiB), in the same ring, repetition by repetition in turn with --op's, and print the
+    /// median of their time ratios: a comparison that load on a shared machine moves less
+    /// than runs one after the other.
+    #[arg(long, value_enum, conflicts_with_all = ["link_limit", "simulate"])]
+    vs: Option<OpArg>,
+
     /// Comma-separated sizes in bytes; K, M, G (or KiB, MiB, GiB) multiply by 1024, 1024², 1024³.
     #[arg(long, value_delimiter = ',', value_parser = parse_size, conflicts_with_all = ["min_bytes", "max_bytes", "factor"])]
     sizes: Option<Vec<usize>>,
@@ -248,6 +255,8 @@ pub(crate) struct Config {
     pub(crate) world: usize,
     pub(crate) op: OpArg,
     pub(crate) kinds: Vec<Kind>,
+    /// The collective timed in turn with `kinds`' one, at the same element count (`--vs`).
+    pub(crate) vs: Option<Kind>,
     pub(crate) sizes: Vec<usize>,
     pub(crate) seconds_per_size: f64,
     pub(crate) warmup: Option<u32>,
@@ -326,6 +335,11 @@ impl Args {
                 }
             }
         }
+        let vs = match self.vs.map(OpArg::kinds).as_deref() {
+            None => None,
+            Some(&[vs]) if kinds.len() == 1 => Some(vs),
+            Some(_) => return Err(fail("--vs and --op each name one collective, not all".into())),
+        };
         if !(self.seconds_per_size.is_finite() && self.seconds_per_size > 0.0) {
             return Err(fail("--seconds-per-size must be a positive number".into()));
         }
@@ -376,6 +390,7 @@ impl Args {
             world,
             op: self.op,
             kinds,
+            vs,
             sizes,
             seconds_per_size: self.seconds_per_size,
             warmup: self.warmup,
@@ -485,6 +500,10 @@ mod tests {
             &["--link-mbit", "0"],
             &["--csv", "--json"],
             &["--link-limit", "--op", "all"],
+            &["--op", "all", "--vs", "sum_i128"],
+            &["--vs", "all"],
+            &["--vs", "sum_i128", "--simulate"],
+            &["--vs", "sum_i128", "--link-limit"],
         ] {
             let e = config(bad).expect_err(&format!("{bad:?} should be refused"));
             assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
@@ -504,6 +523,16 @@ mod tests {
         let c = config(&["--world", "2", "--link-limit", "--link-mbit", "10000", "--csv"]).unwrap();
         let dir = std::path::Path::new("/tmp/meet");
         let child = child(c.rank_args(1, dir));
+        assert_eq!(Config { mode: Mode::Launch, ..child }, c);
+    }
+
+    #[test]
+    fn vs_names_the_collective_timed_in_turn_and_ranks_get_it() {
+        let c = config(&["--vs", "sum_i128", "--sizes", "8,16K"]).unwrap();
+        assert_eq!((c.kinds.clone(), c.vs), (vec![Kind::SumF64], Some(Kind::SumI128)));
+        assert_eq!(config(&["--sizes", "8"]).unwrap().vs, None);
+        let dir = std::path::Path::new("/tmp/meet");
+        let child = child(c.rank_args(3, dir));
         assert_eq!(Config { mode: Mode::Launch, ..child }, c);
     }
 

@@ -382,6 +382,9 @@ impl Config {
         if !self.link_limit {
             args.extend(["--op".into(), self.op.flag().into(), "--sizes".into(), sizes.join(",")]);
         }
+        if let Some(vs) = self.vs {
+            args.extend(["--vs".into(), vs.name().into()]);
+        }
         args.extend([
             "--seconds-per-size".into(),
             self.seconds_per_size.to_string(),

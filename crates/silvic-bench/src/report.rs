@@ -294,6 +294,19 @@ impl Printer {
         let _ = out.flush();
     }
 
+    /// Prints, in the table, the median over repetitions of `vs`'s time over `kind`'s at
+    /// `elements` elements, timed in turn (`--vs`). CSV and JSON hold both rows, and no more.
+    pub(crate) fn ratio(&mut self, kind: Kind, vs: Kind, elements: usize, ratio: f64) {
+        if self.format != Format::Table {
+            return;
+        }
+        self.clear();
+        let (vs, kind) = (vs.name(), kind.name());
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "#   {vs} / {kind} at {elements} elements, in turn: {ratio:.3}");
+        let _ = out.flush();
+    }
+
     /// Prints the closing lines of a kind's sweep.
     pub(crate) fn finish(&mut self, rows: &[Row]) {
         self.clear();

@@ -84,6 +84,119 @@ fn barrier(collective: &mut dyn TrainerCollective) -> Result<(), CollectiveError
     collective.allreduce_sum_f64(&mut [0.0])
 }
 
+/// Two collectives measured in turn ([`measure_pair`]), and the median over repetitions of
+/// the second's time over the first's.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Pair {
+    pub(crate) first: Measured,
+    pub(crate) second: Measured,
+    pub(crate) ratio: f64,
+}
+
+/// One side of a [`measure_pair`]: its workload, its size, and what its repetitions gave.
+struct Side<'a> {
+    workload: &'a mut Workload,
+    bytes: usize,
+    iters: u32,
+    times: Vec<f64>,
+    cpu: f64,
+}
+
+impl Side<'_> {
+    /// Warm-up and calibration: the seconds a call takes, the maximum over ranks.
+    fn calibrate(
+        &mut self,
+        collective: &mut dyn TrainerCollective,
+        warmup_calls: Option<u32>,
+    ) -> Result<f64, CollectiveError> {
+        self.workload.fill(self.bytes);
+        for _ in 0..warmup(self.bytes, warmup_calls) {
+            self.workload.call(collective)?;
+        }
+        barrier(collective)?;
+        let calibration = if self.bytes >= BIG { 1 } else { 10 };
+        let start = Instant::now();
+        for _ in 0..calibration {
+            self.workload.call(collective)?;
+        }
+        max_over_ranks(collective, start.elapsed().as_secs_f64() / f64::from(calibration))
+    }
+
+    /// One repetition: a barrier, then `iters` calls, timed (the maximum over ranks).
+    fn repeat(&mut self, collective: &mut dyn TrainerCollective) -> Result<(), CollectiveError> {
+        barrier(collective)?;
+        let cpu_start = thread_cpu();
+        let start = Instant::now();
+        for _ in 0..self.iters {
+            self.workload.call(collective)?;
+        }
+        let mine = start.elapsed().as_secs_f64() / f64::from(self.iters);
+        self.cpu += match (cpu_start, thread_cpu()) {
+            (Some(a), Some(b)) => b - a,
+            _ => f64::NAN,
+        };
+        self.times.push(max_over_ranks(collective, mine)?);
+        Ok(())
+    }
+
+    fn measured(
+        mut self,
+        collective: &mut dyn TrainerCollective,
+        check: bool,
+    ) -> Result<Measured, CollectiveError> {
+        let reps = self.times.len() as u32;
+        let mut cpu = [self.cpu / (f64::from(reps) * f64::from(self.iters))];
+        collective.allreduce_sum_f64(&mut cpu)?;
+        let cpu = cpu[0].is_finite().then_some(cpu[0]);
+        let (median, min) = median_min(&mut self.times);
+        let wrong = if check {
+            let mine = self.workload.check(collective, self.bytes)?;
+            let mut total = [mine as i64];
+            collective.allreduce_sum_i64(&mut total)?;
+            Some(total[0] as u64)
+        } else {
+            None
+        };
+        Ok(Measured { iters: self.iters, reps, median, min, wrong, cpu })
+    }
+}
+
+/// Measures `first` at `bytes.0` and `second` at `bytes.1` in turn, repetition by repetition
+/// (each repetition the protocol's, and each pair in alternating order), so that what load
+/// the machine has falls on both alike. Both sides follow the plan [`measure`] would make in
+/// `seconds` for the slower of the two: the same repetitions and the same calls in each, so
+/// that what a repetition pays once (the barrier's wake-ups) weighs on both alike.
+pub(crate) fn measure_pair(
+    collective: &mut dyn TrainerCollective,
+    (first, second): (&mut Workload, &mut Workload),
+    bytes: (usize, usize),
+    seconds: f64,
+    warmup_calls: Option<u32>,
+    check: bool,
+) -> Result<Pair, CollectiveError> {
+    let side = |workload, bytes| Side { workload, bytes, iters: 1, times: Vec::new(), cpu: 0.0 };
+    let mut sides = [side(first, bytes.0), side(second, bytes.1)];
+    let mut slower = 0.0f64;
+    for side in &mut sides {
+        slower = slower.max(side.calibrate(collective, warmup_calls)?);
+    }
+    let (reps, iters) = plan(bytes.0.max(bytes.1), slower, seconds);
+    for side in &mut sides {
+        side.iters = iters;
+    }
+    for rep in 0..reps as usize {
+        for turn in 0..2 {
+            sides[(rep + turn) % 2].repeat(collective)?;
+        }
+    }
+    let mut ratios: Vec<f64> =
+        sides[0].times.iter().zip(&sides[1].times).map(|(a, b)| b / a).collect();
+    let (ratio, _) = median_min(&mut ratios);
+    let [first, second] = sides;
+    let first = first.measured(collective, check)?;
+    Ok(Pair { first, second: second.measured(collective, check)?, ratio })
+}
+
 /// Measures `workload` at `bytes` following the protocol.
 pub(crate) fn measure(
     collective: &mut dyn TrainerCollective,
@@ -174,6 +287,25 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(thread_cpu().is_some());
         }
+    }
+
+    #[test]
+    fn a_pair_is_timed_in_turn_and_both_checked() {
+        let mut f64s = Workload::new(Kind::SumF64, 0, 1, 4096);
+        let mut wide = Workload::new(Kind::SumI128, 0, 1, 8192);
+        let pair = measure_pair(
+            &mut LocalCollective,
+            (&mut f64s, &mut wide),
+            (4096, 8192),
+            0.001,
+            Some(1),
+            true,
+        )
+        .unwrap();
+        assert_eq!((pair.first.reps, pair.second.reps), (15, 15));
+        assert_eq!(pair.first.iters, pair.second.iters, "the same calls in each repetition");
+        assert_eq!((pair.first.wrong, pair.second.wrong), (Some(0), Some(0)));
+        assert!(pair.ratio > 0.0 && pair.ratio.is_finite(), "{pair:?}");
     }
 
     #[test]
