@@ -10,6 +10,7 @@ and the load average around each round; then one CSV row per size, series and ro
     python3 scripts/measure.py relay     [--rounds 3]                   # the relay bed
     sudo python3 scripts/measure.py netns [--rounds 3]                  # namespace hosts (root)
     python3 scripts/measure.py simulator                                # the model: one round
+    python3 scripts/measure.py fixed     [--rounds 3]                   # fixed point vs f64
 
 Build silvic-bench first (`cargo build --release -p silvic-bench`). The loopback bed runs the
 peers of DIR (default $SILVIC_PEERS, see its README: `run_mpi.sh`, `run_xgb.sh`,
@@ -251,9 +252,68 @@ def simulator(args):
     return r
 
 
+FIXED_COLUMNS = ["series", "round", "world", "elements", "f64", "fixed", "ratio"]
+
+
+def fixed(args):
+    r = Results("fixed", "fixed-point histograms against plain f64: the per-value add "
+                "(ns a value) and the allreduce of N bins, i128 against f64 (us a call)",
+                FIXED_COLUMNS)
+    adds = ["cargo", "bench", "-q", "--locked", "-p", "silvic-core", "--bench", "fixed_add"]
+    r.series("add", f"{shlex.join(adds)}: plain f64 histogram add against "
+             "FixedHistogram::add, ns a value (medians of its 21 interleaved rounds)")
+    r.series("add_many", "the same run: FixedHistogram::add_many with i64 bins")
+    sizes = "1K,4K,8K,16K,32K,256K,2M,8M"
+    world = 4
+    allreduce = [BENCH, "--world", str(world), "--op", "sum_f64", "--vs", "sum_i128", "--sizes",
+                 sizes, "--seconds-per-size", "1"]
+    r.series("allreduce", "target/release/silvic-bench " + shlex.join(allreduce[1:]) +
+             " (one process per rank on loopback; N = the f64 size / 8; each repetition times "
+             "both in turn in the same ring, ratio = the median of i128 / f64 over them)")
+    r.notes.append("ratio is the fixed-point time over the f64 time: for the adds, the inverse "
+                   "of the rate against a plain f64 add")
+    for rnd in range(1, args.rounds + 1):
+        r.loads.append(load())
+        print(f"round {rnd}: adds", file=sys.stderr, flush=True)
+        done = subprocess.run(adds, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+        if done.returncode != 0:
+            raise RuntimeError(f"{shlex.join(adds)} exited {done.returncode}:\n{done.stderr}")
+        ns = {}
+        for line in done.stdout.splitlines():
+            for name, key in (("plain f64 add", "plain"), ("FixedHistogram::add ", "add"),
+                              ("FixedHistogram::add_many", "add_many")):
+                if line.startswith(name):
+                    ns[key] = float(line.split(" ns")[0].split()[-1])
+            if line.startswith("values "):
+                values = int(line.split()[1].rstrip(","))
+        for series in ("add", "add_many"):
+            r.rows.append({"series": series, "round": rnd, "world": "", "elements": values,
+                           "f64": ns["plain"], "fixed": ns[series],
+                           "ratio": f"{ns[series] / ns['plain']:.3f}"})
+        print(f"round {rnd}: allreduce", file=sys.stderr, flush=True)
+        done = subprocess.run(allreduce, capture_output=True, text=True, timeout=TIMEOUT)
+        if done.returncode != 0:
+            raise RuntimeError(f"{shlex.join(allreduce)} exited {done.returncode}:\n"
+                               f"{done.stderr[-2000:]}")
+        # The table's rows (size, count, type, redop, time, ...) and the ratio after each pair.
+        times = {}
+        for line in done.stdout.splitlines():
+            cells = line.split()
+            if len(cells) > 4 and cells[0].isdigit() and cells[2] in ("double", "int128"):
+                times[(int(cells[1]), cells[2])] = float(cells[4])
+            elif "in turn:" in line:
+                elements = int(line.split(" at ")[1].split()[0])
+                r.rows.append({"series": "allreduce", "round": rnd, "world": world,
+                               "elements": elements, "f64": times[(elements, "double")],
+                               "fixed": times[(elements, "int128")],
+                               "ratio": line.rsplit(":", 1)[1].strip()})
+    r.loads.append(load())
+    return r
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bed", choices=["loopback", "relay", "netns", "simulator"])
+    parser.add_argument("bed", choices=["loopback", "relay", "netns", "simulator", "fixed"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peers", default=os.environ.get("SILVIC_PEERS"),
                         help="the peers' scripts (loopback)")
@@ -265,7 +325,7 @@ def main():
     if not os.path.exists(BENCH):
         sys.exit(f"{BENCH} missing: cargo build --release -p silvic-bench")
     results = {"loopback": loopback, "relay": relay, "netns": netns,
-               "simulator": simulator}[args.bed](args)
+               "simulator": simulator, "fixed": fixed}[args.bed](args)
     results.write(1 if args.bed == "simulator" else args.rounds, args.note)
 
 

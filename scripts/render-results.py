@@ -180,7 +180,32 @@ def simulator():
     return "\n".join(out) + "\n"
 
 
-RENDERS = {"loopback": loopback, "relay": relay, "netns": netns, "simulator": simulator}
+def fixed():
+    _, rows = load("fixed")
+    cells = {k: [median(v, c) for c in ("f64", "fixed", "ratio")]
+             for k, v in group(rows, "series", "elements").items()}
+    worlds = sorted({r["world"] for r in rows if r["world"]})
+    out = [source("fixed", rows, "fixed point against f64; the allreduce at world "
+                  f"{', '.join(worlds)}, one process per rank on loopback"), "",
+           "The last column is the median over the rounds of each round's fixed-point time over "
+           "its f64 time, the two timed in turn.", ""]
+    out.append("| | f64 | fixed point | fixed / f64 |")
+    out.append("|---|---:|---:|---:|")
+    names = {"add": "a value added: `FixedHistogram::add` against `hist[bin] += value`",
+             "add_many": "a value added by `add_many` (i64 bins), against the same"}
+    for series, name in names.items():
+        for (s, _), (f64, fixed_, ratio) in sorted(cells.items()):
+            if s == series:
+                out.append(f"| {name} | {f64:.2f} ns | {fixed_:.2f} ns | {ratio:.2f}x |")
+    allreduce = sorted((int(n), c) for (s, n), c in cells.items() if s == "allreduce")
+    for n, (f64, fixed_, ratio) in allreduce:
+        name = f"allreduce of {n} bins ({size(8 * n)} f64, {size(16 * n)} i128)"
+        out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
+    return "\n".join(out) + "\n"
+
+
+RENDERS = {"loopback": loopback, "relay": relay, "netns": netns, "simulator": simulator,
+           "fixed": fixed}
 
 
 def busbw_plot():
