@@ -1,7 +1,7 @@
 //! The one poll(2) wrapper, which waits on descriptors until a deadline, the one retry of a
-//! non-blocking call ([`nonblocking`]), and the one backoff of every retry loop ([`Backoff`]:
+//! non-blocking call ([`nonblocking`]), the one backoff of every retry loop ([`Backoff`]:
 //! dialling a neighbour, joining the address exchange, resolving the rendezvous host, polling
-//! the rendezvous folder).
+//! the rendezvous folder), and when a start that has not ended says so ([`Reminder`]).
 //!
 //! A leaf: it uses nothing of this crate, so the ring link, the rendezvous and the exchange can
 //! all wait through it without importing each other.
@@ -68,6 +68,44 @@ impl Backoff {
     }
 }
 
+/// When a wait that has not ended warns: once it has lasted [`Reminder::FIRST`], then each time
+/// it has doubled (5 s, 10 s, 20 s, ...), so a stuck start is never silent and a long one is not
+/// noisy. Pure: it is handed the moments, and reads no clock.
+#[derive(Debug, Clone)]
+pub(crate) struct Reminder {
+    started: Instant,
+    /// How long the wait will have lasted at the next warning.
+    next: Duration,
+}
+
+impl Reminder {
+    /// The first warning's wait.
+    pub(crate) const FIRST: Duration = Duration::from_secs(5);
+
+    /// The reminder of a wait that began at `started`.
+    pub(crate) fn new(started: Instant) -> Reminder {
+        Reminder { started, next: Reminder::FIRST }
+    }
+
+    /// Whether a warning is due at `now`: if so, how long the wait has lasted (and the next one
+    /// falls at twice that).
+    pub(crate) fn due(&mut self, now: Instant) -> Option<Duration> {
+        let waited = now.saturating_duration_since(self.started);
+        if waited < self.next {
+            return None;
+        }
+        while self.next <= waited {
+            self.next = self.next.saturating_mul(2);
+        }
+        Some(waited)
+    }
+
+    /// When the next warning falls due.
+    pub(crate) fn next_at(&self) -> Instant {
+        deadline_after(self.started, self.next)
+    }
+}
+
 /// `timeout` after `now`; a timeout too long for an `Instant` (`Duration::MAX`, as `connect`
 /// takes it) is a century, which no launch outlives.
 pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
@@ -87,5 +125,22 @@ mod tests {
         let started = Instant::now();
         b.sleep(started);
         assert!(started.elapsed() < Duration::from_millis(70), "slept past the deadline");
+    }
+
+    #[test]
+    fn a_reminder_warns_at_five_seconds_then_each_time_the_wait_doubles() {
+        let start = Instant::now();
+        let mut reminder = Reminder::new(start);
+        let at = |s: u64| start + Duration::from_secs(s);
+        assert_eq!(reminder.next_at(), at(5));
+        assert_eq!(reminder.due(at(4)), None);
+        assert_eq!(reminder.due(at(5)), Some(Duration::from_secs(5)));
+        assert_eq!(reminder.due(at(9)), None);
+        assert_eq!(reminder.next_at(), at(10));
+        assert_eq!(reminder.due(at(10)), Some(Duration::from_secs(10)));
+        // A wait that was not looked at for long warns once, then at twice its length.
+        assert_eq!(reminder.due(at(70)), Some(Duration::from_secs(70)));
+        assert_eq!(reminder.next_at(), at(80));
+        assert_eq!(reminder.due(at(79)), None);
     }
 }

@@ -150,6 +150,7 @@ fn resolve_meeting(
     deadline: Instant,
 ) -> Result<SocketAddr, ConnectError> {
     let mut backoff = Backoff::new((Duration::from_millis(50), Duration::from_secs(1)));
+    let mut warned = false;
     loop {
         let error = match (host, port).to_socket_addrs() {
             Ok(mut found) => match found.next() {
@@ -158,6 +159,15 @@ fn resolve_meeting(
             },
             Err(e) => e.to_string(),
         };
+        if !warned {
+            // A typo shows at once; a name that appears later (a Kubernetes service) is
+            // still waited for.
+            tracing::warn!(
+                "from_env: cannot resolve the rendezvous host {host:?} of {variable} ({error}); \
+                 retrying until the timeout"
+            );
+            warned = true;
+        }
         if Instant::now() >= deadline {
             return Err(env_error(
                 variable,

@@ -8,6 +8,8 @@
 //!   naming a rank still missing and what it was waited for (a rank this rank dials first, in
 //!   the plan's order), or at once on a refusal the connecting side hears or makes (see
 //!   `dial.rs`).
+//! - A rendezvous that has not ended warns at growing intervals ([`Reminder`]), naming every
+//!   rank still missing, its address, what it was waited for and the last error seen from it.
 //! - Strangers at the listener never delay or break the real ring (see `accept.rs`); once every
 //!   rank this rank accepts has joined, the listener is no longer polled and every other
 //!   handshake is dropped. A second proven stream from a rank already joined is dropped.
@@ -34,7 +36,7 @@ use self::accept::{ACCEPT_PAUSE, Accepted, Lobby};
 use self::dial::{Dial, Dialer};
 pub(crate) use self::plan::Plan;
 use crate::error::ConnectError;
-use crate::wait::wait as poll_wait;
+use crate::wait::{Reminder, wait as poll_wait};
 
 /// Job tokens shorter than this draw a warning: a short token is guessable offline by anyone
 /// who recorded one handshake.
@@ -67,7 +69,9 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
         );
     }
     // A timeout too long for an Instant (Duration::MAX) has no deadline.
-    let deadline = Instant::now().checked_add(plan.timeout);
+    let started = Instant::now();
+    let deadline = started.checked_add(plan.timeout);
+    let mut reminder = Reminder::new(started);
     let first_accepted = plan.accepts[0];
     listener.set_nonblocking(true).map_err(|e| {
         plan.io_error(first_accepted, &io::Error::new(e.kind(), format!("listener: {e}")))
@@ -95,10 +99,19 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
         }
         lobby.expire(now);
         lobby.report(now);
+        if let Some(waited) = reminder.due(now) {
+            let missing = still_missing(plan, &dials, &dialers, &lobby, &accepted);
+            warn!(
+                "connect: rank {} has waited {} s to form its ring, on {missing}; check that \
+                 those ranks are running, with the same address list and job token",
+                plan.rank,
+                waited.as_secs()
+            );
+        }
         accept_paused_until = accept_paused_until.filter(|until| now < *until);
         let listening = !all_in && accept_paused_until.is_none();
 
-        let wake = [deadline, accept_paused_until, lobby.next_report()]
+        let wake = [deadline, accept_paused_until, lobby.next_report(), Some(reminder.next_at())]
             .into_iter()
             .chain(dials.iter().map(Dial::wake_at))
             .chain(lobby.held().iter().map(|p| Some(p.deadline())))
@@ -186,6 +199,43 @@ fn formed(dials: &mut Vec<Dial<'_>>, accepted: &mut [Option<TcpStream>]) -> Opti
         })
         .collect();
     Some(Formed { dialed, accepted: accepted.iter_mut().filter_map(Option::take).collect() })
+}
+
+/// Every rank the rendezvous still waits on, its address, what it was waited for and the last
+/// error seen from it, and what strangers the listener refused: for a warning.
+fn still_missing(
+    plan: &Plan<'_>,
+    dials: &[Dial<'_>],
+    dialers: &[Dialer<'_>],
+    lobby: &Lobby<'_>,
+    accepted: &[Option<TcpStream>],
+) -> String {
+    let mut ranks = Vec::new();
+    for (dial, dialer) in dials.iter().zip(dialers) {
+        if !matches!(dial, Dial::Joined(_)) {
+            let last = dialer.last_error.as_deref().unwrap_or("none");
+            let address = plan.addresses[dialer.peer];
+            ranks.push(format!(
+                "rank {} at {address} (waited for it {}; last error: {last})",
+                dialer.peer,
+                dial.waiting_for()
+            ));
+        }
+    }
+    for (&peer, stream) in plan.accepts.iter().zip(accepted) {
+        if stream.is_none() {
+            let address = plan.addresses[peer];
+            ranks.push(format!("rank {peer} at {address} (it has not connected to this rank)"));
+        }
+    }
+    let mut text = ranks.join(", ");
+    if lobby.refused > 0 {
+        text += &format!(
+            "; {} other connections were refused, the last: {}",
+            lobby.refused, lobby.last_refusal
+        );
+    }
+    text
 }
 
 fn timeout_error(

@@ -5,12 +5,17 @@
 //! handshake, [`HANDSHAKE_DEADLINE`] after the connection was made): each read and write is
 //! given only the time left, so neither a trickle of bytes nor PINGs sent for ever can stretch
 //! a wait past it.
+//!
+//! A join that has not ended warns at growing intervals ([`Reminder`]), saying where it stands:
+//! rank 0 not answering (with the last error), or rank 0 holding this rank's address while it
+//! waits for the others.
 
+use std::cell::RefCell;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::wire::{
     ABORT, ADDRESS_LEN, DUPLICATE, LIST, MAX_ABORT_TEXT, NO_ROSTER, PING, abort_reason,
@@ -19,7 +24,7 @@ use super::wire::{
 use crate::error::{ConnectError, RejectReason};
 use crate::handshake::{Claims, Connector, Failure, MESSAGE_LEN, Message, Next, fresh_nonce};
 use crate::rendezvous::accept::HANDSHAKE_DEADLINE;
-use crate::wait::Backoff;
+use crate::wait::{Backoff, Reminder};
 
 /// What rank `rank` needs to join the exchange.
 #[derive(Debug)]
@@ -42,12 +47,40 @@ enum Attempt {
     Fatal(ConnectError),
 }
 
+/// Where a join stands, for its warnings (see the module doc).
+struct Patience {
+    reminder: Reminder,
+    /// What the join waits for now.
+    stage: String,
+}
+
+impl Patience {
+    /// Logs a warning if one is due at `now`.
+    fn tick(&mut self, plan: &Join<'_>, now: Instant) {
+        if let Some(waited) = self.reminder.due(now) {
+            warn!(
+                "from_env: rank {} has waited {} s for the address exchange at {} ({}); check \
+                 that rank 0 is running, and that every rank has the same rendezvous address, \
+                 world size and job token",
+                plan.rank,
+                waited.as_secs(),
+                plan.server,
+                self.stage
+            );
+        }
+    }
+}
+
 /// Sends this rank's address to rank 0 and returns the whole list, retrying the connection
 /// until rank 0 serves the exchange or the deadline passes.
 pub(crate) fn join(plan: &Join<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
     let key = exchange_key(plan.token);
     let mut backoff = Backoff::new(Backoff::CONNECT);
     let mut last_error = None;
+    let patience = RefCell::new(Patience {
+        reminder: Reminder::new(Instant::now()),
+        stage: "rank 0 has not answered yet".into(),
+    });
     loop {
         if Instant::now() >= plan.deadline {
             let last = last_error.as_deref().unwrap_or("none: no time to try");
@@ -58,15 +91,17 @@ pub(crate) fn join(plan: &Join<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
                 waiting_for: format!("to serve the address exchange (last error: {last})"),
             });
         }
-        match attempt(plan, &key) {
+        match attempt(plan, &key, &patience) {
             Ok(list) => return Ok(list),
             Err(Attempt::Fatal(e)) => return Err(e),
             Err(Attempt::Retry(why)) => {
                 debug!(rank = plan.rank, %why, "retrying the address exchange");
+                patience.borrow_mut().stage = format!("rank 0 has not answered; last error: {why}");
                 last_error = Some(why);
             }
         }
         backoff.sleep(plan.deadline);
+        patience.borrow_mut().tick(plan, Instant::now());
     }
 }
 
@@ -81,22 +116,30 @@ fn lost(e: &io::Error) -> bool {
     )
 }
 
-/// Reads exactly `buf.len()` bytes before `until`: each read waits at most the time left.
-fn read_until(stream: &mut TcpStream, buf: &mut [u8], until: Instant) -> io::Result<()> {
+/// Reads exactly `buf.len()` bytes before `until`: each read waits at most the time left, and
+/// no longer than the next warning `patience` has due, which it then gives.
+fn read_until(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    until: Instant,
+    plan: &Join<'_>,
+    patience: &RefCell<Patience>,
+) -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let now = Instant::now();
+        patience.borrow_mut().tick(plan, now);
+        let slice = until.min(patience.borrow().reminder.next_at());
+        let left = slice.saturating_duration_since(now);
+        if until <= now {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        stream.set_read_timeout(Some(left))?;
+        stream.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
         match stream.read(&mut buf[got..]) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                return Err(io::ErrorKind::TimedOut.into());
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
     }
@@ -125,13 +168,19 @@ fn write_until(stream: &mut TcpStream, bytes: &[u8], until: Instant) -> io::Resu
     Ok(())
 }
 
-fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> {
+fn attempt(
+    plan: &Join<'_>,
+    key: &[u8; 32],
+    patience: &RefCell<Patience>,
+) -> Result<Vec<SocketAddr>, Attempt> {
     let server = plan.server.to_string();
     let left = plan.deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return Err(Attempt::Retry("no time left to connect".into()));
     }
-    let mut stream = TcpStream::connect_timeout(&plan.server, left)
+    // A host that drops the connection's packets is tried again after a handshake's time, so
+    // the join still warns while it waits.
+    let mut stream = TcpStream::connect_timeout(&plan.server, left.min(HANDSHAKE_DEADLINE))
         .map_err(|e| Attempt::Retry(e.to_string()))?;
     // Rank 0 answers a handshake at once: past this, the port is another program's (or rank 0
     // is too busy to take this connection).
@@ -154,7 +203,7 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
     };
     // Reads exactly `buf.len()` bytes before the deadline.
     let read = |stream: &mut TcpStream, buf: &mut [u8], what: &str| -> Result<(), Attempt> {
-        match read_until(stream, buf, plan.deadline) {
+        match read_until(stream, buf, plan.deadline, plan, patience) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(timed_out(what)),
             Err(e) => Err(io_failure(e, "before sending the address list")),
@@ -182,7 +231,7 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
     loop {
         // A port that stays silent is another program's (or a rank 0 too busy to take this
         // connection): try again, and say so if time runs out.
-        match read_until(&mut stream, &mut inbox, handshake_until) {
+        match read_until(&mut stream, &mut inbox, handshake_until, plan, patience) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Err(Attempt::Retry(format!(
@@ -219,6 +268,8 @@ fn attempt(plan: &Join<'_>, key: &[u8; 32]) -> Result<Vec<SocketAddr>, Attempt> 
         }
     }
     write(&mut stream, &encode_address(plan.own), "during the handshake")?;
+    patience.borrow_mut().stage =
+        "rank 0 has this rank's address and waits for the other ranks to send theirs".into();
     let mut kind = [0u8; 1];
     loop {
         read(&mut stream, &mut kind, "to send the address list (waiting for the other ranks)")?;

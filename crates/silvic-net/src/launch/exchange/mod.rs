@@ -521,7 +521,7 @@ mod tests {
         assert!(one.join().unwrap().is_err());
         let logged = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
         assert!(logged.contains("WARN"), "{logged}");
-        assert!(logged.contains("waiting for ranks [2]: 2 of 3 joined"), "{logged}");
+        assert!(logged.contains("waited 5 s for ranks [2] (2 of 3 joined)"), "{logged}");
     }
 
     /// Finding 14: the last real error is kept (rank 0 never started: the connection was

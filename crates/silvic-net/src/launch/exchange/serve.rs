@@ -18,11 +18,8 @@ use crate::error::ConnectError;
 use crate::rendezvous::accept::{
     ACCEPT_PAUSE, Accepted, Admission, HANDSHAKE_DEADLINE, Joined, Lobby, Refused,
 };
-use crate::wait::{Backoff, nonblocking, wait as poll_wait};
+use crate::wait::{Reminder, nonblocking, wait as poll_wait};
 
-/// When the exchange says whom it still waits for: after 5 s, then at doubling gaps up to a
-/// minute (a rank 0 given half an hour says so about 35 times).
-const PROGRESS: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(60));
 /// What rank 0 needs to serve the exchange.
 #[derive(Debug)]
 pub(crate) struct Serve<'a> {
@@ -54,8 +51,8 @@ struct Server<'a> {
     /// The last refusal of a connection whose Hello claimed each rank, for the timeout error.
     refusals: Vec<Option<String>>,
     accept_paused_until: Option<Instant>,
-    next_progress: Instant,
-    progress: Backoff,
+    /// When the exchange says whom it still waits for.
+    reminder: Reminder,
 }
 
 /// What polled ready in one turn.
@@ -86,10 +83,8 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
         members: (0..plan.world).map(|_| None).collect(),
         refusals: vec![None; plan.world],
         accept_paused_until: None,
-        next_progress: Instant::now() + PROGRESS.0,
-        progress: Backoff::new(PROGRESS),
+        reminder: Reminder::new(Instant::now()),
     };
-    server.progress.next_gap();
     let outcome = server.run();
     if let Err(e) = &outcome {
         server.abandon(&e.to_string());
@@ -108,13 +103,22 @@ impl Server<'_> {
             if now >= self.plan.deadline {
                 return Err(self.timeout_error());
             }
-            if now >= self.next_progress {
-                self.next_progress = now + self.progress.next_gap();
+            if let Some(waited) = self.reminder.due(now) {
                 let missing = self.missing();
                 let joined = self.plan.world - missing.len();
+                let mut seen = String::new();
+                for rank in &missing {
+                    if let Some(why) = &self.refusals[*rank] {
+                        seen += &format!("; a connection claiming rank {rank} {why}");
+                    }
+                }
                 warn!(
-                    "address exchange: waiting for ranks {missing:?}: {joined} of {} joined",
-                    self.plan.world
+                    "address exchange: waited {} s for ranks {missing:?} ({joined} of {} \
+                     joined){seen}; check that those ranks are running, with the same \
+                     rendezvous address ({}) and job token",
+                    waited.as_secs(),
+                    self.plan.world,
+                    self.listen_address
                 );
             }
             self.lobby.expire(now);
@@ -146,7 +150,7 @@ impl Server<'_> {
         let contests = self.members.iter().flatten().filter_map(|m| m.contender.as_ref());
         let wake = [
             Some(self.plan.deadline),
-            Some(self.next_progress),
+            Some(self.reminder.next_at()),
             self.accept_paused_until,
             self.lobby.next_report(),
         ]
@@ -525,8 +529,7 @@ mod tests {
             members,
             refusals: vec![None; 3],
             accept_paused_until: None,
-            next_progress: Instant::now() + timeout,
-            progress: Backoff::new(PROGRESS),
+            reminder: Reminder::new(Instant::now()),
         };
         assert!(server.complete() && server.still_complete().unwrap());
         drop(far_ends.remove(0)); // rank 1's process ends
