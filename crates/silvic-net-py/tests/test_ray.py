@@ -119,3 +119,58 @@ def test_collective_error_reaches_the_driver_with_its_attributes(workers: list[A
     assert str(raised.value.cause) == results[0]["message"]
     assert (raised.value.kind, raised.value.peer) == (results[0]["kind"], results[0]["peer"])
     assert raised.value.origin == results[0]["origin"]
+
+
+# A driver of its own (this session's Ray declares 4 CPUs): Ray with 2 CPUs, 4 actors asking 1
+# CPU each, form_ring with a long timeout. It prints what form_ring raised and how soon.
+_UNPLACEABLE = """
+import os, sys, time
+import ray
+from silvic_net.ray import PlacementError, RingMember, form_ring
+
+@ray.remote(num_cpus=1)
+class Trainer(RingMember):
+    pass
+
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=sys.argv[1])
+actors = [Trainer.remote() for _ in range(4)]
+started = time.monotonic()
+try:
+    form_ring(actors, timeout=600.0)
+    print("FORMED")
+except PlacementError as e:
+    took = time.monotonic() - started
+    print(f"RAISED after {took:.1f} s ranks={e.ranks} asked={e.asked} cluster={e.cluster}")
+    print(f"MESSAGE {e}")
+"""
+
+
+def test_form_ring_names_the_actors_ray_cannot_place_within_30s(tmp_path: Any) -> None:
+    import ast
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    script = tmp_path / "unplaceable.py"
+    script.write_text(_UNPLACEABLE)
+    temp = tempfile.mkdtemp(prefix="svray2-")  # short: Ray's socket paths must fit 107 bytes
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    done = subprocess.run(
+        [sys.executable, str(script), temp],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    out = done.stdout
+    assert "RAISED" in out, f"stdout: {out}\nstderr: {done.stderr[-3000:]}"
+    took = float(out.split("RAISED after ")[1].split(" s")[0])
+    assert took < 30.0, out
+    # Which two Ray left out is Ray's choice; two of the four, named.
+    ranks = ast.literal_eval(out.split("ranks=")[1].split(" asked=")[0])
+    assert len(ranks) == 2 and set(ranks) <= {0, 1, 2, 3}, out
+    assert "'CPU': 4.0" in out.split("asked=")[1] and "'CPU': 2.0" in out.split("cluster=")[1]
+    message = out.split("MESSAGE ")[1]
+    assert f"ranks {ranks[0]} and {ranks[1]}" in message, message
+    assert "4 CPU in all, and the cluster has 2" in message, message

@@ -18,20 +18,43 @@ from the driver; each actor then has its rank of the ring as ``self.ring``::
 For a Ray Train trainer (``DataParallelTrainer`` and friends), :mod:`silvic_net.ray.train` forms
 the ring over the trainer's worker group instead, on every start and restart.
 
-This module only gathers and hands out addresses; every check and every failure is the binding's
-own (:class:`silvic_net.ConnectError`, :class:`silvic_net.CollectiveError`). It imports ``ray``
-only when :func:`form_ring` runs or an actor binds, so ``import silvic_net.ray`` works without it.
+This module gathers and hands out addresses; every check of the ring and every failure of it is
+the binding's own (:class:`silvic_net.ConnectError`, :class:`silvic_net.CollectiveError`). Its
+own check is Ray's: actors that Ray cannot place (the ring's actors ask for more than the
+cluster has) fail :func:`form_ring` at once with a :class:`PlacementError` naming them. It
+imports ``ray`` only when :func:`form_ring` runs or an actor binds, so ``import
+silvic_net.ray`` works without it.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from silvic_net import RingListener, TcpCollective
 
-__all__ = ["RingMember", "form_ring"]
+__all__ = ["PlacementError", "RingMember", "form_ring"]
+
+_log = logging.getLogger(__name__)
+
+
+class PlacementError(RuntimeError):
+    """Ray cannot place some of :func:`form_ring`'s actors: together they ask for more of a
+    resource (CPUs, GPUs, memory) than the cluster has, so they can never all run at once.
+
+    ``ranks`` are the ranks of the actors Ray has not placed; ``asked`` the ring's actors'
+    resources in all, and ``cluster`` the cluster's (both as Ray names them: ``{"CPU": 4.0}``).
+    """
+
+    def __init__(
+        self, message: str, ranks: list[int], asked: dict[str, float], cluster: dict[str, float]
+    ) -> None:
+        super().__init__(message)
+        self.ranks = ranks
+        self.asked = asked
+        self.cluster = cluster
 
 # The ring and the listener live under these names on the actor, out of the way of its own.
 _RING = "_silvic_net_ring"
@@ -102,10 +125,14 @@ def form_ring(
     bounds the rendezvous on every actor, then how long its collectives wait on a silent peer;
     an actor changes that later with ``self.ring.set_timeout``. Returns the addresses.
 
-    Raises the first error an actor raised (a :class:`silvic_net.ConnectError`, wrapped by Ray)
-    as soon as it happens, and ``ray.exceptions.GetTimeoutError`` if the actors do not answer
-    within the timeout and a grace period (an actor busy in another call, for one). Calling it
-    again on the same actors forms a new ring and closes the old one.
+    Raises :class:`PlacementError` as soon as Ray shows that the actors cannot all run at once
+    (some not placed, and together asking for more than the cluster has), naming them; the
+    first error an actor raised (a :class:`silvic_net.ConnectError`, wrapped by Ray) as soon as
+    it happens; and ``ray.exceptions.GetTimeoutError`` if the actors do not answer within the
+    timeout and a grace period (an actor busy in another call, for one). While actors wait to
+    be placed (the cluster busy with other work), it logs a warning naming them after 5 s and
+    each time the wait doubles. Calling it again on the same actors forms a new ring and closes
+    the old one.
     """
     import ray
 
@@ -118,9 +145,8 @@ def form_ring(
                 f"silvic_net.ray.RingMember, got {actor!r}"
             )
     grace = max(10.0, 0.1 * timeout)
-    addresses: list[str] = _get_all(
-        [actor.silvic_net_bind.remote(listen_host) for actor in actors], timeout + grace, ray
-    )
+    binds = [actor.silvic_net_bind.remote(listen_host) for actor in actors]
+    addresses: list[str] = _get_all(binds, timeout + grace, ray, _Placement(actors, binds, ray))
     job_token = secrets.token_hex(32)
     _get_all(
         [
@@ -133,8 +159,11 @@ def form_ring(
     return addresses
 
 
-def _get_all(refs: list[Any], timeout: float, ray: Any) -> list[Any]:
-    """The results of ``refs`` in order, raising the first failure as soon as it is known."""
+def _get_all(
+    refs: list[Any], timeout: float, ray: Any, check: Optional[Callable[[list[Any]], None]] = None
+) -> list[Any]:
+    """The results of ``refs`` in order, raising the first failure as soon as it is known;
+    ``check`` is shown the refs still pending about once a second, and may raise."""
     deadline = time.monotonic() + timeout
     pending = list(refs)
     while pending:
@@ -143,8 +172,106 @@ def _get_all(refs: list[Any], timeout: float, ray: Any) -> list[Any]:
             raise ray.exceptions.GetTimeoutError(
                 f"{len(pending)} of {len(refs)} actors did not answer within {timeout:.0f} s"
             )
-        done, pending = ray.wait(pending, num_returns=1, timeout=remaining)
+        done, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, 1.0))
         for ref in done:
             ray.get(ref)  # raises that actor's error now, not after the others time out
+        if pending and check is not None:
+            check(pending)
     results: list[Any] = ray.get(refs)
     return results
+
+
+# Ray's states of an actor it has not placed (or not started) yet.
+_UNPLACED = ("PENDING_CREATION", "DEPENDENCIES_UNREADY")
+
+
+class _Placement:
+    """Whether the ring's actors can run: Ray's own record of each actor (its state and the
+    resources it asks for), against the cluster's resources.
+
+    Ray's record is read through its internal GCS accessor (the public state API needs the
+    dashboard); where that fails (another Ray version), nothing is checked and form_ring waits
+    as before.
+    """
+
+    def __init__(self, actors: Sequence[Any], binds: list[Any], ray: Any) -> None:
+        self.actors = actors
+        self.rank_of = {ref: rank for rank, ref in enumerate(binds)}
+        self.ray = ray
+        self.started = time.monotonic()
+        self.next_look = self.started
+        self.warn_at = 5.0
+
+    def __call__(self, pending: list[Any]) -> None:
+        now = time.monotonic()
+        if now < self.next_look:
+            return
+        self.next_look = now + 1.0
+        records = [self._record(actor) for actor in self.actors]
+        if any(r is None for r in records):
+            return
+        unplaced = [
+            self.rank_of[ref] for ref in pending if records[self.rank_of[ref]][0] in _UNPLACED
+        ]
+        if not unplaced:
+            return
+        asked: dict[str, float] = {}
+        for _, resources in records:
+            for name, amount in resources.items():
+                asked[name] = asked.get(name, 0.0) + amount
+        cluster = {k: float(v) for k, v in self.ray.cluster_resources().items()}
+        available = {k: float(v) for k, v in self.ray.available_resources().items()}
+        short = {k: v for k, v in asked.items() if v > cluster.get(k, 0.0) + 1e-9}
+        first = records[unplaced[0]][1]
+        each = ", ".join(f"{v:g} {k}" for k, v in first.items()) or "no resources"
+        names = _ranks(unplaced)
+        if short:
+            what = "; ".join(
+                f"{v:g} {k} in all, and the cluster has {cluster.get(k, 0.0):g}"
+                f" ({available.get(k, 0.0):g} free now)"
+                for k, v in short.items()
+            )
+            raise PlacementError(
+                f"Ray cannot place {len(unplaced)} of the ring's {len(self.actors)} actors "
+                f"({names}: each asks for {each}): the actors ask for {what}, so they can never "
+                "all run at once; ask less of each actor (@ray.remote(num_cpus=...)) or give "
+                "the cluster more (ray.init(num_cpus=...), more nodes)",
+                unplaced,
+                asked,
+                cluster,
+            )
+        waited = time.monotonic() - self.started
+        if waited >= self.warn_at:
+            self.warn_at *= 2
+            free = ", ".join(f"{available.get(k, 0.0):g} {k}" for k in asked) or "nothing"
+            _log.warning(
+                "form_ring has waited %.0f s for Ray to place %s (each asks for %s; the cluster "
+                "has %s free): other work holds the resources they need",
+                waited,
+                names,
+                each,
+                free,
+            )
+
+    def _record(self, actor: Any) -> Optional[tuple[str, dict[str, float]]]:
+        """The actor's state and the resources it asks for, as Ray's GCS holds them."""
+        try:
+            from ray.core.generated import gcs_pb2
+
+            accessor = self.ray._private.state.state._global_state_accessor
+            raw = accessor.get_actor_info(actor._actor_id)
+            if raw is None:
+                return None
+            data = gcs_pb2.ActorTableData.FromString(raw)
+            state: str = gcs_pb2.ActorTableData.ActorState.Name(data.state)
+            return state, {k: float(v) for k, v in data.required_resources.items()}
+        except Exception:  # noqa: BLE001 - an internal API: without it, nothing is checked
+            return None
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``"ranks 2 and 3"``, ``"rank 1"``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(str(r) for r in ranks[:-1]) + f" and {ranks[-1]}"
+

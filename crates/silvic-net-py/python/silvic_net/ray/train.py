@@ -205,7 +205,7 @@ class _SilvicBackend(Backend):
             config.timeout + grace,
             ray,
         )
-        logger.info(
+        logger.debug(
             "silvic-net ring of %d workers formed in %.2f s: %s",
             len(addresses),
             time.monotonic() - started,
