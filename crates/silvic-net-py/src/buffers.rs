@@ -85,7 +85,10 @@ fn writeable<'py, T: Element>(
     let typed = one_dimensional::<T>(buf, op, dtype)?;
     typed.try_readwrite().map_err(|e| match e {
         numpy::BorrowError::NotWriteable => {
-            PyValueError::new_err(format!("{op} reduces in place and needs a writeable array"))
+            PyValueError::new_err(format!(
+                "{op} reduces in place and needs a writeable array, and this one is read-only \
+                 (as Ray hands actors their arguments): pass a copy, `array = array.copy()`"
+            ))
         }
         other => PyRuntimeError::new_err(format!("{op}: {other}")),
     })

@@ -31,7 +31,7 @@ pub enum ConnectError {
     },
 
     /// Every port of a range is taken on `host`.
-    #[error("every port of {first}-{last} is taken on {host}")]
+    #[error("{} taken on {host}", ports_taken(*first, *last))]
     PortsTaken {
         /// The host or interface that was asked for.
         host: String,
@@ -316,6 +316,15 @@ pub(crate) fn as_seen_by(rank: usize, error: CollectiveError) -> CollectiveError
             reason: format!("rank {origin} refused a frame of this rank: {reason}"),
         },
         _ => CollectiveError::PeerClosed { peer: origin },
+    }
+}
+
+/// A port range as its error says it: one port as one port.
+fn ports_taken(first: u16, last: u16) -> String {
+    if first == last {
+        format!("port {first} is")
+    } else {
+        format!("every port of {first}-{last} is")
     }
 }
 

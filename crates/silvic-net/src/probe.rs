@@ -48,7 +48,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use silvic_core::{CollectiveError, Dtype, Op, Reduction, fold};
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
@@ -402,12 +402,13 @@ pub(crate) fn settle(
             let network = Network { chords, ..network };
             ring.measured(network, Forced { path: path.forced() });
             let (hop_us, window) = (network.hop_ns / 1000, choice::window(network));
-            // 0: not measured (no time for it, or a world of one).
+            // 0: not measured (no time for it, or a world of one). A debug line: its zeros and
+            // cuts mean something to a developer, and read like a fault to anyone else.
             let (bytes_per_us, folds_per_us) = (network.bytes_per_us, network.folds_per_us);
             let cuts = choice::describe_cuts(world, network);
             let log_depth = network.log_depth();
             let allreduce = path.name();
-            info!(
+            debug!(
                 hop_us,
                 bytes_per_us, folds_per_us, window, log_depth, cuts, allreduce, "network measured"
             );

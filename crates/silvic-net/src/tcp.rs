@@ -198,10 +198,20 @@ impl TcpCollective {
         }
         let parsed = parse_addresses(addresses)?;
         if parsed[rank] != listener.advertised {
+            let own = listener.advertised;
+            let why = match parsed.iter().position(|a| *a == own) {
+                Some(other) => format!(
+                    "the list gives this listener's address to rank {other}: was rank {rank} \
+                     given to two processes (or the addresses not gathered in rank order)?"
+                ),
+                None => "this listener's address is not in the list: gather the addresses of \
+                         these listeners, in rank order"
+                    .to_string(),
+            };
             return Err(invalid(format!(
-                "address of rank {rank} is {}, but this rank's listener advertises {}; \
-                 addresses must be gathered in rank order",
-                parsed[rank], listener.advertised
+                "the address of rank {rank} is {}, but this rank's listener advertises {own}; \
+                 {why}",
+                parsed[rank]
             )));
         }
         let mut collective = TcpCollective {

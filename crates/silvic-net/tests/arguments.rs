@@ -177,9 +177,12 @@ fn an_empty_token_and_a_zero_timeout_are_refused() {
 #[test]
 fn a_list_that_does_not_give_this_rank_its_own_address_is_refused() {
     let _serial = serial();
-    // Rank 1's entry is not its listener: the launcher gathered the list out of order.
+    // Rank 1's entry is not its listener, which the list gives to rank 0: two processes were
+    // told they are rank 1, or the launcher gathered the list out of order.
     let message = refused(1, &["SELF", "SENTINEL"], "job", MINUTE);
     assert!(message.contains("address of rank 1 is"), "{message}");
+    assert!(message.contains("gives this listener's address to rank 0"), "{message}");
+    assert!(message.contains("was rank 1 given to two processes"), "{message}");
     assert!(message.contains("rank order"), "{message}");
 }
 
