@@ -132,7 +132,7 @@ from silvic_net.ray import PlacementError, RingMember, form_ring
 class Trainer(RingMember):
     pass
 
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=sys.argv[1])
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=sys.argv[1])
 actors = [Trainer.remote() for _ in range(4)]
 started = time.monotonic()
 try:
@@ -148,6 +148,7 @@ except PlacementError as e:
 def test_form_ring_names_the_actors_ray_cannot_place_within_30s(tmp_path: Any) -> None:
     import ast
     import os
+    import shutil
     import subprocess
     import sys
     import tempfile
@@ -156,13 +157,16 @@ def test_form_ring_names_the_actors_ray_cannot_place_within_30s(tmp_path: Any) -
     script.write_text(_UNPLACEABLE)
     temp = tempfile.mkdtemp(prefix="svray2-")  # short: Ray's socket paths must fit 107 bytes
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-    done = subprocess.run(
-        [sys.executable, str(script), temp],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), temp],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     out = done.stdout
     assert "RAISED" in out, f"stdout: {out}\nstderr: {done.stderr[-3000:]}"
     took = float(out.split("RAISED after ")[1].split(" s")[0])
