@@ -207,8 +207,9 @@ class _Placement:
         if now < self.next_look:
             return
         self.next_look = now + 1.0
-        records = [self._record(actor) for actor in self.actors]
-        if any(r is None for r in records):
+        found = [self._record(actor) for actor in self.actors]
+        records = [r for r in found if r is not None]
+        if len(records) != len(found):
             return
         unplaced = [
             self.rank_of[ref] for ref in pending if records[self.rank_of[ref]][0] in _UNPLACED
@@ -256,14 +257,17 @@ class _Placement:
     def _record(self, actor: Any) -> Optional[tuple[str, dict[str, float]]]:
         """The actor's state and the resources it asks for, as Ray's GCS holds them."""
         try:
-            from ray.core.generated import gcs_pb2
+            import importlib
 
+            # Generated protobuf code, without type stubs: looked up as Any.
+            gcs_pb2: Any = importlib.import_module("ray.core.generated.gcs_pb2")
             accessor = self.ray._private.state.state._global_state_accessor
             raw = accessor.get_actor_info(actor._actor_id)
             if raw is None:
                 return None
-            data = gcs_pb2.ActorTableData.FromString(raw)
-            state: str = gcs_pb2.ActorTableData.ActorState.Name(data.state)
+            table = gcs_pb2.ActorTableData
+            data = table.FromString(raw)
+            state: str = table.ActorState.Name(data.state)
             return state, {k: float(v) for k, v in data.required_resources.items()}
         except Exception:  # noqa: BLE001 - an internal API: without it, nothing is checked
             return None
