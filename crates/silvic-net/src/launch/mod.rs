@@ -499,7 +499,7 @@ mod tests {
         let mut ring_on_held = launch(1, 2, tcp(free_port()));
         ring_on_held.ports = Some(port..=port);
         let e = bind_ring(&ring_on_held, None).map(drop).unwrap_err().to_string();
-        assert!(e.starts_with("SILVIC_PORTS: every port of"), "{e}");
+        assert!(e.starts_with(&format!("SILVIC_PORTS: port {port} is taken")), "{e}");
         assert!(e.contains(&format!("give a range, such as {port}-")), "{e}");
     }
 
