@@ -11,11 +11,17 @@ and the load average around each round; then one CSV row per size, series and ro
     sudo python3 scripts/measure.py netns [--rounds 3]                  # namespace hosts (root)
     python3 scripts/measure.py simulator                                # the model: one round
     python3 scripts/measure.py fixed     [--rounds 3]                   # fixed point vs f64
+    python3 scripts/measure.py paths     [--rounds 3] [--worlds 4,8,16] # auto against every path
 
 Build silvic-bench first (`cargo build --release -p silvic-bench`). The loopback bed runs the
 peers of DIR (default $SILVIC_PEERS, see its README: `run_mpi.sh`, `run_xgb.sh`,
 `gloo_allreduce_bench.py`) where their programs are installed, and says in the file which were
 not. --python names the interpreter for XGBoost and --gloo-python the one with torch.
+
+The paths bed runs `--path auto` and every path forced, interleaved, on the relay bed (hops 1,
+100 and 500 us) and on loopback with one process per rank, and once on the simulator at the same
+hops (10 Gbit/s links, a host per rank); each run's row also says what connect's probes measured
+(rank 0's log), for comparison with what the bed carries (the forced ring's busbw at 16 MiB).
 """
 
 import argparse
@@ -24,6 +30,7 @@ import datetime
 import io
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -65,21 +72,24 @@ def load():
     return "{:.1f}".format(os.getloadavg()[0])
 
 
-def run(command, env=None):
-    """The CSV rows a command prints (lines that start with a digit, after its header)."""
+def run(command, env=None, output=False):
+    """The CSV rows a command prints (lines that start with a digit, after its header); with
+    `output`, also everything else it printed (its `#` lines and its stderr)."""
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
                           env=dict(os.environ, **(env or {})))
     if done.returncode != 0:
         raise RuntimeError(f"{shlex.join(command)} exited {done.returncode}:\n{done.stderr[-2000:]}")
     lines = done.stdout.splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith("world,"))
-    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    return (rows, "\n".join(lines[:start]) + "\n" + done.stderr) if output else rows
 
 
 class Results:
     def __init__(self, bed, title, columns):
         self.bed, self.title, self.columns = bed, title, columns
         self.commands, self.notes, self.rows, self.loads = {}, [], [], []
+        self.flags = ""
 
     def series(self, name, command):
         self.commands[name] = command
@@ -91,7 +101,7 @@ class Results:
             f.write(f"# {self.title}\n")
             f.write(f"# measured: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d} (UTC)"
                     f" by `python3 scripts/{os.path.basename(__file__)} {self.bed}"
-                    f" --rounds {rounds}`\n")
+                    f" --rounds {rounds}{self.flags}`\n")
             f.write(f"# commit: {commit()}\n")
             f.write(f"# machine: {machine()}\n")
             f.write(f"# load average (1 min) before each round and after the last: "
@@ -311,21 +321,90 @@ def fixed(args):
     return r
 
 
+PATHS = ("auto", "ring", "gather", "bruck", "index")
+PROBED = re.compile(r"network measured hop_us=(\d+) bytes_per_us=(\d+) folds_per_us=(\d+)")
+SIMULATED = re.compile(r"the probes, simulated, measured: hop ([\d.]+) us, one stream (\d+) B/us")
+
+
+def paths(args):
+    """`--path auto` against every path forced, on the relay bed, loopback and the simulator."""
+    r = Results("paths", "the automatic path against every path forced: the relay bed (ranks as "
+                "threads, every hop through a relay holding each chunk D us each way), loopback "
+                "(one process per rank) and the simulator (f64 sum)",
+                ["series", "round", "bed", "delay_us"] + PEER_COLUMNS
+                + ["probe_hop_us", "probe_bytes_per_us"])
+    sizes = "8,512,4K,32K,256K,1M,16M"
+    worlds = [int(w) for w in args.worlds.split(",")]
+    hops = (1, 100, 500)
+    r.flags = f" --worlds {args.worlds}" if args.worlds != "4,8,16" else ""
+    common = ["--sizes", sizes, "--seconds-per-size", "0.3", "--warmup", "3", "--csv", "-q"]
+    relay = "target/release/silvic-bench --threads --world W --link-delay-us D"
+    r.series("relay", f"{relay} {shlex.join(common)} --path P")
+    r.series("loopback", f"target/release/silvic-bench --world W {shlex.join(common)} --path P")
+    r.series("simulator", f"target/release/silvic-bench --simulate --world W --hop-us D "
+             f"--link-gbit 10 --sizes {sizes} --csv -q --path P")
+    r.notes.append(f"W is the world ({args.worlds}), D the delay or hop (1, 100, 500 us), P the "
+                   "path: auto, then every path forced, in an order rotated every round; bruck "
+                   "and index only from 8 ranks (chord streams), and a forced path that cannot "
+                   "carry a call (gather and bruck past 1 MiB gathered) takes auto's")
+    r.notes.append("probe_hop_us and probe_bytes_per_us: what connect's probes measured in that "
+                   "run (rank 0's `network measured` event at RUST_LOG=silvic_net::probe=info; "
+                   "the simulator's preamble); the simulator's link carries 1250 B/us")
+    log = {"RUST_LOG": "silvic_net::probe=info"}
+
+    def record(rows, output, rnd, bed, delay, path):
+        probed = PROBED.search(output) or SIMULATED.search(output)
+        hop, rate = probed.groups()[:2] if probed else ("", "")
+        for row in rows:
+            r.rows.append({"series": path, "round": rnd, "bed": bed, "delay_us": delay,
+                           **{c: row[c] for c in PEER_COLUMNS},
+                           "probe_hop_us": hop, "probe_bytes_per_us": rate})
+
+    for world in worlds:
+        for hop in hops:
+            model = [BENCH, "--simulate", "--world", str(world), "--hop-us", str(hop),
+                     "--link-gbit", "10"]
+            # The table's preamble says what the simulated probes measured (the CSV has none).
+            table = subprocess.run(model + ["--sizes", "8", "-q"], capture_output=True,
+                                   text=True, timeout=TIMEOUT, check=True).stdout
+            for path in PATHS if world >= 8 else PATHS[:3]:
+                rows = run(model + ["--sizes", sizes, "--csv", "-q", "--path", path])
+                record(rows, table, 1, "simulator", hop, path)
+    for rnd in range(1, args.rounds + 1):
+        r.loads.append(load())
+        for world in worlds:
+            here = PATHS if world >= 8 else PATHS[:3]
+            turn = (rnd - 1) % len(here)
+            order = here[turn:] + here[:turn]
+            for bed, delay in [("relay", hop) for hop in hops] + [("loopback", "")]:
+                for path in order:
+                    print(f"round {rnd}: {bed} world {world} delay {delay} {path} (load "
+                          f"{load()})", file=sys.stderr, flush=True)
+                    command = [BENCH, "--world", str(world)] + common + ["--path", path]
+                    if bed == "relay":
+                        command += ["--threads", "--link-delay-us", str(delay)]
+                    record(*run(command, log, output=True), rnd, bed, delay, path)
+    r.loads.append(load())
+    return r
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bed", choices=["loopback", "relay", "netns", "simulator", "fixed"])
+    parser.add_argument("bed", choices=["loopback", "relay", "netns", "simulator", "fixed",
+                                        "paths"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peers", default=os.environ.get("SILVIC_PEERS"),
                         help="the peers' scripts (loopback)")
     parser.add_argument("--python", default=sys.executable, help="a Python with xgboost")
     parser.add_argument("--gloo-python", default=sys.executable, help="a Python with torch")
+    parser.add_argument("--worlds", default="4,8,16", help="the worlds (paths)")
     parser.add_argument("--note", default="the machine was shared with other developers' builds "
                         "and tests while these ran (see the load average)")
     args = parser.parse_args()
     if not os.path.exists(BENCH):
         sys.exit(f"{BENCH} missing: cargo build --release -p silvic-bench")
     results = {"loopback": loopback, "relay": relay, "netns": netns,
-               "simulator": simulator, "fixed": fixed}[args.bed](args)
+               "simulator": simulator, "fixed": fixed, "paths": paths}[args.bed](args)
     results.write(1 if args.bed == "simulator" else args.rounds, args.note)
 
 

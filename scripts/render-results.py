@@ -204,8 +204,62 @@ def fixed():
     return "\n".join(out) + "\n"
 
 
+def carries(path, world, b):
+    """Whether a forced `path` carries a call of `b` bytes in a world of `world` (else the call
+    takes the automatic path): chords from 8 ranks, the gathers within 1 MiB gathered."""
+    chords = path not in ("bruck", "index") or world >= 8
+    fits = path not in ("gather", "bruck") or b < 4096 or world * b <= 1 << 20
+    return chords and fits
+
+
+def paths():
+    _, rows = load("paths")
+    sizes = sorted({int(r["bytes"]) for r in rows})
+    cells = {k: median(v, "median_us") for k, v in
+             group(rows, "bed", "world", "delay_us", "series", "bytes").items()}
+    probed = {k: median(v, "probe_bytes_per_us") for k, v in
+              group(rows, "bed", "world", "delay_us").items()}
+    out = [source("paths", rows, "median time of a call, f64 sum"), "",
+           "Each cell: the automatic path's time, the fastest forced path's (named), and the "
+           "first over the second, in bold past 1.15x. The last column: the rate of one stream "
+           "connect's probes measured (the median over the runs), against what the bed carries "
+           "(the forced ring's busbw at the largest size; the simulator's link).", ""]
+    out.append("| bed, world, hop | " + " | ".join(size(b) for b in sizes)
+               + " | probe / carried (B/us) |")
+    out.append("|---|" + "---:|" * (len(sizes) + 1))
+    beds = {"relay": 0, "loopback": 1, "simulator": 2}
+    keys = sorted({(r["bed"], int(r["world"]), r["delay_us"]) for r in rows},
+                  key=lambda k: (beds[k[0]], k[1], int(k[2] or 0)))
+    for bed, world, delay in keys:
+        hop = f"{delay} us" if delay else "loopback"
+        row = [f"{bed}, {world}, {hop}"]
+        for b in sizes:
+            key = (bed, str(world), delay)
+            auto = cells.get(key + ("auto", str(b)))
+            forced = [(cells.get(key + (p, str(b))), p) for p in ("ring", "gather", "bruck", "index")
+                      if carries(p, world, b) and cells.get(key + (p, str(b)))]
+            if not auto or not forced:
+                row.append("")
+                continue
+            best, name = min(forced)
+            ratio = f"{auto / best:.2f}x"
+            row.append(f"{duration(auto)} / {duration(best)} {name} "
+                       + (f"(**{ratio}**)" if auto / best > 1.15 else f"({ratio})"))
+        rate = probed.get((bed, str(world), delay))
+        if bed == "simulator":
+            carried = 1250.0
+        else:
+            top = cells.get((bed, str(world), delay, "ring", str(sizes[-1])))
+            busbw = [float(r["busbw_GBs"]) for r in rows if (r["bed"], r["world"], r["delay_us"],
+                     r["series"], r["bytes"]) == (bed, str(world), delay, "ring", str(sizes[-1]))]
+            carried = statistics.median(busbw) * 1000 if top and busbw else None
+        row.append(f"{rate:.0f} / {carried:.0f}" if rate and carried else "")
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out) + "\n"
+
+
 RENDERS = {"loopback": loopback, "relay": relay, "netns": netns, "simulator": simulator,
-           "fixed": fixed}
+           "fixed": fixed, "paths": paths}
 
 
 def busbw_plot():

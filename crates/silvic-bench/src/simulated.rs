@@ -15,13 +15,18 @@ use crate::workload::Kind;
 const SIMULATED_TIME: &str = "simulated (a model, not a measurement): every rank starts the call \
      at once, until the last rank is done";
 
-/// The preamble of a simulated run.
-fn describe(config: &Config, sim: &Simulation) -> String {
+/// The preamble of a simulated run on `ring`.
+fn describe(config: &Config, sim: &Simulation, ring: &simulate::SimulatedRing) -> String {
     let n = &sim.network;
+    let rate = match ring.measured_rate() {
+        Some(rate) => format!("one stream {rate} B/us"),
+        None => "the rate not measured".to_string(),
+    };
     format!(
         "# silvic-bench --simulate: silvic-net's plans in virtual time, world {}\n\
          # network model: hop {} us, link {} Gbit/s per rank each way, frame overhead {} us, \
-         fold {} GB/s, copy {} GB/s, {}; path {}\n",
+         fold {} GB/s, copy {} GB/s, {}; path {}\n\
+         # the probes, simulated, measured: hop {:.1} us, {rate}\n",
         config.world,
         n.hop.as_secs_f64() * 1e6,
         n.link_gbit,
@@ -38,6 +43,7 @@ fn describe(config: &Config, sim: &Simulation) -> String {
             (None, _) => "a core per rank".to_string(),
         },
         sim.path.name(),
+        ring.measured_hop().as_secs_f64() * 1e6,
     )
 }
 
@@ -53,10 +59,10 @@ fn row(kind: Kind, world: usize, size: usize, simulated: Simulated) -> Row {
 pub(crate) fn run(config: &Config, sim: &Simulation) -> Result<u64, Failure> {
     let mut printer = Printer::new(config.format, config.progress, false, config.link_mbit)
         .timed_as(SIMULATED_TIME);
-    let preamble = describe(config, sim);
     // Every size of the sweep runs on one ring, formed (its probes simulated) once.
     let ring = simulate::SimulatedRing::form(&sim.network, config.world)
         .map_err(|e| format!("--simulate: {e}"))?;
+    let preamble = describe(config, sim, &ring);
     for &kind in &config.kinds {
         printer.start(&preamble, kind, "");
         let mut rows = Vec::with_capacity(config.sizes.len());
@@ -141,6 +147,22 @@ mod tests {
             assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
             assert!(e.to_string().contains(named), "{bad:?}: {e}");
         }
+    }
+
+    /// The preamble says what the simulated probes measured when the ring formed: on a link of
+    /// 1 Gbit/s with frames and copies free, a stream's 125 B/us, and the hop the model holds
+    /// with a probe frame's few bytes at that rate.
+    #[test]
+    fn the_preamble_gives_what_the_simulated_probes_measured() {
+        let args = ["--simulate", "--world", "4", "--hop-us", "200", "--link-gbit", "1"];
+        let free = ["--frame-overhead-us", "0", "--copy-gbyte", "inf"];
+        let c = config(&[&args[..], &free[..]].concat()).unwrap();
+        let Mode::Simulate(sim) = c.mode else { panic!("not a simulation: {:?}", c.mode) };
+        let ring = simulate::SimulatedRing::form(&sim.network, c.world).unwrap();
+        assert_eq!(ring.measured_rate(), Some(125));
+        let preamble = describe(&c, &sim, &ring);
+        let line = "# the probes, simulated, measured: hop 200.1 us, one stream 125 B/us\n";
+        assert!(preamble.ends_with(line), "{preamble}");
     }
 
     #[test]

@@ -301,6 +301,17 @@ impl SimulatedRing {
         Ok(SimulatedRing { model, world, measured })
     }
 
+    /// The hop the ring measured when it formed, as the choice reads it.
+    pub fn measured_hop(&self) -> Duration {
+        Duration::from_nanos(self.measured.hop_ns)
+    }
+
+    /// The rate of one stream the ring measured when it formed, in bytes per microsecond, as
+    /// the choice reads it; `None` where the probes had no time to measure it.
+    pub fn measured_rate(&self) -> Option<u64> {
+        Some(self.measured.bytes_per_us).filter(|&r| r != seam::Network::UNMEASURED_RATE)
+    }
+
     /// Simulates one call of `collective` on this ring, every rank passing `bytes`, on `path`
     /// (see [`simulate`]).
     pub fn call(
