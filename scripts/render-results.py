@@ -247,12 +247,12 @@ def paths():
                        + (f"(**{ratio}**)" if auto / best > 1.15 else f"({ratio})"))
         rate = probed.get((bed, str(world), delay))
         if bed == "simulator":
-            carried = 1250.0
+            carried = 1250.0  # its 10 Gbit/s link
         else:
-            top = cells.get((bed, str(world), delay, "ring", str(sizes[-1])))
-            busbw = [float(r["busbw_GBs"]) for r in rows if (r["bed"], r["world"], r["delay_us"],
-                     r["series"], r["bytes"]) == (bed, str(world), delay, "ring", str(sizes[-1]))]
-            carried = statistics.median(busbw) * 1000 if top and busbw else None
+            ring = (bed, str(world), delay, "ring", str(sizes[-1]))
+            busbw = [float(r["busbw_GBs"]) for r in rows
+                     if (r["bed"], r["world"], r["delay_us"], r["series"], r["bytes"]) == ring]
+            carried = statistics.median(busbw) * 1000 if busbw else None
         row.append(f"{rate:.0f} / {carried:.0f}" if rate and carried else "")
         out.append("| " + " | ".join(row) + " |")
     return "\n".join(out) + "\n"
