@@ -348,9 +348,9 @@ def paths(args):
                    "and index only from 8 ranks (chord streams), and a forced path that cannot "
                    "carry a call (gather and bruck past 1 MiB gathered) takes auto's")
     r.notes.append("probe_hop_us and probe_bytes_per_us: what connect's probes measured in that "
-                   "run (rank 0's `network measured` event at RUST_LOG=silvic_net::probe=info; "
+                   "run (rank 0's `network measured` event at RUST_LOG=silvic_net::probe=debug; "
                    "the simulator's preamble); the simulator's link carries 1250 B/us")
-    log = {"RUST_LOG": "silvic_net::probe=info"}
+    log = {"RUST_LOG": "silvic_net::probe=debug"}
 
     def record(rows, output, rnd, bed, delay, path):
         probed = PROBED.search(output) or SIMULATED.search(output)
