@@ -117,6 +117,12 @@ pub(crate) struct Args {
     #[arg(long, requires = "threads", conflicts_with_all = ["host", "listen"])]
     link_delay_us: Option<u64>,
 
+    /// With --threads: reach every rank through a relay of the test bed that carries each
+    /// stream, each way, at this many Mbit/s at most, as a cloud NIC caps each flow (with
+    /// --link-delay-us the same relays also hold each chunk).
+    #[arg(long, requires = "threads", conflicts_with_all = ["host", "listen"])]
+    flow_mbit: Option<u64>,
+
     /// Run only this rank (multi-host mode; needs --rendezvous, --world and the same
     /// SILVIC_BENCH_TOKEN on every rank).
     #[arg(long, requires = "rendezvous")]
@@ -269,6 +275,8 @@ pub(crate) struct Config {
     pub(crate) link_mbit: Option<u64>,
     /// What a relay holds each chunk between ranks, each way (threads only).
     pub(crate) link_delay: Option<Duration>,
+    /// The rate, in Mbit/s, a relay carries each stream at most, each way (threads only).
+    pub(crate) flow_mbit: Option<u64>,
     /// Measure the links' limit instead of the collectives.
     pub(crate) link_limit: bool,
     /// The buffers the link limit streams through, if not one chunk.
@@ -299,6 +307,9 @@ impl Args {
         }
         if self.link_mbit == Some(0) {
             return Err(fail("--link-mbit must be at least 1".into()));
+        }
+        if self.flow_mbit == Some(0) {
+            return Err(fail("--flow-mbit must be at least 1".into()));
         }
         if self.stream_bytes == Some(0) {
             return Err(fail("--stream-bytes must be at least 1".into()));
@@ -401,6 +412,7 @@ impl Args {
             format,
             link_mbit: self.link_mbit,
             link_delay: self.link_delay_us.map(Duration::from_micros),
+            flow_mbit: self.flow_mbit,
             link_limit: self.link_limit,
             stream_bytes: self.stream_bytes,
             check: !self.no_check,

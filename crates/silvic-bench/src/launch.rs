@@ -96,17 +96,28 @@ fn bind(config: &Config, host: &str) -> Result<RingListener, Failure> {
     })
 }
 
-/// Ranks as threads of this process, on `--host` (127.0.0.1 by default), or behind delaying
-/// relays with `--link-delay-us`.
+/// Ranks as threads of this process, on `--host` (127.0.0.1 by default), or behind relays with
+/// `--link-delay-us` or `--flow-mbit`.
 fn threads(config: &Config) -> Result<u64, Failure> {
-    let (listeners, _relays, how, host) = match config.link_delay {
-        Some(delay) => {
-            let (listeners, relays) = behind_relays(config.world, delay)?;
-            let how = format!(
-                "ranks as threads of one process, each reached through a relay that holds every \
-                 chunk {} us each way",
-                delay.as_micros()
-            );
+    let (listeners, _relays, how, host) = match relay_link(config) {
+        Some(link) => {
+            let (listeners, relays) = behind_relays(config.world, link)?;
+            let how =
+                format!("ranks as threads of one process, each reached through a relay {}", {
+                    let mut does = Vec::new();
+                    if !link.delay.is_zero() {
+                        does.push(format!(
+                            "that holds every chunk {} us each way",
+                            link.delay.as_micros()
+                        ));
+                    }
+                    if let Some(mbit) = config.flow_mbit {
+                        does.push(format!(
+                            "that carries each stream at {mbit} Mbit/s at most each way"
+                        ));
+                    }
+                    does.join(" and ")
+                });
             (listeners, relays, how, RELAYED.to_string())
         }
         None => {
@@ -148,17 +159,24 @@ fn threads(config: &Config) -> Result<u64, Failure> {
     Ok(wrong)
 }
 
-/// Where `--link-delay-us` reaches the ranks: their relays listen here, the ranks on 127.0.0.1.
+/// What the relays between the ranks do, if `--link-delay-us` or `--flow-mbit` asks for them.
+fn relay_link(config: &Config) -> Option<Link> {
+    if config.link_delay.is_none() && config.flow_mbit.is_none() {
+        return None;
+    }
+    Some(Link {
+        delay: config.link_delay.unwrap_or_default(),
+        rate: config.flow_mbit.map(|mbit| mbit * 1_000_000 / 8),
+        ..Link::default()
+    })
+}
+
+/// Where `--link-delay-us` and `--flow-mbit` reach the ranks: their relays listen here, the ranks on 127.0.0.1.
 const RELAYED: &str = "127.0.0.2";
 
 /// `world` listeners on 127.0.0.1, each advertised on [`RELAYED`] at the same port, where a relay
-/// that holds every chunk `delay` each way forwards to it; and the relays, which must outlive the
-/// run.
-fn behind_relays(
-    world: usize,
-    delay: Duration,
-) -> Result<(Vec<RingListener>, Vec<Relay>), Failure> {
-    let link = Link { delay, ..Link::default() };
+/// of `link` forwards to it; and the relays, which must outlive the run.
+fn behind_relays(world: usize, link: Link) -> Result<(Vec<RingListener>, Vec<Relay>), Failure> {
     let (mut listeners, mut relays) = (Vec::new(), Vec::new());
     // A port free on 127.0.0.1 may be taken on 127.0.0.2: try another, a bounded number of times.
     let mut tries = 0;

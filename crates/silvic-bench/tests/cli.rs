@@ -275,6 +275,23 @@ fn relays_hold_every_hop_for_the_link_delay() {
 }
 
 #[test]
+fn relays_cap_every_stream_at_the_flow_rate() {
+    // World 3, 2 MiB on the ring: each rank sends 2(n-1)/n of the buffer, over its two
+    // neighbours' streams, each capped at 80 Mbit/s (10 MB/s) each way by its relay, so no call
+    // can take less than that many bytes at twice the cap.
+    let args = ["--world", "3", "--threads", "--flow-mbit", "80", "--sizes", "2M"];
+    let quick = ["--seconds-per-size", "0.01", "--warmup", "1", "--csv", "-q"];
+    let out = run(&[&args[..], &quick[..], &["--path", "ring"]].concat());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let row: Vec<f64> =
+        stdout.lines().nth(1).unwrap().split(',').take(8).map(|f| f.parse().unwrap()).collect();
+    let sent = 2.0 * 2.0 / 3.0 * f64::from(2u32 << 20);
+    let least_us = sent / (2.0 * 10e6) * 1e6;
+    assert!(row[5] >= least_us, "{sent} bytes over two 10 MB/s flows in {} us: {stdout}", row[5]);
+}
+
+#[test]
 fn a_forced_path_holds_on_the_relay_bed_and_reaches_every_process() {
     // World 3 behind 3 ms relays: 8 B takes the gather's one hop unless forced onto the ring,
     // whose 2 + 1 hops go one after the other: no forced call can take less than three.
@@ -308,6 +325,8 @@ fn bad_flags_exit_with_code_2_and_say_why() {
         (&["--rank", "0"], "--rendezvous"),
         (&["--link-delay-us", "100"], "--threads"),
         (&["--threads", "--link-delay-us", "0"], "--link-delay-us"),
+        (&["--flow-mbit", "100"], "--threads"),
+        (&["--threads", "--flow-mbit", "0"], "--flow-mbit"),
         (&["--stream-bytes", "1M"], "--link-limit"),
         (&["--threads", "--path", "rings"], "rings"),
         (&["--link-limit", "--stream-bytes", "0"], "--stream-bytes"),

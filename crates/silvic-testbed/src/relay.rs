@@ -5,7 +5,11 @@
 //! link of the given [`Link`] would: the upstream connection is opened `delay` after the client's
 //! (the SYN crosses the link too), and each chunk read is released `delay + U(0, jitter)` after it
 //! was read. Release times never go backwards, so bytes stay in order (a stream cannot be
-//! reordered); jitter shows as bursts and gaps, as on a congested path. End of stream and errors
+//! reordered); jitter shows as bursts and gaps, as on a congested path. A [`Link::rate`] caps
+//! each direction of each connection, as a cloud NIC caps a flow: a chunk leaves the wire only
+//! when the chunks before it have, at that rate, and the relay reads no further ahead than one
+//! chunk past what the wire has sent, so a sender sees the cap as TCP back-pressure, not as a
+//! deep queue. End of stream and errors
 //! are passed on (a shutdown for a clean end, a close for an error), so each side sees the
 //! other's close through the relay.
 //!
@@ -40,6 +44,17 @@ pub struct Link {
     pub jitter: Duration,
     /// Keep the first `record` bytes each client sent (see [`Relay::recorded`]).
     pub record: usize,
+    /// Bytes a second each direction of each connection carries at most; `None` for no cap.
+    pub rate: Option<u64>,
+}
+
+/// When a chunk read now leaves a wire of `rate` bytes a second that is busy until `free`, and
+/// when the wire is free again: the chunk waits for the chunks before it, then takes
+/// `len / rate` of wire time.
+fn on_the_wire(now: Instant, free: Instant, len: usize, rate: u64) -> (Instant, Instant) {
+    let start = free.max(now);
+    let busy = Duration::from_secs_f64(len as f64 / rate.max(1) as f64);
+    (start, start + busy)
 }
 
 type Records = Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>>;
@@ -150,8 +165,15 @@ fn read_chunks(
     record: Option<&Mutex<Vec<u8>>>,
 ) {
     let mut last = Instant::now();
+    let mut free = last;
     let mut buf = vec![0u8; CHUNK];
     for n in 0u64.. {
+        if let Some(rate) = link.rate {
+            // Read no further ahead than one chunk's wire time before the wire is free, so the
+            // sender is held back by TCP as by a capped flow, not queued behind megabytes.
+            let ahead = Duration::from_secs_f64(CHUNK as f64 / rate.max(1) as f64);
+            thread::sleep(free.saturating_duration_since(Instant::now() + ahead));
+        }
         let read = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(read) => read,
@@ -166,7 +188,16 @@ fn read_chunks(
         } else {
             Duration::from_micros(mix(seed ^ n) % link.jitter.as_micros().max(1) as u64)
         };
-        last = last.max(Instant::now() + link.delay + extra);
+        let now = Instant::now();
+        let sent = match link.rate {
+            Some(rate) => {
+                let (_, done) = on_the_wire(now, free, read, rate);
+                free = done;
+                done
+            }
+            None => now,
+        };
+        last = last.max(sent + link.delay + extra);
         if send.send((last, buf[..read].to_vec())).is_err() {
             break;
         }
@@ -188,13 +219,20 @@ fn write_chunks(chunks: Chunks, mut to: TcpStream) {
 
 /// Runs the relay process until stdin closes; returns the process exit code.
 ///
-/// Arguments: `delay_ms=N jitter_ms=N`.
+/// Arguments: `delay_ms=N jitter_ms=N flow_mbit=N` (no cap without `flow_mbit`).
 pub fn main(words: &[String]) -> i32 {
     let mut link = Link { delay: Duration::from_millis(10), ..Link::default() };
     for word in words {
         match word.split_once('=') {
             Some(("delay_ms", v)) => link.delay = Duration::from_millis(v.parse().unwrap_or(10)),
             Some(("jitter_ms", v)) => link.jitter = Duration::from_millis(v.parse().unwrap_or(0)),
+            Some(("flow_mbit", v)) => match v.parse::<u64>() {
+                Ok(mbit @ 1..) => link.rate = Some(mbit * 1_000_000 / 8),
+                _ => {
+                    eprintln!("relay: flow_mbit must be a whole number of Mbit/s, at least 1");
+                    return 64;
+                }
+            },
             _ => {
                 eprintln!("relay: unknown argument {word}");
                 return 64;
@@ -246,7 +284,7 @@ mod tests {
             }
         });
         let delay = Duration::from_millis(30);
-        let link = Link { delay, jitter: Duration::from_millis(5), record: 4 };
+        let link = Link { delay, jitter: Duration::from_millis(5), record: 4, rate: None };
         let relay = Relay::start("127.0.0.1:0".parse().unwrap(), target, link).unwrap();
         let started = Instant::now();
         let mut client = TcpStream::connect(relay.address()).unwrap();
@@ -267,5 +305,46 @@ mod tests {
         assert_eq!(got, sent);
         assert!(started.elapsed() >= 2 * delay, "came back after {:?}", started.elapsed());
         assert_eq!(relay.recorded(), vec![sent[..4].to_vec()]);
+    }
+
+    /// A chunk waits for the wire to be free, then takes its length at the rate.
+    #[test]
+    fn a_chunk_takes_its_wire_time_after_the_chunks_before_it() {
+        let now = Instant::now();
+        let (start, done) = on_the_wire(now, now, 1000, 1_000_000);
+        assert_eq!((start, done), (now, now + Duration::from_millis(1)));
+        let busy_until = now + Duration::from_millis(5);
+        let (start, done) = on_the_wire(now, busy_until, 500, 1_000_000);
+        assert_eq!((start, done), (busy_until, busy_until + Duration::from_micros(500)));
+        let later = now + Duration::from_millis(9);
+        assert_eq!(on_the_wire(later, busy_until, 0, 1_000_000), (later, later));
+    }
+
+    /// A capped relay cannot deliver faster than its rate: 1 MiB at 4 MiB/s takes a quarter
+    /// of a second at least (the first chunk's wire time aside), and arrives whole and in order.
+    #[test]
+    fn a_capped_flow_carries_no_more_than_its_rate() {
+        let sink = TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = sink.local_addr().unwrap();
+        let server = thread::spawn(move || {
+            let (mut s, _) = sink.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).unwrap();
+            (got, Instant::now())
+        });
+        let rate = 4 << 20;
+        let link = Link { rate: Some(rate), ..Link::default() };
+        let relay = Relay::start("127.0.0.1:0".parse().unwrap(), target, link).unwrap();
+        let sent: Vec<u8> = (0..1u32 << 20).map(|i| mix(u64::from(i)) as u8).collect();
+        let started = Instant::now();
+        let mut client = TcpStream::connect(relay.address()).unwrap();
+        client.write_all(&sent).unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let (got, ended) = server.join().unwrap();
+        assert!(got == sent, "the bytes changed on the way");
+        let least = Duration::from_secs_f64((sent.len() - CHUNK) as f64 / rate as f64);
+        let took = ended - started;
+        assert!(took >= least, "1 MiB crossed a 4 MiB/s flow in {took:?}");
     }
 }
