@@ -129,11 +129,14 @@ fn main() {
             rank: 0,
             nonce: [0; 16],
             mac: [0; 32],
+            channel: 0,
         };
         write(&messages, &format!("reject-{i}"), &m.encode());
     }
     let other_version = Message { version: VERSION + 1, ..hello };
     write(&messages, "hello-other-version", &other_version.encode());
+    let other_channel = Message { channel: 3, ..hello };
+    write(&messages, "hello-channel-3", &other_channel.encode());
 
     let roles = root.join("handshake_roles");
     // All-zero choices are the honest exchange; the later bytes steer picks towards replays,

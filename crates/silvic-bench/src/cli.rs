@@ -123,6 +123,13 @@ pub(crate) struct Args {
     #[arg(long, requires = "threads", conflicts_with_all = ["host", "listen"])]
     flow_mbit: Option<u64>,
 
+    /// The channels a large allreduce is split over: auto (what connect chooses from the
+    /// cores and the network), or a count from 1 to silvic-net's MAX_CHANNELS forced on every
+    /// call the choice splits, as ConnectOptions::channels and SILVIC_CHANNELS do. Each channel
+    /// is a thread and a stream to each ring neighbour (on every run but --simulate).
+    #[arg(long, default_value = "auto", value_parser = parse_channels)]
+    channels: Channels,
+
     /// Run only this rank (multi-host mode; needs --rendezvous, --world and the same
     /// SILVIC_BENCH_TOKEN on every rank).
     #[arg(long, requires = "rendezvous")]
@@ -286,6 +293,37 @@ pub(crate) struct Config {
     pub(crate) cpu: bool,
     /// The path every allreduce of a real run is forced onto (`--path`).
     pub(crate) path: AllreducePath,
+    /// The channels of every ring (`--channels`).
+    pub(crate) channels: Channels,
+}
+
+/// The channels of `--channels`: chosen by connect, or forced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channels {
+    Auto,
+    Forced(usize),
+}
+
+impl std::fmt::Display for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Channels::Auto => f.write_str("auto"),
+            Channels::Forced(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+fn parse_channels(s: &str) -> Result<Channels, String> {
+    match s {
+        "auto" => Ok(Channels::Auto),
+        _ => match s.parse::<usize>() {
+            Ok(n) if (1..=silvic_net::MAX_CHANNELS).contains(&n) => Ok(Channels::Forced(n)),
+            _ => Err(format!(
+                "{s:?} is not a channel count (auto, or 1 to {})",
+                silvic_net::MAX_CHANNELS
+            )),
+        },
+    }
 }
 
 impl Args {
@@ -419,6 +457,7 @@ impl Args {
             progress: !self.quiet,
             cpu: self.cpu,
             path,
+            channels: self.channels,
         })
     }
 }

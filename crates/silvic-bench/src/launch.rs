@@ -24,7 +24,7 @@ use silvic_net::{AllreducePath, ConnectOptions, RingListener, TcpCollective};
 use silvic_testbed::net::{Net, host_ip};
 use silvic_testbed::relay::{Link, Relay};
 
-use crate::cli::{Config, Format, Mode, Rendezvous, TOKEN_VAR};
+use crate::cli::{Channels, Config, Format, Mode, Rendezvous, TOKEN_VAR};
 use crate::failure::Failure;
 use crate::link_limit;
 use crate::sweep::sweep;
@@ -74,9 +74,13 @@ fn describe(config: &Config, how: &str, host: &str) -> String {
              automatic path\n"
         ),
     };
+    let channels = match config.channels {
+        Channels::Auto => String::new(),
+        n => format!("# {n} channels forced on every call the choice splits (--channels)\n"),
+    };
     format!(
         "# silvic-bench: silvic-net TCP ring, world {}, {how}, on {host}\n\
-         # {} s per size, warm-up {}, results {}\n{forced}",
+         # {} s per size, warm-up {}, results {}\n{forced}{channels}",
         config.world,
         config.seconds_per_size,
         config.warmup.map_or("20 (2 from 16 MiB)".to_string(), |w| w.to_string()),
@@ -84,9 +88,14 @@ fn describe(config: &Config, how: &str, host: &str) -> String {
     )
 }
 
-/// The options every rank connects with: the allreduce path of `--path`.
+/// The options every rank connects with: the allreduce path of `--path`, the channels of
+/// `--channels`.
 fn options(config: &Config) -> ConnectOptions {
-    ConnectOptions::new().allreduce(config.path)
+    let options = ConnectOptions::new().allreduce(config.path);
+    match config.channels {
+        Channels::Auto => options,
+        Channels::Forced(n) => options.channels(n),
+    }
 }
 
 fn bind(config: &Config, host: &str) -> Result<RingListener, Failure> {
@@ -245,7 +254,9 @@ fn one_rank_by_exchange(
         "SILVIC_WORLD_SIZE" => Some(config.world.to_string()),
         "SILVIC_RENDEZVOUS" => Some(url.to_string()),
         "SILVIC_JOB_TOKEN" => Some(token.to_string()),
-        "SILVIC_SOCKET_IFNAME" | "SILVIC_PORTS" | "SILVIC_ALLREDUCE" => std::env::var(name).ok(),
+        "SILVIC_SOCKET_IFNAME" | "SILVIC_PORTS" | "SILVIC_ALLREDUCE" | "SILVIC_CHANNELS" => {
+            std::env::var(name).ok()
+        }
         _ => None,
     };
     let mut ring = TcpCollective::from_vars_with_options(vars, config.timeout, &options(config))
@@ -418,6 +429,9 @@ impl Config {
         }
         if self.path != AllreducePath::Auto {
             args.extend(["--path".into(), self.path.name().into()]);
+        }
+        if let Channels::Forced(n) = self.channels {
+            args.extend(["--channels".into(), n.to_string()]);
         }
         if let Some(mbit) = self.link_mbit {
             args.extend(["--link-mbit".into(), mbit.to_string()]);

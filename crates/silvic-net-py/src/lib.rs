@@ -273,8 +273,8 @@ impl TcpCollective {
 
     /// The same per stream, a dict for each peer this rank holds a stream to (the two
     /// neighbours, then the chord peers): "peer" (its rank), "offset" (where it sits round the
-    /// ring: -1, +1, or a chord's +-2^k), "bytes_sent", "bytes_received" and "waited" (seconds).
-    /// A world of one has none.
+    /// ring: -1, +1, or a chord's +-2^k), "bytes_sent", "bytes_received", "waited" (seconds)
+    /// and "channel" (0, or the channel of a ring split over channels). A world of one has none.
     fn peer_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         stats::peer_stats(py, &self.ring_ref()?.peer_stats())
     }

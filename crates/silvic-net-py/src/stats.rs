@@ -30,6 +30,7 @@ pub(crate) fn peer_stats<'py>(
         d.set_item("bytes_sent", p.bytes_sent)?;
         d.set_item("bytes_received", p.bytes_received)?;
         d.set_item("waited", p.waited.as_secs_f64())?;
+        d.set_item("channel", p.channel)?;
         out.append(d)?;
     }
     Ok(out)

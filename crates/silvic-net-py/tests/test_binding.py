@@ -166,6 +166,7 @@ def test_peer_stats_count_each_stream_and_add_up_to_stats() -> None:
     for rank, (stats, peers) in enumerate(results):
         assert [p["offset"] for p in peers[:2]] == [-1, 1], peers
         assert {(rank + p["offset"]) % world for p in peers} == {p["peer"] for p in peers}
+        assert all(p["channel"] == 0 for p in peers), peers
         assert {p["peer"] for p in peers} == {(rank + d) % world for d in (-1, 1, -2, 2, 4)}
         assert sum(p["bytes_sent"] for p in peers) == stats["bytes_sent"]
         assert sum(p["bytes_received"] for p in peers) == stats["bytes_received"]

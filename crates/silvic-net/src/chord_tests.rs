@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use silvic_core::{Collective, CollectiveError, Op};
 
 use crate::frame::{Dir, Header};
-use crate::options::AllreducePath;
 use crate::ring::seam::{Call, FramePlan, Link, Moved, Route};
 use crate::tcp::TcpCollective;
 use crate::topology::Chords;
@@ -136,7 +135,7 @@ fn chord_ring<R: Send + 'static>(
                 TOKEN,
                 LIMIT,
                 chords,
-                AllreducePath::Auto,
+                crate::options::Settings::default(),
             )
             .unwrap_or_else(|e| panic!("rank {rank} connect: {e}"));
             let mut ring = ring;

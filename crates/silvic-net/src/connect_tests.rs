@@ -8,6 +8,7 @@ use silvic_core::CollectiveError;
 
 use super::*;
 use crate::addresses::parse_addresses;
+use crate::options::Settings;
 use crate::probe::{self, Timed};
 use crate::ring::seam::{Forced, FramePlan, Link, Network};
 
@@ -69,17 +70,17 @@ fn with_a_rank_stalling_after(
         s.spawn(move || {
             let parsed = parse_addresses(addresses).unwrap();
             let formed = form(third, (2, parsed, addresses), TOKEN, timeout, Chords::Auto);
-            let mut ring = formed.expect("rank 2 forms the ring");
+            let (mut ring, _listener) = formed.expect("rank 2 forms the ring");
             let stall = timeout + Duration::from_millis(1500);
             let mut link = Stalling { ring: &mut ring, calls, stall, start: Instant::now() };
             let scratch = &mut Scratch::default();
-            let stalled = probe::measure(&mut link, 2, 3, AllreducePath::Auto, scratch);
+            let stalled = probe::measure(&mut link, 2, 3, (Settings::default(), 1), scratch);
             assert!(stalled.is_err(), "rank 2 stalled after {calls} calls");
         });
         let calling = [(0, first), (1, second)].map(|(rank, listener)| {
             s.spawn(move || {
                 let started = Instant::now();
-                let (chords, auto) = (Chords::Auto, AllreducePath::Auto);
+                let (chords, auto) = (Chords::Auto, Settings::default());
                 let connected = TcpCollective::connect_with(
                     listener, rank, addresses, TOKEN, timeout, chords, auto,
                 );

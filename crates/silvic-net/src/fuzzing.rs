@@ -90,7 +90,7 @@ pub fn replay(
     let slices = routes.zip(streams.iter().copied().chain(std::iter::repeat(&[][..]))).collect();
     let hop_ns = if setup.long_hops { Network::LOG_DEPTH_FROM_HOP_NS } else { 0 };
     let network = Network { hop_ns, chords: true, ..Network::UNMEASURED };
-    let forced = Forced { path: setup.path.forced() };
+    let forced = Forced { path: setup.path.forced(), ..Forced::default() };
     let mut link = SliceLink::new(slices, (0, world), network, forced);
     let call = |op| Call { rank: 0, world, op, seq: 0 };
     let mut scratch = Scratch::default();
@@ -111,8 +111,13 @@ pub fn replay(
         }
         Buffer::Typed(numbers, reduction) => {
             let op = Op::allreduce(reduction, numbers.dtype());
-            crate::ring::allreduce_numbers(&mut link, call(op), numbers, reduction, &mut scratch)
-                .map(|()| None)
+            crate::ring::allreduce_numbers(
+                &mut crate::ring::OnLink { link: &mut link, scratch: &mut scratch },
+                call(op),
+                numbers,
+                reduction,
+            )
+            .map(|()| None)
         }
         Buffer::Records(b, blocks, record, f) => {
             let call = call(Op::ReduceScatterRecords);

@@ -75,8 +75,11 @@
 //!
 //! # Threads
 //!
-//! A [`TcpCollective`] is `Send`, not shared: one thread drives it at a time, and the calling
-//! thread does all the work (no background threads).
+//! A [`TcpCollective`] is `Send`, not shared: one thread drives it at a time. The calling
+//! thread does all the work of a call, except where the ring has channels
+//! ([`ConnectOptions::channels`], `SILVIC_CHANNELS`): then a large allreduce is split over
+//! them, the calling thread driving the first and one thread each the others, made when the
+//! ring forms, parked between calls and joined when it is dropped.
 //!
 //! Payload numbers travel little-endian as they lie in memory; big-endian targets are refused at
 //! build time rather than mixing byte orders on the wire.
@@ -92,6 +95,7 @@ compile_error!(
 
 mod addresses;
 mod bind;
+mod channels;
 mod congestion;
 mod error;
 // The wire's codecs are public only to fuzz/ and the tests that forge wire bytes, behind the
@@ -151,7 +155,9 @@ pub struct FixedPointDocDoctests;
 #[doc = include_str!("../../../docs/paths.md")]
 pub struct PathsDocDoctests;
 pub use liveness::LIVENESS;
-pub use options::{ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
+pub use options::{
+    ALLREDUCE_VARIABLE, AllreducePath, CHANNELS_VARIABLE, ConnectOptions, MAX_CHANNELS,
+};
 pub use silvic_core::{
     Collective, CollectiveError, Dtype, FixedHistogram, FixedScale, LocalCollective, Numbers, Op,
     RecordFold, Reduction, TrainerCollective,

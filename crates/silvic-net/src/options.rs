@@ -1,11 +1,14 @@
 //! The path every allreduce of a ring takes: chosen per call from the network, or forced
-//! ([`AllreducePath`]), by [`ConnectOptions`] or the `SILVIC_ALLREDUCE` variable.
+//! ([`AllreducePath`]), by [`ConnectOptions`] or the `SILVIC_ALLREDUCE` variable; and the
+//! channels a large call is split over ([`Channels`]), by [`ConnectOptions::channels`] or the
+//! `SILVIC_CHANNELS` variable.
 //!
-//! Invariants: a value is read in one place ([`resolve`]), before any socket is opened; a value
-//! that names no path is an error naming the variable (or the option) and the value; every rank
-//! of a ring takes the same path, or `connect` fails on every rank naming the ranks that differ
-//! (the probe's agreement, `probe.rs`). A forced path changes no result bit: every path folds
-//! every element in the same order.
+//! Invariants: a value is read in one place ([`resolve`], [`resolve_channels`]), before any
+//! socket is opened; a value that names no path (or no channel count) is an error naming the
+//! variable (or the option) and the value; every rank of a ring takes the same settings, or
+//! `connect` fails on every rank naming the ranks that differ (the probe's agreement,
+//! `probe.rs`). A forced path or channel count changes no result bit: every path folds every
+//! element in the same order, and every channel count too (`ring/layout.rs`).
 
 use std::str::FromStr;
 
@@ -158,6 +161,7 @@ impl FromStr for AllreducePath {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectOptions {
     allreduce: AllreducePath,
+    channels: Option<usize>,
 }
 
 impl ConnectOptions {
@@ -173,6 +177,115 @@ impl ConnectOptions {
         self.allreduce = path;
         self
     }
+
+    /// Forces `n` channels (`n >= 1`) on every call the choice would split, whatever
+    /// `SILVIC_CHANNELS` says: such a call cuts every segment of its buffer into `n` pieces and
+    /// runs the ring path on each over its own streams (one to each ring neighbour per
+    /// channel), each channel driven by its own thread, the calling thread driving the first.
+    /// The default chooses the count from the cores and the network (docs/paths.md,
+    /// "Channels"). Every result bit is the same for every count. `n` of 0, or above
+    /// [`MAX_CHANNELS`], fails `connect` with [`ConnectError::InvalidArgument`].
+    pub fn channels(mut self, n: usize) -> ConnectOptions {
+        self.channels = Some(n);
+        self
+    }
+}
+
+/// The variable `connect` and `from_env` read the channel count from: `auto` (or unset) to
+/// choose, or a count from 1 to [`MAX_CHANNELS`] to force.
+pub const CHANNELS_VARIABLE: &str = "SILVIC_CHANNELS";
+
+/// The most channels a ring may be given: each costs a thread and a stream to each ring
+/// neighbour.
+pub const MAX_CHANNELS: usize = 16;
+
+/// How many channels the calls a ring splits run on: chosen at connect, or forced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Channels {
+    /// Chosen from the agreed cores and the network (`ring/choice.rs`).
+    #[default]
+    Auto,
+    /// This many, from 1 to [`MAX_CHANNELS`].
+    Forced(usize),
+}
+
+impl Channels {
+    /// As `SILVIC_CHANNELS` spells it.
+    pub(crate) fn name(self) -> String {
+        match self {
+            Channels::Auto => "auto".into(),
+            Channels::Forced(n) => n.to_string(),
+        }
+    }
+
+    /// The setting's number in the probe's agreement: 1 for auto, `1 + n` forced (0 is no
+    /// rank's).
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            Channels::Auto => 1,
+            Channels::Forced(n) => 1 + n as u64,
+        }
+    }
+
+    /// The setting numbered `code` ([`Channels::code`]).
+    pub(crate) fn from_code(code: u64) -> Option<Channels> {
+        match usize::try_from(code).ok()? {
+            1 => Some(Channels::Auto),
+            n @ 2.. if n - 1 <= MAX_CHANNELS => Some(Channels::Forced(n - 1)),
+            _ => None,
+        }
+    }
+
+    /// The count `value` names (`auto`, or 1 to [`MAX_CHANNELS`]), or why it names none.
+    fn parse(value: &str) -> Result<Channels, String> {
+        if value == "auto" {
+            return Ok(Channels::Auto);
+        }
+        match value.parse::<usize>() {
+            Ok(n) if (1..=MAX_CHANNELS).contains(&n) => Ok(Channels::Forced(n)),
+            _ => Err(format!("{value:?} is not a channel count (auto, or 1 to {MAX_CHANNELS})")),
+        }
+    }
+}
+
+/// What a rank was given to agree on with the others: its allreduce path and channel count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Settings {
+    pub(crate) allreduce: AllreducePath,
+    pub(crate) channels: Channels,
+}
+
+/// The channel count of a ring from `options` and the value of [`CHANNELS_VARIABLE`] (`None`:
+/// unset; blank is unset too), as [`ConnectOptions::channels`] says.
+pub(crate) fn resolve_channels(
+    options: &ConnectOptions,
+    variable: Option<&str>,
+) -> Result<Channels, ConnectError> {
+    let from_variable = match variable.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Channels::Auto,
+        Some(value) => Channels::parse(value).map_err(|message| ConnectError::Environment {
+            variable: CHANNELS_VARIABLE.into(),
+            message,
+        })?,
+    };
+    match options.channels {
+        None => Ok(from_variable),
+        Some(n) if (1..=MAX_CHANNELS).contains(&n) => Ok(Channels::Forced(n)),
+        Some(n) => Err(ConnectError::InvalidArgument(format!(
+            "{n} channels: a ring takes 1 to {MAX_CHANNELS}"
+        ))),
+    }
+}
+
+/// Both settings of a ring from `options` and the variables `var` reads (see [`resolve`] and
+/// [`resolve_channels`]).
+pub(crate) fn resolve_all(
+    options: &ConnectOptions,
+    var: impl Fn(&str) -> Result<Option<String>, ConnectError>,
+) -> Result<Settings, ConnectError> {
+    let allreduce = resolve(options, var(ALLREDUCE_VARIABLE)?.as_deref())?;
+    let channels = resolve_channels(options, var(CHANNELS_VARIABLE)?.as_deref())?;
+    Ok(Settings { allreduce, channels })
 }
 
 /// The path of a ring's allreduces from `options` and the value of [`ALLREDUCE_VARIABLE`]
@@ -203,12 +316,27 @@ pub(crate) fn resolve(
 /// the most common path (of two as common, the one the lowest rank has). The same on every rank
 /// given the same list.
 pub(crate) fn agreed(paths: &[AllreducePath]) -> Result<AllreducePath, ConnectError> {
-    let count = |path: AllreducePath| paths.iter().filter(|&&p| p == path).count();
+    agreed_on(paths, ALLREDUCE_VARIABLE, |p| p.name().to_string())
+}
+
+/// The channel count every rank of a ring takes, from every rank's, as [`agreed`] finds the
+/// path.
+pub(crate) fn agreed_channels(counts: &[Channels]) -> Result<Channels, ConnectError> {
+    agreed_on(counts, CHANNELS_VARIABLE, |c| c.name())
+}
+
+/// The one value of `setting` that every rank has, from every rank's (see [`agreed`]).
+fn agreed_on<T: Copy + PartialEq + Default>(
+    paths: &[T],
+    setting: &str,
+    name: impl Fn(T) -> String,
+) -> Result<T, ConnectError> {
+    let count = |path: T| paths.iter().filter(|&&p| p == path).count();
     let Some(&common) = paths.iter().max_by_key(|&&p| {
         let first = paths.iter().position(|&q| q == p).unwrap_or_default();
         (count(p), std::cmp::Reverse(first))
     }) else {
-        return Ok(AllreducePath::Auto);
+        return Ok(T::default());
     };
     let differ: Vec<usize> = (0..paths.len()).filter(|&r| paths[r] != common).collect();
     if differ.is_empty() {
@@ -220,11 +348,11 @@ pub(crate) fn agreed(paths: &[AllreducePath]) -> Result<AllreducePath, ConnectEr
         format!("{noun} {}", list.join(", "))
     };
     let odd: Vec<String> =
-        differ.iter().map(|&r| format!("{} on rank {r}", paths[r].name())).collect();
+        differ.iter().map(|&r| format!("{} on rank {r}", name(paths[r]))).collect();
     let same: Vec<usize> = (0..paths.len()).filter(|&r| paths[r] == common).collect();
     Err(ConnectError::Disagreement {
-        setting: ALLREDUCE_VARIABLE.into(),
-        detail: format!("{}, against {} on {}", odd.join(", "), common.name(), ranks(&same)),
+        setting: setting.into(),
+        detail: format!("{}, against {} on {}", odd.join(", "), name(common), ranks(&same)),
         ranks: differ,
     })
 }

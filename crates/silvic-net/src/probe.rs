@@ -52,7 +52,7 @@ use tracing::{debug, warn};
 
 use crate::error::{ConnectError, as_seen_by};
 use crate::link::TcpRing;
-use crate::options::{self, AllreducePath};
+use crate::options::{self, AllreducePath, Channels, Settings};
 use crate::ring::choice::{self, Forced};
 use crate::ring::seam::{FramePlan, Network, Route};
 use crate::ring::{self, Call, Link, Scratch, allreduce, bruck, twoway};
@@ -88,8 +88,9 @@ const LONG_SHIFT_SEQ: u64 = FIRST_SHIFT_SEQ + RATE_PROBES + 1;
 /// The op every agreement and hop probe runs as (a shift's frames are an allgather's).
 const PROBE_OP: Op = Op::Allreduce { reduction: Reduction::Max, dtype: Dtype::U64 };
 
-/// The numbers of the first agreement before the ranks' paths: the hop, the fold, the time left.
-const AGREED_FIXED: usize = 3;
+/// The numbers of the first agreement before the ranks' paths and channel counts: the hop, the
+/// fold, the time left, the usable cores.
+const AGREED_FIXED: usize = 4;
 
 /// The block of each shift of the first estimate: past a loopback hop's bytes many times over.
 pub(crate) const FIRST_SHIFT_BYTES: usize = 256 << 10;
@@ -154,6 +155,20 @@ pub(crate) struct Measured {
     pub(crate) network: Network,
     /// Every rank's forced path, by rank, as [`AllreducePath::code`] numbers them.
     pub(crate) paths: Vec<u64>,
+    /// Every rank's channel count, by rank, as [`Channels::code`] numbers them.
+    pub(crate) channels: Vec<u64>,
+    /// The fewest cores any rank may use ([`usable_cores`]), at least 1.
+    pub(crate) cores: u64,
+}
+
+/// The cores this rank may use for its channels: what `available_parallelism` allows it (cgroup
+/// quotas included), shared among the ranks that advertise its address (ranks of one host,
+/// which run on the same cores), at least 1.
+pub(crate) fn usable_cores(rank: usize, addresses: &[std::net::SocketAddr]) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let host = addresses[rank].ip();
+    let sharing = addresses.iter().filter(|a| a.ip() == host).count().max(1);
+    (cores / sharing).max(1)
 }
 
 /// A duration in whole nanoseconds, saturating.
@@ -161,13 +176,13 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Measures the ring's network over `link` and agrees on it, and on every rank's `path`, with
-/// every rank (see the module doc).
+/// Measures the ring's network over `link` and agrees on it, and on every rank's settings and
+/// usable `cores`, with every rank (see the module doc).
 pub(crate) fn measure<L: Timed>(
     link: &mut L,
     rank: usize,
     world: usize,
-    path: AllreducePath,
+    (settings, cores): (Settings, usize),
     scratch: &mut Scratch,
 ) -> Result<Measured, CollectiveError> {
     let call = |seq| Call { rank, world, op: PROBE_OP, seq };
@@ -180,13 +195,17 @@ pub(crate) fn measure<L: Timed>(
             fastest = fastest.min(link.now().saturating_sub(started));
         }
     }
-    let mut agreed = vec![0; AGREED_FIXED + world];
+    let mut agreed = vec![0; AGREED_FIXED + 2 * world];
     agreed[0] = hop_from(fastest, world);
     agreed[1] = link.fold_ns();
     agreed[2] = u64::MAX - nanos(link.left());
-    agreed[AGREED_FIXED + rank] = path.code();
+    agreed[3] = u64::MAX - cores.max(1) as u64;
+    agreed[AGREED_FIXED + rank] = settings.allreduce.code();
+    agreed[AGREED_FIXED + world + rank] = settings.channels.code();
     allreduce(link, call(AGREEMENT_SEQ), &mut agreed, fold::max_int, scratch)?;
     let (hop_ns, fold_ns, left_ns) = (agreed[0], agreed[1], u64::MAX - agreed[2]);
+    let cores = (u64::MAX - agreed[3]).max(1);
+    let channels = agreed.split_off(AGREED_FIXED + world);
     let paths = agreed.split_off(AGREED_FIXED);
     let mut network = Network { hop_ns, ..Network::UNMEASURED };
     let first = FIRST_SHIFT_BYTES;
@@ -203,7 +222,7 @@ pub(crate) fn measure<L: Timed>(
         network.bytes_per_us = rate;
         network.folds_per_us = fold_rate_from(fold_ns);
     }
-    Ok(Measured { network, paths })
+    Ok(Measured { network, paths, channels, cores })
 }
 
 /// Times a shift of `bytes` as each call numbered in `seqs`, the first `left_out` not counted,
@@ -325,6 +344,17 @@ pub(crate) fn hop_from(call: Duration, world: usize) -> u64 {
     u64::try_from(call.as_nanos() / hops).unwrap_or(u64::MAX)
 }
 
+/// Every rank's channel count from the agreement's `codes` (by rank).
+fn counts_of(codes: &[u64]) -> Result<Vec<Channels>, CollectiveError> {
+    let count_of = |(r, &code): (usize, &u64)| {
+        Channels::from_code(code).ok_or_else(|| CollectiveError::MalformedFrame {
+            peer: r,
+            reason: format!("the agreement gives rank {r} channel number {code}, which names none"),
+        })
+    };
+    codes.iter().enumerate().map(count_of).collect()
+}
+
 /// Every rank's forced path from the agreement's `codes` (by rank).
 fn paths_of(codes: &[u64]) -> Result<Vec<AllreducePath>, CollectiveError> {
     let path_of = |(r, &code): (usize, &u64)| {
@@ -380,7 +410,7 @@ const FAILED_LINGER: Duration = Duration::from_millis(500);
 /// shut, and the ring, once dropped, lingers at most [`FAILED_LINGER`].
 pub(crate) fn settle(
     ring: &mut TcpRing,
-    (rank, path): (usize, AllreducePath),
+    (rank, settings, cores): (usize, Settings, usize),
     scratch: &mut Scratch,
     addresses: &[String],
     (timeout, deadline): (Duration, Instant),
@@ -388,19 +418,23 @@ pub(crate) fn settle(
     let world = addresses.len();
     ring.until(Some(deadline));
     let start = Instant::now();
-    let measured = measure(&mut OnClock { ring, start, deadline }, rank, world, path, scratch);
+    let mut link = OnClock { ring, start, deadline };
+    let measured = measure(&mut link, rank, world, (settings, cores), scratch);
     ring.until(None);
-    match measured.and_then(|m| Ok((m.network, paths_of(&m.paths)?))) {
-        Ok((network, paths)) => {
+    let agreed = measured
+        .and_then(|m| Ok((m.network, paths_of(&m.paths)?, counts_of(&m.channels)?, m.cores)));
+    match agreed {
+        Ok((network, paths, counts, cores)) => {
             // Every rank has the same list, so every rank fails alike: nobody waits on another.
             let path = options::agreed(&paths)?;
+            let spread = choice::Spread::of(options::agreed_channels(&counts)?, cores);
             // Every rank formed the same topology, so every rank finds the same routes.
             let chords = world > 1
                 && (0..bruck::rounds(world)).map(bruck::route).all(|route| {
                     ring.carries(route) && ring.carries(Route { offset: -route.offset })
                 });
             let network = Network { chords, ..network };
-            ring.measured(network, Forced { path: path.forced() });
+            ring.measured(network, Forced { path: path.forced(), spread });
             let (hop_us, window) = (network.hop_ns / 1000, choice::window(network));
             // 0: not measured (no time for it, or a world of one). A debug line: its zeros and
             // cuts mean something to a developer, and read like a fault to anyone else.
@@ -408,9 +442,18 @@ pub(crate) fn settle(
             let cuts = choice::describe_cuts(world, network);
             let log_depth = network.log_depth();
             let allreduce = path.name();
+            let channels = spread.most();
             debug!(
                 hop_us,
-                bytes_per_us, folds_per_us, window, log_depth, cuts, allreduce, "network measured"
+                bytes_per_us,
+                folds_per_us,
+                window,
+                log_depth,
+                cuts,
+                allreduce,
+                cores,
+                channels,
+                "network measured"
             );
             if path.needs_chords() && !chords {
                 warn!(
@@ -619,12 +662,19 @@ mod tests {
                 let left = Duration::from_secs(100 + rank as u64);
                 let mut link = Clocked { link, clock: Duration::ZERO, per_call, fold_ns, left };
                 let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
-                measure(&mut link, rank, world, path, &mut Scratch::default()).unwrap()
+                let channels = if rank == 1 { Channels::Forced(3) } else { Channels::Auto };
+                let cores = if rank == world - 1 { 2 } else { 4 + rank };
+                let settings = Settings { allreduce: path, channels };
+                measure(&mut link, rank, world, (settings, cores), &mut Scratch::default()).unwrap()
             });
             let first = &measured[0];
             let mut paths = vec![AllreducePath::Ring.code(); world];
             paths[1] = AllreducePath::Index.code();
             assert_eq!(first.paths, paths, "world {world}: every rank's path, by rank");
+            let mut channels = vec![Channels::Auto.code(); world];
+            channels[1] = Channels::Forced(3).code();
+            assert_eq!(first.channels, channels, "world {world}: every rank's channels");
+            assert_eq!(first.cores, 2, "world {world}: the fewest cores of any rank");
             // The slowest rank's figures: its hop probe over its hops, its fold.
             let slowest = Duration::from_micros(100 + 10 * (world as u64 - 1));
             assert_eq!(first.network.hop_ns, hop_from(slowest, world), "world {world}");
@@ -645,7 +695,8 @@ mod tests {
             let left = if rank == 2 { Duration::from_millis(50) } else { Duration::from_secs(60) };
             let per_call = Duration::from_micros(100);
             let mut link = Clocked { link, clock: Duration::ZERO, per_call, fold_ns: 1, left };
-            measure(&mut link, rank, world, AllreducePath::Auto, &mut Scratch::default()).unwrap()
+            measure(&mut link, rank, world, (Settings::default(), 1), &mut Scratch::default())
+                .unwrap()
         });
         for agreed in measured {
             assert_eq!(agreed.network.bytes_per_us, Network::UNMEASURED_RATE);

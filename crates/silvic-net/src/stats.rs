@@ -55,6 +55,9 @@ pub struct PeerStats {
     pub bytes_received: u64,
     /// Time spent waiting on this peer.
     pub waited: Duration,
+    /// The channel the stream carries: 0 for the ring's own streams, `c` for channel `c`'s
+    /// (see [`ConnectOptions::channels`](crate::ConnectOptions::channels)).
+    pub channel: usize,
 }
 
 /// The collective a ring is in now, from [`Progress::current`].

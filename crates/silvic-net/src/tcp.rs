@@ -12,14 +12,15 @@ use tracing::{info, info_span, warn};
 
 use crate::addresses::parse_addresses;
 use crate::bind::{self, BindOptions, listen, resolve};
+use crate::channels::{Crew, OnChannels};
 use crate::error::{ConnectError, as_seen_by};
-use crate::link::{RingPlace, TcpRing};
+use crate::link::{RingPlace, TcpRing, Waker};
 use crate::liveness;
-use crate::options::{self, AllreducePath, ConnectOptions};
+use crate::options::{self, ConnectOptions, Settings};
 use crate::probe;
 use crate::rendezvous::{Plan, rendezvous};
 use crate::ring::seam::Route;
-use crate::ring::{Call, Element, Scratch};
+use crate::ring::{Call, Element, Reducer, Scratch};
 use crate::stats::{PeerStats, RingStats, RingWatch};
 use crate::topology::{Chords, topology};
 
@@ -69,6 +70,8 @@ pub struct TcpCollective {
     timeout: Duration,
     /// `None` for a world of one.
     ring: Option<TcpRing>,
+    /// The channels past the first and their threads, on a ring of several channels.
+    crew: Option<Crew>,
     failed: Option<CollectiveError>,
     scratch: Scratch,
     /// Collectives that returned `Ok`.
@@ -161,16 +164,14 @@ impl TcpCollective {
         timeout: Duration,
         options: &ConnectOptions,
     ) -> Result<TcpCollective, ConnectError> {
-        let variable = crate::variables::process_var(options::ALLREDUCE_VARIABLE)?;
-        let allreduce = options::resolve(options, variable.as_deref())?;
+        let settings = options::resolve_all(options, crate::variables::process_var)?;
         let chords = Chords::Auto;
-        TcpCollective::connect_with(
-            listener, rank, addresses, job_token, timeout, chords, allreduce,
-        )
+        TcpCollective::connect_with(listener, rank, addresses, job_token, timeout, chords, settings)
     }
 
     /// [`TcpCollective::connect`], forming chord streams as `chords` says and taking the
-    /// allreduce path `allreduce` (both the same on every rank), whatever the environment says.
+    /// allreduce path and channels of `settings` (all the same on every rank), whatever the
+    /// environment says.
     pub(crate) fn connect_with(
         listener: RingListener,
         rank: usize,
@@ -178,7 +179,7 @@ impl TcpCollective {
         job_token: &str,
         timeout: Duration,
         chords: Chords,
-        allreduce: AllreducePath,
+        settings: Settings,
     ) -> Result<TcpCollective, ConnectError> {
         let world = addresses.len();
         if world == 0 {
@@ -220,6 +221,7 @@ impl TcpCollective {
             seq: 0,
             timeout,
             ring: None,
+            crew: None,
             failed: None,
             scratch: Scratch::default(),
             done: 0,
@@ -231,11 +233,23 @@ impl TcpCollective {
 
         let _span = info_span!("connect", rank, world).entered();
         let started = Instant::now();
-        let mut ring = form(listener, (rank, parsed, addresses), job_token, timeout, chords)?;
+        let cores = probe::usable_cores(rank, &parsed);
+        let place = (rank, parsed, addresses);
+        let (mut ring, listener) = form(listener, place.clone(), job_token, timeout, chords)?;
         let scratch = &mut collective.scratch;
-        // The probes share the rendezvous's timeout: `connect` returns by its deadline.
-        let by = (timeout, crate::wait::deadline_after(started, timeout));
-        collective.failed = probe::settle(&mut ring, (rank, allreduce), scratch, addresses, by)?;
+        // The probes and the channels share the rendezvous's timeout: `connect` returns by its
+        // deadline.
+        let deadline = crate::wait::deadline_after(started, timeout);
+        let by = (timeout, deadline);
+        collective.failed =
+            probe::settle(&mut ring, (rank, settings, cores), scratch, addresses, by)?;
+        let channels = ring.agreed().1.spread.most();
+        if collective.failed.is_none() && channels > 1 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let crew = form_channels(&listener, place, (job_token, left), &mut ring, channels)?;
+            collective.crew = Some(crew);
+        }
+        drop(listener);
         collective.ring = Some(ring);
         Ok(collective)
     }
@@ -251,6 +265,9 @@ impl TcpCollective {
         self.timeout = timeout.max(Duration::from_millis(1));
         if let Some(ring) = &mut self.ring {
             ring.set_timeout(self.timeout);
+        }
+        if let Some(crew) = &mut self.crew {
+            crew.set_timeout(self.timeout);
         }
     }
 
@@ -275,16 +292,38 @@ impl TcpCollective {
     /// assert_eq!(ring.stats().collectives, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// On a ring of several channels ([`ConnectOptions::channels`]) the bytes and waits are
+    /// summed over every channel; [`TcpCollective::channel_stats`] has them per channel.
     pub fn stats(&self) -> RingStats {
-        let mut stats = self.ring.as_ref().map(TcpRing::stats).unwrap_or_default();
+        let mut stats = RingStats::default();
+        for channel in self.channel_stats() {
+            stats.bytes_sent += channel.bytes_sent;
+            stats.bytes_received += channel.bytes_received;
+            stats.waited_left += channel.waited_left;
+            stats.waited_right += channel.waited_right;
+        }
         stats.collectives = self.done;
         stats
     }
 
+    /// What this rank has done on each channel since connect, channel 0 (the ring's own
+    /// streams, and every call the choice does not split) first: bytes and waits as
+    /// [`TcpCollective::stats`] counts them, and the collectives of every channel alike. One
+    /// entry per channel; empty in a world of one.
+    pub fn channel_stats(&self) -> Vec<RingStats> {
+        let first = self.ring.as_ref().map(TcpRing::stats);
+        let rest = self.crew.iter().flat_map(Crew::stats);
+        let counted = |stats| RingStats { collectives: self.done, ..stats };
+        first.into_iter().chain(rest).map(counted).collect()
+    }
+
     /// What this rank has done on each of its streams since connect, one [`PeerStats`] per
-    /// stream: the left neighbour's, the right one's, then the chords'. Empty in a world of one.
+    /// stream: the left neighbour's, the right one's, then the chords', then each further
+    /// channel's streams ([`PeerStats::channel`]). Empty in a world of one.
     pub fn peer_stats(&self) -> Vec<PeerStats> {
-        self.ring.as_ref().map(TcpRing::peer_stats).unwrap_or_default()
+        let first = self.ring.as_ref().map(TcpRing::peer_stats).unwrap_or_default();
+        first.into_iter().chain(self.crew.iter().flat_map(Crew::peer_stats)).collect()
     }
 
     /// A handle that shows, from any thread and while a collective runs, which collective this
@@ -322,13 +361,24 @@ impl TcpCollective {
         result
     }
 
-    /// Runs one collective on the ring, recording a failure so that it sticks, and showing the
-    /// call on the watch from start to return.
+    /// Runs one collective on the ring's first channel (see [`TcpCollective::run_on_channels`]).
     pub(crate) fn run<R>(
         &mut self,
         op: Op,
         bytes: usize,
         body: impl FnOnce(&mut TcpRing, u64, &mut Scratch) -> Result<R, CollectiveError>,
+    ) -> Result<R, CollectiveError> {
+        self.run_on_channels(op, bytes, |rank, seq| body(rank.ring, seq, rank.scratch))
+    }
+
+    /// Runs one collective on the ring, over its channels where it has several, recording a
+    /// failure so that it sticks (every channel's streams aborted), and showing the call on the
+    /// watch from start to return.
+    pub(crate) fn run_on_channels<R>(
+        &mut self,
+        op: Op,
+        bytes: usize,
+        body: impl FnOnce(OnChannels<'_>, u64) -> Result<R, CollectiveError>,
     ) -> Result<R, CollectiveError> {
         self.watch.begin(op, Instant::now());
         if let Some(error) = &self.failed {
@@ -348,11 +398,17 @@ impl TcpCollective {
         .entered();
         let ring = self.ring.as_mut().expect("a world of more than one has a ring");
         let rank = self.rank;
-        let result = body(ring, seq, &mut self.scratch).map_err(|error| {
+        let on = OnChannels { ring, crew: self.crew.as_mut(), scratch: &mut self.scratch };
+        let result = body(on, seq).map_err(|error| {
             warn!(%error, "collective failed; closing the ring");
-            // The neighbours hear what happened as this rank heard it; the caller gets this
-            // rank's own view of it, which never names this rank as its peer.
-            ring.abort(rank, &error, seq);
+            // The neighbours hear what happened as this rank heard it, on every channel; the
+            // caller gets this rank's own view of it, which never names this rank as its peer.
+            if let Some(crew) = &mut self.crew {
+                crew.abort(rank, &error, seq);
+            }
+            if let Some(ring) = &mut self.ring {
+                ring.abort(rank, &error, seq);
+            }
             as_seen_by(rank, error)
         });
         if let Err(error) = &result {
@@ -367,14 +423,14 @@ impl TcpCollective {
         &mut self,
         op: Op,
         buf: &mut [T],
-        combine: impl Fn(T, T) -> T + Copy,
+        combine: impl Fn(T, T) -> T + Copy + Send + Sync,
     ) -> Result<(), CollectiveError> {
         if self.world == 1 {
             return self.alone(op, || Ok(()));
         }
         let (rank, world) = (self.rank, self.world);
-        self.run(op, size_of_val(buf), |ring, seq, scratch| {
-            crate::ring::allreduce(ring, Call { rank, world, op, seq }, buf, combine, scratch)
+        self.run_on_channels(op, size_of_val(buf), |mut on, seq| {
+            on.reduce(Call { rank, world, op, seq }, buf, combine)
         })
     }
 }
@@ -388,7 +444,7 @@ fn form(
     job_token: &str,
     timeout: Duration,
     chords: Chords,
-) -> Result<TcpRing, ConnectError> {
+) -> Result<(TcpRing, TcpListener), ConnectError> {
     let world = parsed.len();
     let started = Instant::now();
     let topology = topology(rank, world, chords);
@@ -403,9 +459,9 @@ fn form(
         roster: crate::handshake::roster_digest(&parsed),
         dials: &dials,
         accepts: &accepts,
+        channels: 0..1,
     };
     let formed = rendezvous(&listener.listener, &plan)?;
-    drop(listener);
     let mut by_route: Vec<(Route, TcpStream)> = Vec::new();
     let dialed = topology.dials.iter().zip(formed.dialed);
     for (peer, stream) in topology.accepts.iter().zip(formed.accepted).chain(dialed) {
@@ -424,7 +480,55 @@ fn form(
             by_route.swap_remove(at.expect("a stream per route"))
         })
         .collect();
-    Ok(TcpRing::new(streams, place, timeout))
+    Ok((TcpRing::new(streams, place, timeout), listener.listener))
+}
+
+/// Forms channels 1 to `channels - 1` of the ring of `rank` through `listener`, within
+/// `left` (what is left of `connect`'s timeout): one stream to the right neighbour and one
+/// from the left per channel, each handshaken naming its channel, each configured for liveness;
+/// a link over each channel's two streams that takes what `first` (channel 0's) agreed on, and
+/// the crew that drives them. `first` wakes on the crew's waker from now on.
+fn form_channels(
+    listener: &TcpListener,
+    (rank, parsed, addresses): (usize, Vec<SocketAddr>, &[String]),
+    (job_token, left): (&str, Duration),
+    first: &mut TcpRing,
+    channels: usize,
+) -> Result<Crew, ConnectError> {
+    let world = parsed.len();
+    let (right, left_rank) = ((rank + 1) % world, (rank + world - 1) % world);
+    let last = u16::try_from(channels).expect("at most MAX_CHANNELS channels");
+    let plan = Plan {
+        rank,
+        world,
+        addresses: &parsed,
+        token: job_token.as_bytes(),
+        timeout: left.max(Duration::from_millis(1)),
+        roster: crate::handshake::roster_digest(&parsed),
+        dials: &[right],
+        accepts: &[left_rank],
+        channels: 1..last,
+    };
+    let formed = rendezvous(listener, &plan)?;
+    let (network, forced) = first.agreed();
+    let timeout = first.timeout();
+    let mut rings = Vec::with_capacity(channels - 1);
+    for (to_right, from_left) in formed.dialed.into_iter().zip(formed.accepted) {
+        for (peer, stream) in [(left_rank, &from_left), (right, &to_right)] {
+            liveness::configure(stream)
+                .map_err(|e| ConnectError::io(peer, addresses[peer].clone(), &e))?;
+        }
+        let streams = vec![(Route::LEFTWARD, from_left), (Route::RIGHTWARD, to_right)];
+        let place = RingPlace { rank, addresses: parsed.clone() };
+        let mut ring = TcpRing::new(streams, place, timeout);
+        ring.measured(network, forced);
+        rings.push(ring);
+    }
+    let io = |e: std::io::Error| ConnectError::io(rank, addresses[rank].clone(), &e);
+    let waker = std::sync::Arc::new(Waker::new().map_err(io)?);
+    first.wake_on(waker.clone());
+    info!(channels, "channels formed");
+    Crew::new(rank, rings, waker).map_err(io)
 }
 
 /// On an error the buffer's contents are unspecified (partly reduced); the ring is closed.

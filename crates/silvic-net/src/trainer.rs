@@ -23,8 +23,8 @@ impl TrainerCollective for TcpCollective {
         let (rank, world) = (self.rank, self.world);
         let op = Op::allreduce(reduction, buf.dtype());
         let bytes = buf.len() * buf.dtype().width();
-        self.run(op, bytes, |link, seq, scratch| {
-            ring::allreduce_numbers(link, Call { rank, world, op, seq }, buf, reduction, scratch)
+        self.run_on_channels(op, bytes, |mut on, seq| {
+            ring::allreduce_numbers(&mut on, Call { rank, world, op, seq }, buf, reduction)
         })
     }
 

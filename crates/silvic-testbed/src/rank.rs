@@ -65,6 +65,8 @@ pub struct RankArgs {
     pub report: u64,
     /// Print STATS after this many calls.
     pub warmup: u64,
+    /// Force this many channels (`ConnectOptions::channels`); else the ring chooses.
+    pub channels: Option<usize>,
 }
 
 impl RankArgs {
@@ -86,6 +88,7 @@ impl RankArgs {
             exit_after: None,
             report: 1,
             warmup: 0,
+            channels: None,
         };
         for word in words {
             let (k, v) = word.split_once('=').ok_or_else(|| format!("not key=value: {word}"))?;
@@ -107,6 +110,7 @@ impl RankArgs {
                 "exit_after" => a.exit_after = Some(num(v)?),
                 "report" => a.report = num(v)?.max(1),
                 "warmup" => a.warmup = num(v)?,
+                "channels" => a.channels = Some(num(v)? as usize),
                 _ => return Err(format!("unknown argument {k}")),
             }
         }
@@ -201,15 +205,26 @@ pub fn main(words: &[String]) -> i32 {
     let addresses: Vec<String> =
         line.trim().strip_prefix("ADDRS ").unwrap_or("").split(' ').map(String::from).collect();
     let connect_timeout = Duration::from_secs_f64(args.connect_timeout);
-    let mut ring =
-        match TcpCollective::connect(listener, args.rank, &addresses, &args.token, connect_timeout)
-        {
-            Ok(r) => r,
-            Err(e) => {
-                say!("CONNECT_ERR {e}");
-                return 2;
-            }
-        };
+    let options = match args.channels {
+        Some(n) => silvic_net::ConnectOptions::new().channels(n),
+        None => silvic_net::ConnectOptions::new(),
+    };
+    let (rank, token) = (args.rank, &args.token);
+    let connected = TcpCollective::connect_with_options(
+        listener,
+        rank,
+        &addresses,
+        token,
+        connect_timeout,
+        &options,
+    );
+    let mut ring = match connected {
+        Ok(r) => r,
+        Err(e) => {
+            say!("CONNECT_ERR {e}");
+            return 2;
+        }
+    };
     ring.set_timeout(Duration::from_secs_f64(args.timeout));
     say!("READY {}", stats());
     let started = Instant::now();

@@ -183,7 +183,8 @@ class TcpCollective:
         holds a stream to, the two neighbours first, then the chord peers (from 8 ranks).
 
         Keys: ``peer`` (its rank), ``offset`` (-1, +1 or a chord's +-2**k), ``bytes_sent``,
-        ``bytes_received`` (ints) and ``waited`` (seconds). A world of one has none.
+        ``bytes_received`` (ints), ``waited`` (seconds) and ``channel`` (0, or the channel of a
+        ring split over ``SILVIC_CHANNELS``). A world of one has none.
         """
 
     def watch(self) -> RingWatch:

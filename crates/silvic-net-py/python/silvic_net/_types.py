@@ -78,3 +78,6 @@ class PeerStats(TypedDict):
     bytes_received: int
     waited: float
     """Seconds spent waiting on this peer."""
+    channel: int
+    """The channel the stream carries: 0 the ring's own streams, c > 0 those of channel c
+    (``SILVIC_CHANNELS``)."""

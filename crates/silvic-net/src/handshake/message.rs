@@ -3,11 +3,14 @@
 //! Every message is [`MESSAGE_LEN`] bytes, integers big-endian:
 //!
 //! ```text
-//!  0          8         10     11       12       16      20          36          68     72
-//!  +----------+---------+------+--------+--------+-------+-----------+-----------+------+
-//!  | SILVICNT | version | kind | reason | world  | rank  | nonce[16] | mac[32]   | 0000 |
-//!  +----------+---------+------+--------+--------+-------+-----------+-----------+------+
+//!  0          8         10     11       12       16      20          36          68        70   72
+//!  +----------+---------+------+--------+--------+-------+-----------+-----------+---------+----+
+//!  | SILVICNT | version | kind | reason | world  | rank  | nonce[16] | mac[32]   | channel | 00 |
+//!  +----------+---------+------+--------+--------+-------+-----------+-----------+---------+----+
 //! ```
+//!
+//! `channel` names the channel a ring stream carries (0: the ring's first streams, and every
+//! stream of the address exchange; see `crate::channels`).
 //!
 //! A Hello carries the roster digest in its `mac` field. A Reject carries only its reason:
 //! version, world and rank are zero, so a peer that has not proven the token learns nothing
@@ -20,11 +23,11 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
-/// speaks the same messages. Ranks of different versions reject each other. 13: the long rate
-/// shift's block is sized anew (12: frame kinds for the typed allreduces of i128; 11: once the
-/// ring forms, `connect` measures a stream's rate by shifts (a frame to the right neighbour),
-/// the calls numbered from `2^64 - 15`; docs/protocol.md has the history).
-pub const VERSION: u16 = 13;
+/// speaks the same messages. Ranks of different versions reject each other. 14: every message
+/// names the channel of its stream, the agreement once the ring forms carries each rank's
+/// usable cores and channel setting, and a ring of several channels forms their streams after
+/// it (13: the long rate shift's block is sized anew; docs/protocol.md has the history).
+pub const VERSION: u16 = 14;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.
@@ -59,7 +62,8 @@ pub enum RejectReason {
     VersionMismatch,
     /// The ranks were given address lists of different lengths.
     WorldMismatch,
-    /// The connection came from, or reached, a rank other than the ring neighbour.
+    /// The connection came from, or reached, a rank other than the ring neighbour, or named a
+    /// channel the accepting rank does not take.
     WrongRank,
     /// The ranks were given different address lists (another length, other entries or
     /// order). A ring listener answers every Hello that does not carry its own list's digest
@@ -105,6 +109,8 @@ pub struct Message {
     pub nonce: [u8; NONCE_LEN],
     /// The sender's MAC (Proof, Welcome), the roster digest (Hello), else zero.
     pub mac: [u8; MAC_LEN],
+    /// The channel of the stream (zero but on a ring of several channels).
+    pub channel: u16,
 }
 
 /// Why bytes are not a handshake message.
@@ -120,7 +126,8 @@ pub enum MessageError {
 
 impl Message {
     pub(super) fn new(kind: MessageKind, world: u32, rank: u32) -> Message {
-        Message { version: VERSION, kind, world, rank, nonce: [0; NONCE_LEN], mac: [0; MAC_LEN] }
+        let (nonce, mac) = ([0; NONCE_LEN], [0; MAC_LEN]);
+        Message { version: VERSION, kind, world, rank, nonce, mac, channel: 0 }
     }
 
     /// Encodes the message.
@@ -139,6 +146,7 @@ impl Message {
         BigEndian::write_u32(&mut out[16..20], self.rank);
         out[20..36].copy_from_slice(&self.nonce);
         out[36..68].copy_from_slice(&self.mac);
+        BigEndian::write_u16(&mut out[68..70], self.channel);
         out
     }
 
@@ -158,7 +166,7 @@ impl Message {
             }
             _ => return Err(MessageError::Malformed),
         };
-        if bytes[68..] != [0; 4] {
+        if bytes[70..] != [0; 2] {
             return Err(MessageError::Malformed);
         }
         Ok(Message {
@@ -168,6 +176,7 @@ impl Message {
             rank: BigEndian::read_u32(&bytes[16..20]),
             nonce: bytes[20..36].try_into().expect("16 bytes"),
             mac: bytes[36..68].try_into().expect("32 bytes"),
+            channel: BigEndian::read_u16(&bytes[68..70]),
         })
     }
 }

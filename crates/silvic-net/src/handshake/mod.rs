@@ -5,14 +5,14 @@
 //! has `r` dial, which takes a Hello from any rank it accepts, [`Acceptor::from_one_of`]):
 //!
 //! ```text
-//!  C -> A  Hello     { world, rank r,     nonce_c, roster }
-//!  A -> C  Challenge { world, rank r + 1, nonce_a }          or Reject { reason }
-//!  C -> A  Proof     { mac_c }
-//!  A -> C  Welcome   { mac_a }                               or Reject { reason }
+//!  C -> A  Hello     { world, rank r,     channel, nonce_c, roster }
+//!  A -> C  Challenge { world, rank r + 1, channel, nonce_a }          or Reject { reason }
+//!  C -> A  Proof     { channel, mac_c }
+//!  A -> C  Welcome   { channel, mac_a }                               or Reject { reason }
 //!
 //!  roster = SHA-256 of the whole address list, in rank order (see [`roster_digest`])
 //!  mac_x  = HMAC-SHA256(key = job token,
-//!                       label_x | version | world | r | r + 1 | roster | nonce_c | nonce_a)
+//!           label_x | version | world | r | r + 1 | channel | roster | nonce_c | nonce_a)
 //! ```
 //!
 //! Every message is [`MESSAGE_LEN`] bytes; the layout is drawn in `message.rs`. A Reject
@@ -129,13 +129,13 @@ fn refuse(reason: RejectReason) -> Next {
     Next::Fail(Failure::Refused(reason), reject(reason))
 }
 
-/// Checks version, world and rank of a message against what this side expects.
-fn check_claims(m: &Message, world: u32, expected_rank: u32) -> Result<(), RejectReason> {
+/// Checks version, world, rank and channel of a message against what this side expects.
+fn check_claims(m: &Message, world: u32, expected: (u32, u16)) -> Result<(), RejectReason> {
     if m.version != VERSION {
         Err(RejectReason::VersionMismatch)
     } else if m.world != world {
         Err(RejectReason::WorldMismatch)
-    } else if m.rank != expected_rank {
+    } else if (m.rank, m.channel) != expected {
         Err(RejectReason::WrongRank)
     } else {
         Ok(())
@@ -149,7 +149,7 @@ fn judge(t: &Transcript<'_>, (world, roster): (u32, [u8; MAC_LEN])) -> Option<Re
         Some(RejectReason::VersionMismatch)
     } else if t.world != world {
         Some(RejectReason::WorldMismatch)
-    } else if t.connector >= world || t.connector == t.acceptor {
+    } else if t.connector >= world || t.connector == t.acceptor || t.channel != 0 {
         Some(RejectReason::WrongRank)
     } else if t.roster != roster {
         Some(RejectReason::AddressMismatch)
@@ -187,6 +187,17 @@ impl<'t> Connector<'t> {
         peer: u32,
         nonce: [u8; NONCE_LEN],
     ) -> (Self, Message) {
+        Connector::start_on(token, roster, (world, rank, peer), 0, nonce)
+    }
+
+    /// [`Connector::start`] for a stream of channel `channel` (of a ring of several channels).
+    pub fn start_on(
+        token: &'t [u8],
+        roster: [u8; MAC_LEN],
+        (world, rank, peer): (u32, u32, u32),
+        channel: u16,
+        nonce: [u8; NONCE_LEN],
+    ) -> (Self, Message) {
         let transcript = Transcript {
             token,
             version: VERSION,
@@ -194,10 +205,12 @@ impl<'t> Connector<'t> {
             world,
             connector: rank,
             acceptor: peer,
+            channel,
             nonce_c: nonce,
             nonce_a: [0; NONCE_LEN],
         };
         let mut hello = Message::new(MessageKind::Hello, world, rank);
+        hello.channel = channel;
         hello.nonce = nonce;
         hello.mac = roster;
         let me = Connector {
@@ -232,7 +245,11 @@ impl<'t> Connector<'t> {
             }
             (_, MessageKind::Reject(reason)) => Next::Fail(Failure::RefusedBy(reason), None),
             (ConnectorState::AwaitChallenge, MessageKind::Challenge) => {
-                let claims = if self.blind { Ok(()) } else { check_claims(m, t.world, t.acceptor) };
+                let claims = if self.blind {
+                    Ok(())
+                } else {
+                    check_claims(m, t.world, (t.acceptor, t.channel))
+                };
                 if !self.blind {
                     self.peer_claims = Some(Claims::of(m));
                 }
@@ -241,6 +258,7 @@ impl<'t> Connector<'t> {
                     Ok(()) => {
                         t.nonce_a = m.nonce;
                         let mut proof = Message::new(MessageKind::Proof, t.world, t.connector);
+                        proof.channel = t.channel;
                         proof.mac = t.prove(CONNECT_LABEL);
                         self.state = ConnectorState::AwaitWelcome;
                         return Next::Send(proof);
@@ -248,7 +266,7 @@ impl<'t> Connector<'t> {
                 }
             }
             (ConnectorState::AwaitWelcome, MessageKind::Welcome) => {
-                if let Err(reason) = check_claims(m, t.world, t.acceptor) {
+                if let Err(reason) = check_claims(m, t.world, (t.acceptor, t.channel)) {
                     refuse(reason)
                 } else if t.verify(ACCEPT_LABEL, &m.mac) {
                     self.state = ConnectorState::Finished;
@@ -279,6 +297,8 @@ pub struct Acceptor<'t> {
     /// This side's own world and roster, for judging a blind connector's claims after its
     /// proof.
     own: (u32, [u8; MAC_LEN]),
+    /// The channels whose streams this side takes (see [`Acceptor::on_channels`]).
+    channels: std::ops::Range<u16>,
     /// What the other side said about itself in its Hello, once it sent one.
     pub peer_claims: Option<Claims>,
 }
@@ -308,6 +328,7 @@ impl<'t> Acceptor<'t> {
             world,
             connector: peer,
             acceptor: rank,
+            channel: 0,
             nonce_c: [0; NONCE_LEN],
             nonce_a: nonce,
         };
@@ -317,8 +338,22 @@ impl<'t> Acceptor<'t> {
             any_peer: false,
             among: None,
             own: (world, roster),
+            channels: 0..1,
             peer_claims: None,
         }
+    }
+
+    /// Takes streams of the channels in `channels` (by default channel 0 alone), which the Hello
+    /// names; [`Acceptor::channel`] then says which. A Hello of another channel is refused as
+    /// the wrong rank.
+    pub fn on_channels(mut self, channels: std::ops::Range<u16>) -> Self {
+        self.channels = channels;
+        self
+    }
+
+    /// The channel of the stream: the one its accepted Hello named (before that, 0).
+    pub fn channel(&self) -> u16 {
+        self.transcript.channel
     }
 
     /// Waits for a Hello as `rank` of `world` from any other rank of the world, which the
@@ -378,6 +413,7 @@ impl<'t> Acceptor<'t> {
                 self.peer_claims = Some(Claims::of(m));
                 // Prove against what the Hello claims; judge it after the proof.
                 (t.version, t.world, t.connector) = (m.version, m.world, m.rank);
+                t.channel = m.channel;
                 (t.roster, t.nonce_c) = (m.mac, m.nonce);
                 let mut challenge = Message::new(MessageKind::Challenge, 0, 0);
                 challenge.version = 0;
@@ -393,21 +429,29 @@ impl<'t> Acceptor<'t> {
                 if among == Some(true) {
                     t.connector = m.rank;
                 }
+                if self.channels.contains(&m.channel) {
+                    t.channel = m.channel;
+                }
                 // The roster first: a connection that does not know this job's address list hears
                 // one refusal, whatever else it claims, and so learns nothing of this side's
                 // version, world, rank or peers.
                 if m.mac != t.roster {
                     refuse(RejectReason::AddressMismatch)
                 } else {
-                    match check_claims(m, t.world, t.connector) {
+                    match check_claims(m, t.world, (t.connector, t.channel)) {
                         Err(reason) => refuse(reason),
                         // Not in the set, though it claims this side's own rank (the
                         // placeholder).
                         Ok(()) if among == Some(false) => refuse(RejectReason::WrongRank),
+                        // A channel this side does not take.
+                        Ok(()) if !self.channels.contains(&m.channel) => {
+                            refuse(RejectReason::WrongRank)
+                        }
                         Ok(()) => {
                             t.nonce_c = m.nonce;
                             let mut challenge =
                                 Message::new(MessageKind::Challenge, t.world, t.acceptor);
+                            challenge.channel = t.channel;
                             challenge.nonce = t.nonce_a;
                             self.state = AcceptorState::AwaitProof;
                             return Next::Send(challenge);
@@ -418,8 +462,9 @@ impl<'t> Acceptor<'t> {
             (AcceptorState::AwaitProof, MessageKind::Proof) => {
                 // The MAC covers the Hello's claims; the Proof must repeat them, so no field of
                 // it is left for a stranger on the path to rewrite.
-                let repeated =
-                    m.version == t.version && m.world == t.world && m.rank == t.connector;
+                let repeated = m.version == t.version
+                    && m.world == t.world
+                    && (m.rank, m.channel) == (t.connector, t.channel);
                 if !repeated {
                     refuse(RejectReason::WrongRank)
                 } else if !t.verify(CONNECT_LABEL, &m.mac) {
@@ -428,6 +473,7 @@ impl<'t> Acceptor<'t> {
                     refuse(reason)
                 } else {
                     let mut welcome = Message::new(MessageKind::Welcome, t.world, t.acceptor);
+                    welcome.channel = t.channel;
                     welcome.mac = t.prove(ACCEPT_LABEL);
                     self.state = AcceptorState::Finished;
                     return Next::SendAndDone(welcome);
@@ -483,6 +529,37 @@ mod tests {
         let (c, a) = play(b"job-42", b"job-42", (4, 1), (4, 2));
         assert_eq!(c, Some(Next::Done));
         assert!(matches!(a, Next::SendAndDone(Message { kind: MessageKind::Welcome, .. })));
+    }
+
+    /// A stream names its channel: an acceptor of channels 1 to 3 takes channel 2 and says so,
+    /// refuses channels 0 and 4 as the wrong rank, and a Proof whose channel was rewritten on
+    /// the path fails (the MACs cover the channel).
+    #[test]
+    fn a_stream_proves_its_channel_and_only_a_channel_taken_joins() {
+        let token = b"job";
+        for (channel, joins) in [(2, true), (0, false), (4, false)] {
+            let (mut conn, hello) = Connector::start_on(token, ROSTER, (4, 1, 2), channel, [1; 16]);
+            let acc = Acceptor::new(token, ROSTER, 4, 2, 1, [2; 16]);
+            let mut acc = acc.on_channels(1..4);
+            let next = acc.on_message(&roundtrip(&hello));
+            let Next::Send(challenge) = next else {
+                assert!(!joins, "channel {channel}: {next:?}");
+                assert_eq!(next, refuse(RejectReason::WrongRank), "channel {channel}");
+                continue;
+            };
+            assert!(joins, "channel {channel} was challenged");
+            assert_eq!((challenge.channel, acc.channel()), (channel, channel));
+            let Next::Send(proof) = conn.on_message(&roundtrip(&challenge)) else { panic!() };
+            let mut rewritten = Acceptor::new(token, ROSTER, 4, 2, 1, [2; 16]).on_channels(1..4);
+            let forged = Message { channel: 3, ..hello };
+            assert!(matches!(rewritten.on_message(&forged), Next::Send(_)));
+            assert!(matches!(
+                rewritten.on_message(&Message { channel: 3, ..proof }),
+                Next::Fail(..)
+            ));
+            let Next::SendAndDone(welcome) = acc.on_message(&roundtrip(&proof)) else { panic!() };
+            assert_eq!(conn.on_message(&roundtrip(&welcome)), Next::Done);
+        }
     }
 
     #[test]
@@ -716,6 +793,7 @@ mod tests {
             rank: 0,
             nonce: [0; NONCE_LEN],
             mac: [0; MAC_LEN],
+            channel: 0,
         };
         assert_eq!(refusal, expected);
         // And a refusal leaves the hearer no claims to report as the other side's.

@@ -1,7 +1,7 @@
 //! The transcript of one handshake: what both sides agreed on, and the MACs over it.
 //!
 //! Invariants: a MAC covers the label (so one side's proof never verifies as the other's), the
-//! version, the world, both ranks, the roster digest and both nonces; it is checked in constant
+//! version, the world, both ranks, the channel, the roster digest and both nonces; it is checked in constant
 //! time; the token keys it and is never shown (not even by `Debug`).
 
 use hmac::{Hmac, Mac};
@@ -20,6 +20,8 @@ pub(super) struct Transcript<'t> {
     pub(super) world: u32,
     pub(super) connector: u32,
     pub(super) acceptor: u32,
+    /// The channel the stream carries.
+    pub(super) channel: u16,
     pub(super) nonce_c: [u8; NONCE_LEN],
     pub(super) nonce_a: [u8; NONCE_LEN],
 }
@@ -33,6 +35,7 @@ impl Transcript<'_> {
         mac.update(&self.world.to_be_bytes());
         mac.update(&self.connector.to_be_bytes());
         mac.update(&self.acceptor.to_be_bytes());
+        mac.update(&self.channel.to_be_bytes());
         mac.update(&self.roster);
         mac.update(&self.nonce_c);
         mac.update(&self.nonce_a);
@@ -54,6 +57,7 @@ impl std::fmt::Debug for Transcript<'_> {
             .field("world", &self.world)
             .field("connector", &self.connector)
             .field("acceptor", &self.acceptor)
+            .field("channel", &self.channel)
             .finish_non_exhaustive()
     }
 }

@@ -56,7 +56,7 @@ use tracing::info;
 
 use crate::bind::{self, BindOptions};
 use crate::error::ConnectError;
-use crate::options::{self, ALLREDUCE_VARIABLE, AllreducePath, ConnectOptions};
+use crate::options::{self, ConnectOptions, Settings};
 use crate::tcp::{RingListener, TcpCollective};
 use crate::topology::Chords;
 use crate::variables::process_var;
@@ -131,7 +131,7 @@ fn launch_from(
     timeout: Duration,
     options: &ConnectOptions,
 ) -> Result<TcpCollective, ConnectError> {
-    let allreduce = options::resolve(options, vars(ALLREDUCE_VARIABLE)?.as_deref())?;
+    let allreduce = options::resolve_all(options, &vars)?;
     let launch = Launch::parse(vars)?;
     for note in &launch.notes {
         tracing::warn!("from_env: {note}");
@@ -290,7 +290,7 @@ fn bind_ring(launch: &Launch, meeting: Option<SocketAddr>) -> Result<RingListene
 fn launch_ring(
     launch: &Launch,
     timeout: Duration,
-    allreduce: AllreducePath,
+    allreduce: Settings,
 ) -> Result<TcpCollective, ConnectError> {
     if timeout.is_zero() {
         return Err(ConnectError::InvalidArgument("the timeout is zero".into()));
@@ -431,7 +431,7 @@ mod tests {
             let (tx, meeting) = (tx.clone(), meeting.clone());
             std::thread::spawn(move || {
                 let outcome =
-                    launch_ring(&launch(rank, world, meeting), timeout, AllreducePath::Auto)
+                    launch_ring(&launch(rank, world, meeting), timeout, Settings::default())
                         .map_err(|e| e.to_string())
                         .and_then(|mut ring| {
                             let all =
@@ -463,7 +463,7 @@ mod tests {
     fn the_exchange_listens_on_the_rendezvous_hosts_address_only() {
         let port = free_port();
         let rank0 = std::thread::spawn(move || {
-            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3), AllreducePath::Auto)
+            launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3), Settings::default())
                 .map(drop)
         });
         let until = Instant::now() + Duration::from_secs(20);
@@ -485,7 +485,7 @@ mod tests {
     fn a_port_that_is_taken_is_named_with_what_to_do() {
         let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = held.local_addr().unwrap().port();
-        let e = launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3), AllreducePath::Auto)
+        let e = launch_ring(&launch(0, 2, tcp(port)), Duration::from_secs(3), Settings::default())
             .map(drop)
             .unwrap_err();
         let text = e.to_string();

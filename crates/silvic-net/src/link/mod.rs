@@ -70,6 +70,7 @@
 //! This is the only module that waits on the ring.
 
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrayvec::ArrayVec;
@@ -87,6 +88,7 @@ mod reader;
 mod stream;
 mod streams;
 mod table;
+mod waker;
 mod watch;
 mod way;
 
@@ -96,6 +98,7 @@ pub(crate) mod replay;
 pub(crate) use streams::RingPlace;
 use streams::{MAX_STREAMS, StreamFailure, Streams};
 use table::Waits;
+pub(crate) use waker::Waker;
 use watch::Watch;
 use way::Ways;
 
@@ -124,6 +127,9 @@ pub(crate) struct TcpRing {
     network: Network,
     /// What every rank agreed to force on allreduces (`options.rs`).
     forced: Forced,
+    /// What ends this channel's part of a call when another channel of this rank fails
+    /// (`crate::channels`): on a ring of several channels.
+    waker: Option<Arc<Waker>>,
 }
 
 /// What the streams show the loop at a turn's end: where the call's path and length are known,
@@ -154,7 +160,20 @@ impl TcpRing {
             watch,
             network: Network::UNMEASURED,
             forced: Forced::default(),
+            waker: None,
         }
+    }
+
+    /// Wakes on `waker` from now on: a trip of it ends the call in progress, and every later
+    /// one, with the error it was tripped with.
+    pub(crate) fn wake_on(&mut self, waker: Arc<Waker>) {
+        self.waker = Some(waker);
+    }
+
+    /// The network and what is forced, as [`TcpRing::measured`] took them: what a ring of
+    /// another channel takes too.
+    pub(crate) fn agreed(&self) -> (Network, Forced) {
+        (self.network, self.forced)
     }
 
     /// Takes the network and the forced path every rank agreed on, and starts the counts of
@@ -168,6 +187,11 @@ impl TcpRing {
     /// the ring measures itself (`probe.rs`).
     pub(crate) fn until(&mut self, deadline: Option<Instant>) {
         self.watch.until(deadline);
+    }
+
+    /// How long calls wait on a peer that makes no progress.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.watch.timeout()
     }
 
     /// Sets how long later calls wait on a peer that makes no progress.
@@ -259,6 +283,9 @@ impl TcpRing {
         // gate again is most of a turn that only waits.
         let mut stands: Option<Waits> = None;
         loop {
+            if let Some(error) = self.waker.as_ref().and_then(|w| w.tripped()) {
+                return Err((NO_STREAM, error));
+            }
             let writes = free | self.streams.queued();
             let moved = self.turn(plan, &mut turn, writes)?;
             let now = Instant::now();
@@ -319,9 +346,12 @@ impl TcpRing {
                 }
                 events
             };
-            // On the stack, so that a wait allocates nothing.
-            let mut fds: ArrayVec<PollFd<'_>, MAX_STREAMS> =
+            // On the stack, so that a wait allocates nothing; the waker last.
+            let mut fds: ArrayVec<PollFd<'_>, { MAX_STREAMS + 1 }> =
                 (0..n).map(|s| PollFd::new(&streams[s].socket, events(s))).collect();
+            if let Some(waker) = &self.waker {
+                fds.push(PollFd::new(&**waker, PollFlags::IN));
+            }
             let polled = wait(&mut fds, deadline);
             polled.map_err(|e| (0, CollectiveError::io(streams[0].peer, &e)))?;
             turn.stirred |=
@@ -330,6 +360,9 @@ impl TcpRing {
         }
     }
 }
+
+/// The stream a failure names when it came from none (the waker: another channel failed).
+const NO_STREAM: usize = usize::MAX;
 
 /// The warning of a call that has waited long, naming the rank it waits on and its address.
 fn waited_on(op: Op, seq: u64, stalled: Duration, blamed: usize, address: SocketAddr) -> String {

@@ -120,6 +120,7 @@ impl Streams {
             bytes_sent: s.sent,
             bytes_received: s.received,
             waited: s.waited,
+            channel: 0,
         };
         self.list.iter().map(of).collect()
     }

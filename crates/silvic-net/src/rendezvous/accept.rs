@@ -68,6 +68,9 @@ pub(crate) struct Admission<'t> {
     /// The ranks that may connect (the ring's left neighbour and the chord peers this rank
     /// accepts), or `None` for any other rank of the world (the exchange).
     pub(crate) peers: Option<&'t [usize]>,
+    /// The channels whose streams the ring takes, from the first to before the second (the
+    /// exchange: channel 0 alone).
+    pub(crate) channels: (u16, u16),
 }
 
 /// Leaves the key out: it is the token, or computed from it.
@@ -91,6 +94,7 @@ impl<'t> Admission<'t> {
             world: plan.world,
             rank: plan.rank,
             peers: Some(plan.accepts),
+            channels: (plan.channels.start, plan.channels.end),
         }
     }
 
@@ -100,6 +104,7 @@ impl<'t> Admission<'t> {
         Ok(match self.peers {
             Some(peers) => {
                 Acceptor::from_one_of(self.token, self.roster, world, rank, peers, nonce)
+                    .on_channels(self.channels.0..self.channels.1)
             }
             None => Acceptor::any_other_rank(self.token, self.roster, world, rank, nonce),
         })
@@ -125,8 +130,8 @@ pub(crate) struct Incoming<'t, S> {
 pub(super) enum Step<'t, S> {
     /// Still talking: poll it again.
     Waiting(Incoming<'t, S>),
-    /// Proven and welcomed as `rank`.
-    Formed { stream: S, rank: usize },
+    /// Proven and welcomed as `rank`, its stream of channel `channel`.
+    Formed { stream: S, rank: usize, channel: u16 },
     /// Refused or broken, for this reason (the other side was told, where it helps), having
     /// claimed this in its Hello, if it sent one.
     Dropped { remote: SocketAddr, reason: String, claims: Option<Claims> },
@@ -190,8 +195,8 @@ impl<'t, S: Read + Write> Incoming<'t, S> {
     }
 
     fn formed(self) -> Step<'t, S> {
-        let rank = self.role.peer() as usize;
-        Step::Formed { stream: self.conn.into_stream(), rank }
+        let (rank, channel) = (self.role.peer() as usize, self.role.channel());
+        Step::Formed { stream: self.conn.into_stream(), rank, channel }
     }
 
     fn drop_for(self, reason: String) -> Step<'t, S> {
@@ -265,6 +270,8 @@ pub(crate) struct Joined {
     pub(crate) stream: TcpStream,
     pub(crate) remote: SocketAddr,
     pub(crate) rank: usize,
+    /// The channel of its stream.
+    pub(crate) channel: u16,
 }
 
 /// A connection the lobby refused or lost, and what its Hello claimed, if it sent one.
@@ -297,10 +304,13 @@ pub(crate) struct Lobby<'t> {
 }
 
 impl<'t> Lobby<'t> {
-    /// An empty lobby for the ranks `plan` accepts: the left neighbour and the chord peers.
+    /// An empty lobby for the ranks `plan` accepts (the left neighbour and the chord peers),
+    /// a stream of each of its channels from each.
     pub(super) fn new(plan: &Plan<'t>) -> Self {
-        let expected =
-            plan.accepts.iter().map(|&p| (p, Source::of(plan.addresses[p].ip()))).collect();
+        let channels = plan.channels.len();
+        let expected = (plan.accepts.iter())
+            .flat_map(|&p| std::iter::repeat_n((p, Source::of(plan.addresses[p].ip())), channels))
+            .collect();
         Lobby::admitting(Admission::ring(plan), expected)
     }
 
@@ -368,12 +378,12 @@ impl<'t> Lobby<'t> {
             let (remote, source) = (incoming.remote, incoming.source);
             match incoming.step() {
                 Step::Waiting(incoming) => kept.push(incoming),
-                Step::Formed { stream, rank } => {
+                Step::Formed { stream, rank, channel } => {
                     release(&mut self.per_source, source);
                     if let Some(at) = self.expected.iter().position(|(r, _)| *r == rank) {
                         self.expected.swap_remove(at);
                     }
-                    joined.push(Joined { stream, remote, rank });
+                    joined.push(Joined { stream, remote, rank, channel });
                 }
                 Step::Dropped { remote, reason, claims } => {
                     release(&mut self.per_source, source);
@@ -591,6 +601,7 @@ mod tests {
             roster: ROSTER,
             dials: &[0],
             accepts: &[0],
+            channels: 0..1,
         }
     }
 
@@ -647,6 +658,7 @@ mod tests {
             world: 8,
             dials: &[2, 3],
             accepts: &[0, 7, 5],
+            channels: 0..1,
             ..lobby_plan(&addresses)
         };
         let exchange = Admission { peers: None, ..Admission::ring(&plan) };
@@ -768,6 +780,7 @@ mod tests {
             world: 8,
             dials: &[1, 2],
             accepts: &[7, 6, 4],
+            channels: 0..1,
             ..lobby_plan(&addresses)
         };
         let mut lobby = Lobby::new(&plan);

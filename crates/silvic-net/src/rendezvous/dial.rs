@@ -87,15 +87,18 @@ pub(super) struct Dialer<'p> {
     plan: &'p Plan<'p>,
     /// The rank dialled.
     pub(super) peer: usize,
+    /// The channel of the stream.
+    channel: u16,
     backoff: Backoff,
     /// The last reason an attempt failed, for the timeout error.
     pub(super) last_error: Option<String>,
 }
 
 impl<'p> Dialer<'p> {
-    /// A dialer for rank `peer` of `plan`.
-    pub(super) fn new(plan: &'p Plan<'p>, peer: usize) -> Self {
-        Dialer { plan, peer, backoff: Backoff::new(Backoff::CONNECT), last_error: None }
+    /// A dialer for rank `peer` of `plan`, for a stream of channel `channel`.
+    pub(super) fn new(plan: &'p Plan<'p>, peer: usize, channel: u16) -> Self {
+        let backoff = Backoff::new(Backoff::CONNECT);
+        Dialer { plan, peer, channel, backoff, last_error: None }
     }
 
     fn address(&self) -> SocketAddr {
@@ -168,12 +171,11 @@ impl<'p> Dialer<'p> {
 
     fn hello(&mut self, stream: TcpStream, now: Instant) -> Result<Dial<'p>, ConnectError> {
         let plan = self.plan;
-        let (role, hello) = Connector::start(
+        let (role, hello) = Connector::start_on(
             plan.token,
             plan.roster,
-            plan.world as u32,
-            plan.rank as u32,
-            self.peer as u32,
+            (plan.world as u32, plan.rank as u32, self.peer as u32),
+            self.channel,
             fresh_nonce().map_err(|e| plan.io_error(self.peer, &e))?,
         );
         let mut conn = Conn::new(stream);
@@ -306,6 +308,7 @@ mod tests {
             roster: roster_digest(addresses),
             dials: &[1],
             accepts: &[1],
+            channels: 0..1,
         }
     }
 
@@ -334,7 +337,7 @@ mod tests {
     fn after_its_proof_the_dialer_waits_past_the_stranger_deadline() {
         let f = fixture();
         let plan = plan(&f.addresses);
-        let mut dialer = Dialer::new(&plan, 1);
+        let mut dialer = Dialer::new(&plan, 1, 0);
         let state = until_talking(&mut dialer, Dial::start(Instant::now()));
         let (mut theirs, _) = f.neighbour.accept().unwrap();
         let mut acceptor = Acceptor::new(plan.token, plan.roster, 2, 1, 0, [3; 16]);
@@ -367,7 +370,7 @@ mod tests {
     fn before_its_proof_a_silent_neighbour_is_redialled_after_the_deadline() {
         let f = fixture();
         let plan = plan(&f.addresses);
-        let mut dialer = Dialer::new(&plan, 1);
+        let mut dialer = Dialer::new(&plan, 1, 0);
         let now = Instant::now();
         let state = until_talking(&mut dialer, Dial::start(now));
         let state = dialer.advance(state, false, Instant::now() + HANDSHAKE_DEADLINE).unwrap();
@@ -379,7 +382,7 @@ mod tests {
     fn a_refusal_fails_at_once_and_does_not_claim_the_other_sides_values() {
         let f = fixture();
         let plan = plan(&f.addresses);
-        let mut dialer = Dialer::new(&plan, 1);
+        let mut dialer = Dialer::new(&plan, 1, 0);
         let state = until_talking(&mut dialer, Dial::start(Instant::now()));
         let (mut theirs, _) = f.neighbour.accept().unwrap();
         // An acceptor of a three-rank world refuses the Hello.

@@ -42,13 +42,19 @@ use crate::wait::{Reminder, wait as poll_wait};
 /// who recorded one handshake.
 const SHORT_TOKEN: usize = 16;
 
-/// The streams of a formed rendezvous, each in the order of the plan's ranks.
+/// The streams of a formed rendezvous, each in the order of the plan's ranks, and of each
+/// rank's channels in order.
 #[derive(Debug)]
 pub(crate) struct Formed {
     /// To the ranks of [`Plan::dials`].
     pub(crate) dialed: Vec<TcpStream>,
     /// From the ranks of [`Plan::accepts`].
     pub(crate) accepted: Vec<TcpStream>,
+}
+
+/// Each of `ranks` with each of `channels`, rank by rank: the streams a plan forms one way.
+fn ends(ranks: &[usize], channels: &std::ops::Range<u16>) -> Vec<(usize, u16)> {
+    ranks.iter().flat_map(|&r| channels.clone().map(move |c| (r, c))).collect()
 }
 
 /// What polled ready in one turn.
@@ -76,11 +82,14 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
     listener.set_nonblocking(true).map_err(|e| {
         plan.io_error(first_accepted, &io::Error::new(e.kind(), format!("listener: {e}")))
     })?;
-    let mut dialers: Vec<Dialer<'_>> = plan.dials.iter().map(|&p| Dialer::new(plan, p)).collect();
-    let mut dials: Vec<Dial<'_>> = plan.dials.iter().map(|_| Dial::start(Instant::now())).collect();
+    let dial_ends = ends(plan.dials, &plan.channels);
+    let accept_ends = ends(plan.accepts, &plan.channels);
+    let mut dialers: Vec<Dialer<'_>> =
+        dial_ends.iter().map(|&(p, c)| Dialer::new(plan, p, c)).collect();
+    let mut dials: Vec<Dial<'_>> = dial_ends.iter().map(|_| Dial::start(Instant::now())).collect();
     let mut dial_ready = vec![false; dials.len()];
     let mut lobby = Lobby::new(plan);
-    let mut accepted: Vec<Option<TcpStream>> = plan.accepts.iter().map(|_| None).collect();
+    let mut accepted: Vec<Option<TcpStream>> = accept_ends.iter().map(|_| None).collect();
     // Set while accept fails with nothing to close for room (out of descriptors): the listener
     // stays readable, so it is left out of the poll set for a moment instead of spinning.
     let mut accept_paused_until: Option<Instant> = None;
@@ -95,7 +104,7 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
         let all_in = accepted.iter().all(Option::is_some);
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            return Err(timeout_error(plan, &dials, &dialers, &lobby, &accepted));
+            return Err(timeout_error(plan, &dials, &dialers, &lobby, (&accepted, &accept_ends)));
         }
         lobby.expire(now);
         lobby.report(now);
@@ -152,14 +161,15 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
         for stream in joined {
             // The lobby admits only the ranks the plan accepts; were it ever to admit another,
             // that is an error of this rank's, never a panic.
-            let Some(i) = plan.accepts.iter().position(|&p| p == stream.rank) else {
+            let end = (stream.rank, stream.channel);
+            let Some(i) = accept_ends.iter().position(|&e| e == end) else {
                 return Err(ConnectError::Handshake {
                     peer: stream.rank,
                     address: stream.remote.to_string(),
                     reason: format!(
-                        "a connection proved rank {}, which this rank does not accept (it \
-                         accepts {:?})",
-                        stream.rank, plan.accepts
+                        "a connection proved rank {} on channel {}, which this rank does not \
+                         accept (it accepts {:?} on channels {:?})",
+                        stream.rank, stream.channel, plan.accepts, plan.channels
                     ),
                 });
             };
@@ -243,7 +253,7 @@ fn timeout_error(
     dials: &[Dial<'_>],
     dialers: &[Dialer<'_>],
     lobby: &Lobby<'_>,
-    accepted: &[Option<TcpStream>],
+    (accepted, accept_ends): (&[Option<TcpStream>], &[(usize, u16)]),
 ) -> ConnectError {
     let dialing = dials.iter().zip(dialers).find(|(d, _)| !matches!(d, Dial::Joined(_)));
     let (peer, waiting_for) = if let Some((dial, dialer)) = dialing {
@@ -260,7 +270,7 @@ fn timeout_error(
                 lobby.refused, lobby.last_refusal
             );
         }
-        (plan.accepts[missing], what)
+        (accept_ends[missing].0, what)
     };
     ConnectError::Timeout {
         peer,
@@ -305,8 +315,9 @@ mod tests {
             roster: [0; 32],
             dials: &[0],
             accepts: &[0],
+            channels: 0..1,
         };
-        let shown = format!("{plan:?} {:?} {:?}", Lobby::new(&plan), Dialer::new(&plan, 0));
+        let shown = format!("{plan:?} {:?} {:?}", Lobby::new(&plan), Dialer::new(&plan, 0, 0));
         assert!(!shown.contains("super-secret"), "{shown}");
         assert!(!shown.contains(&format!("{:?}", plan.token)), "{shown}");
     }

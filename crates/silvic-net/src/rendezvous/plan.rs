@@ -27,6 +27,10 @@ pub(crate) struct Plan<'a> {
     pub(crate) dials: &'a [usize],
     /// The ranks this rank accepts, the left neighbour first.
     pub(crate) accepts: &'a [usize],
+    /// The channels whose streams this rendezvous forms: one to each rank dialled and from
+    /// each rank accepted per channel (`0..1` when a ring forms; its further channels' after
+    /// it has measured itself, `crate::channels`).
+    pub(crate) channels: std::ops::Range<u16>,
 }
 
 /// Leaves the token out: a Plan may end up in a debug line, the token never.
@@ -39,6 +43,7 @@ impl std::fmt::Debug for Plan<'_> {
             .field("timeout", &self.timeout)
             .field("dials", &self.dials)
             .field("accepts", &self.accepts)
+            .field("channels", &self.channels)
             .finish_non_exhaustive()
     }
 }

@@ -43,11 +43,56 @@ pub(crate) struct Shape {
 }
 
 /// What every rank of a ring agreed to force on its allreduces (`SILVIC_ALLREDUCE`,
-/// `options.rs`), the same on every rank. The default forces nothing.
+/// `options.rs`), and the channels it may split them over (`SILVIC_CHANNELS`), the same on
+/// every rank. The default forces nothing and splits nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Forced {
     /// The path every call takes where that path [`carries`] it.
     pub(crate) path: Option<Path>,
+    /// The channels a split call may run on.
+    pub(crate) spread: Spread,
+}
+
+/// The channels a ring's large calls may run on, agreed at connect: each channel a thread and
+/// a stream to each ring neighbour (`crate::channels`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Spread {
+    /// One: no call is split (the default, and every link without channels).
+    #[default]
+    One,
+    /// Up to this many, as many as the call's size gives shares of [`share_bytes`].
+    Auto(usize),
+    /// This many on every call the choice splits (`SILVIC_CHANNELS=N`).
+    Forced(usize),
+}
+
+/// The most channels an automatic count opens, whatever the cores: past it a call's shares
+/// are small and the ring's neighbours hold many streams for little.
+pub(crate) const MAX_AUTO_CHANNELS: usize = 8;
+
+impl Spread {
+    /// The spread of a ring whose ranks agreed on `channels`, the fewest usable `cores` of any
+    /// rank being `cores`: a forced count as it is; automatically one channel per usable core,
+    /// at most [`MAX_AUTO_CHANNELS`].
+    pub(crate) fn of(channels: crate::options::Channels, cores: u64) -> Spread {
+        use crate::options::Channels;
+        match channels {
+            Channels::Forced(1) => Spread::One,
+            Channels::Forced(n) => Spread::Forced(n),
+            Channels::Auto => {
+                let n = usize::try_from(cores).unwrap_or(usize::MAX).min(MAX_AUTO_CHANNELS);
+                if n > 1 { Spread::Auto(n) } else { Spread::One }
+            }
+        }
+    }
+
+    /// The most channels a call may run on: the channels a ring opens.
+    pub(crate) fn most(self) -> usize {
+        match self {
+            Spread::One => 1,
+            Spread::Auto(n) | Spread::Forced(n) => n,
+        }
+    }
 }
 
 /// What the choice decides for one allreduce.
@@ -55,17 +100,58 @@ pub(crate) struct Forced {
 pub(crate) struct Choice {
     /// The path it takes.
     pub(crate) path: Path,
+    /// The channels it runs on ([`channels`]): 1 but for large calls on the ring path.
+    pub(crate) channels: usize,
 }
 
 /// The choice for an allreduce of `shape` on `network` (the forced path where it [`carries`]
-/// the call, else [`chosen_path`]'s), the same on every rank given the same arguments.
+/// the call, else [`chosen_path`]'s; the channels [`channels`] gives it), the same on every
+/// rank given the same arguments.
 pub(crate) fn choose(shape: Shape, network: Network, forced: Forced) -> Choice {
     let Shape { bytes, elem, world } = shape;
     let path = match forced.path {
         Some(path) if carries(path, bytes, world, network) => path,
         _ => chosen_path(bytes, elem, world, network),
     };
-    Choice { path }
+    Choice { path, channels: channels(bytes, path, network, forced.spread) }
+}
+
+/// The least a channel of a split call carries: a channel's thread and frames cost about the
+/// same whatever it carries, so a share much smaller than this only adds that cost.
+pub(crate) const MIN_SHARE_BYTES: usize = 1 << 20;
+
+/// How many hops' worth of bytes a channel's share holds at least: a share that passes in a
+/// few hops is mostly latency, which splitting does not shorten.
+pub(crate) const SHARE_HOPS: u64 = 8;
+
+/// The least a channel carries on `network`: [`MIN_SHARE_BYTES`], or the bytes one stream
+/// moves in [`SHARE_HOPS`] hops at the measured rate (loopback's where it was not measured),
+/// whichever is more.
+pub(crate) fn share_bytes(network: Network) -> usize {
+    let rate = match network.bytes_per_us {
+        Network::UNMEASURED_RATE => RATE_BYTES_PER_US,
+        rate => rate,
+    };
+    let hops = u128::from(SHARE_HOPS) * u128::from(network.hop_ns) * u128::from(rate) / 1000;
+    usize::try_from(hops).unwrap_or(usize::MAX).max(MIN_SHARE_BYTES)
+}
+
+/// The channels an allreduce of `bytes` on `path` runs on, on `network` with `spread`: one
+/// unless the path is the ring's (the only plan that runs on a channel's pieces,
+/// `ring/layout.rs`) and the call holds two shares or more. A forced count splits every such
+/// call of two [`MIN_SHARE_BYTES`] or more, whatever the network, so that what is forced is
+/// known; the automatic count gives each channel a share of [`share_bytes`] at least, up to the
+/// most it may take. The same on every rank.
+pub(crate) fn channels(bytes: usize, path: Path, network: Network, spread: Spread) -> usize {
+    if path != Path::Ring {
+        return 1;
+    }
+    match spread {
+        Spread::One => 1,
+        Spread::Forced(n) if bytes / MIN_SHARE_BYTES >= 2 => n,
+        Spread::Forced(_) => 1,
+        Spread::Auto(n) => n.min(bytes / share_bytes(network)).max(1),
+    }
 }
 
 /// The path of an allgather of whole blocks (`allgather_bytes`, and the allreduce's own

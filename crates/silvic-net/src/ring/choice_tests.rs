@@ -318,3 +318,49 @@ fn folds_at_a_cores_rate_keep_brucks_gather_where_its_hops_are_fewer() {
     // Larger buffers still take the index: its bytes, not its hops, are what it saves.
     assert_eq!(chosen_path(256 << 10, 8, 8, bed), Index);
 }
+
+/// The channel rule: small calls and paths other than the ring's stay on one channel; a forced
+/// count splits every ring-path call of two least shares or more, whatever the network; the
+/// automatic count gives each channel a share of `share_bytes` or more, up to its most; a long,
+/// fast hop raises the share; the agreed spread follows the cores and the forced count.
+#[test]
+fn calls_split_over_channels_only_where_each_channel_gets_a_share() {
+    use crate::options::Channels;
+    let loopback = Network::UNMEASURED;
+    let mib = MIN_SHARE_BYTES;
+    for spread in [Spread::One, Spread::Auto(4), Spread::Forced(3)] {
+        for bytes in [0, 8, 256 * KIB, mib, 2 * mib - 1] {
+            assert_eq!(channels(bytes, Path::Ring, loopback, spread), 1, "{spread:?} {bytes}");
+        }
+        for path in [Path::Gather, Path::Bruck, Path::Index] {
+            assert_eq!(channels(64 * mib, path, loopback, spread), 1, "{spread:?} {path:?}");
+        }
+    }
+    assert_eq!(channels(2 * mib, Path::Ring, loopback, Spread::Forced(3)), 3);
+    assert_eq!(channels(2 * mib, Path::Ring, loopback, Spread::Auto(4)), 2);
+    assert_eq!(channels(3 * mib + 1, Path::Ring, loopback, Spread::Auto(4)), 3);
+    assert_eq!(channels(64 * mib, Path::Ring, loopback, Spread::Auto(4)), 4);
+    assert_eq!(channels(64 * mib, Path::Ring, loopback, Spread::One), 1);
+    // 1 ms hops at 1 GB/s: a share is 8 hops' bytes, 8 MB.
+    let far = Network { hop_ns: 1_000_000, bytes_per_us: 1000, ..Network::UNMEASURED };
+    assert_eq!(share_bytes(far), 8_000_000);
+    assert_eq!(channels(15_999_999, Path::Ring, far, Spread::Auto(8)), 1);
+    assert_eq!(channels(16_000_000, Path::Ring, far, Spread::Auto(8)), 2);
+    assert_eq!(
+        channels(4 * mib, Path::Ring, far, Spread::Forced(4)),
+        4,
+        "forced: the network aside"
+    );
+    assert_eq!(share_bytes(loopback), mib);
+    assert_eq!(Spread::of(Channels::Auto, 1), Spread::One);
+    assert_eq!(Spread::of(Channels::Auto, 6), Spread::Auto(6));
+    assert_eq!(Spread::of(Channels::Auto, 96), Spread::Auto(MAX_AUTO_CHANNELS));
+    assert_eq!(Spread::of(Channels::Forced(1), 96), Spread::One);
+    assert_eq!(Spread::of(Channels::Forced(12), 2), Spread::Forced(12));
+    let shape = Shape { bytes: 8 * mib, elem: 8, world: 4 };
+    let forced = Forced { path: None, spread: Spread::Forced(4) };
+    assert_eq!(choose(shape, loopback, forced), Choice { path: Path::Ring, channels: 4 });
+    let gather = Forced { path: Some(Path::Index), spread: Spread::Forced(4) };
+    let chorded = Network { chords: true, ..loopback };
+    assert_eq!(choose(shape, chorded, gather), Choice { path: Path::Index, channels: 1 });
+}

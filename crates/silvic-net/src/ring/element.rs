@@ -7,7 +7,7 @@
 //! payload). An element's width is its type's size, `size_of::<T>()`.
 
 /// A number type the ring reduces. Payloads carry its little-endian bytes.
-pub(crate) trait Element: bytemuck::Pod {}
+pub(crate) trait Element: bytemuck::Pod + Send + Sync {}
 
 impl Element for f32 {}
 impl Element for f64 {}

@@ -65,6 +65,7 @@ pub(crate) mod element;
 mod fixed_tests;
 pub(crate) mod gather;
 pub(crate) mod index;
+pub(crate) mod layout;
 #[cfg(test)]
 pub(crate) mod lockstep;
 pub(crate) mod log_depth;
@@ -156,35 +157,64 @@ pub(crate) fn allgather_blocks(
     records::allgather_blocks_on(path, link, call, buf, blocks)
 }
 
-/// [`allreduce`] of a typed buffer with `reduction`'s combiner for its element type.
+/// What runs one allreduce of any element type: a link alone ([`OnLink`]), or a rank's
+/// channels (`crate::channels`).
+pub(crate) trait Reducer {
+    /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order.
+    fn reduce<T: Element, C: Fn(T, T) -> T + Copy + Send + Sync>(
+        &mut self,
+        call: Call,
+        buf: &mut [T],
+        combine: C,
+    ) -> Result<(), CollectiveError>;
+}
+
+/// One link and its scratch: [`allreduce`] on the path the choice picks.
+pub(crate) struct OnLink<'a> {
+    pub(crate) link: &'a mut dyn Link,
+    pub(crate) scratch: &'a mut Scratch,
+}
+
+impl Reducer for OnLink<'_> {
+    fn reduce<T: Element, C: Fn(T, T) -> T + Copy + Send + Sync>(
+        &mut self,
+        call: Call,
+        buf: &mut [T],
+        combine: C,
+    ) -> Result<(), CollectiveError> {
+        allreduce(self.link, call, buf, combine, self.scratch)
+    }
+}
+
+/// The allreduce of a typed buffer by `reducer`, with `reduction`'s combiner for its element
+/// type.
 pub(crate) fn allreduce_numbers(
-    link: &mut dyn Link,
+    reducer: &mut impl Reducer,
     call: Call,
     buf: Numbers<'_>,
     reduction: Reduction,
-    scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
     use Reduction::{Max, Min, Sum};
-    let (l, c, s) = (link, call, scratch);
+    let (r, c) = (reducer, call);
     match (buf, reduction) {
-        (Numbers::F32(b), Sum) => allreduce(l, c, b, fold::sum_f32, s),
-        (Numbers::F32(b), Min) => allreduce(l, c, b, fold::min_f32, s),
-        (Numbers::F32(b), Max) => allreduce(l, c, b, fold::max_f32, s),
-        (Numbers::F64(b), Sum) => allreduce(l, c, b, fold::sum_f64, s),
-        (Numbers::F64(b), Min) => allreduce(l, c, b, fold::min_f64, s),
-        (Numbers::F64(b), Max) => allreduce(l, c, b, fold::max_f64, s),
-        (Numbers::I32(b), Sum) => allreduce(l, c, b, fold::sum_i32, s),
-        (Numbers::I32(b), Min) => allreduce(l, c, b, fold::min_int, s),
-        (Numbers::I32(b), Max) => allreduce(l, c, b, fold::max_int, s),
-        (Numbers::I64(b), Sum) => allreduce(l, c, b, fold::sum_i64, s),
-        (Numbers::I64(b), Min) => allreduce(l, c, b, fold::min_int, s),
-        (Numbers::I64(b), Max) => allreduce(l, c, b, fold::max_int, s),
-        (Numbers::U64(b), Sum) => allreduce(l, c, b, fold::sum_u64, s),
-        (Numbers::U64(b), Min) => allreduce(l, c, b, fold::min_int, s),
-        (Numbers::U64(b), Max) => allreduce(l, c, b, fold::max_int, s),
-        (Numbers::I128(b), Sum) => allreduce(l, c, b, fold::sum_i128, s),
-        (Numbers::I128(b), Min) => allreduce(l, c, b, fold::min_int, s),
-        (Numbers::I128(b), Max) => allreduce(l, c, b, fold::max_int, s),
+        (Numbers::F32(b), Sum) => r.reduce(c, b, fold::sum_f32),
+        (Numbers::F32(b), Min) => r.reduce(c, b, fold::min_f32),
+        (Numbers::F32(b), Max) => r.reduce(c, b, fold::max_f32),
+        (Numbers::F64(b), Sum) => r.reduce(c, b, fold::sum_f64),
+        (Numbers::F64(b), Min) => r.reduce(c, b, fold::min_f64),
+        (Numbers::F64(b), Max) => r.reduce(c, b, fold::max_f64),
+        (Numbers::I32(b), Sum) => r.reduce(c, b, fold::sum_i32),
+        (Numbers::I32(b), Min) => r.reduce(c, b, fold::min_int),
+        (Numbers::I32(b), Max) => r.reduce(c, b, fold::max_int),
+        (Numbers::I64(b), Sum) => r.reduce(c, b, fold::sum_i64),
+        (Numbers::I64(b), Min) => r.reduce(c, b, fold::min_int),
+        (Numbers::I64(b), Max) => r.reduce(c, b, fold::max_int),
+        (Numbers::U64(b), Sum) => r.reduce(c, b, fold::sum_u64),
+        (Numbers::U64(b), Min) => r.reduce(c, b, fold::min_int),
+        (Numbers::U64(b), Max) => r.reduce(c, b, fold::max_int),
+        (Numbers::I128(b), Sum) => r.reduce(c, b, fold::sum_i128),
+        (Numbers::I128(b), Min) => r.reduce(c, b, fold::min_int),
+        (Numbers::I128(b), Max) => r.reduce(c, b, fold::max_int),
     }
 }
 

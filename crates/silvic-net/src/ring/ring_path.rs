@@ -36,7 +36,8 @@ use silvic_core::CollectiveError;
 
 use super::choice;
 use super::element::{Element, as_bytes, as_bytes_mut, elements};
-use super::schedule::{self, pass};
+use super::layout::Segments;
+use super::schedule::{self, pass, segment};
 use super::seam::{Call, FramePlan, Link, Moved, Route};
 use super::shared::{FOLD_SCRATCH, LEFTWARD, RIGHTWARD, Scratch, TWO_WAYS, wire_dir};
 use super::twoway::{self, Move};
@@ -45,7 +46,10 @@ use crate::frame::{Header, Path};
 /// The ring path as a plan (see the module doc).
 struct RingPlan<'a, T, C> {
     call: Call,
-    buf: &'a mut [T],
+    /// The segments it reduces: the whole buffer's, or one channel's pieces of them.
+    segments: Segments<'a, T>,
+    /// The call's whole buffer in bytes, which every frame names (a channel's too).
+    total: u64,
     combine: C,
     count: usize,
     /// Slices that go round side by side ([`schedule::window`]).
@@ -148,14 +152,14 @@ impl<T: Element, C: Fn(T, T) -> T> RingPlan<'_, T, C> {
         RingFrame { slice, send, recv, folds, at }
     }
 
+    /// Slice `k` of segment `seg`, within the segment.
     fn slice(&self, seg: usize, k: usize) -> Range<usize> {
-        schedule::slice(self.buf.len(), self.call.world, seg, self.count, k)
+        segment(self.segments.part(self.call.world, seg).len(), self.count, k)
     }
 
     fn frame_header(&self, way: usize, seg: usize, k: usize) -> Header {
-        let total = std::mem::size_of_val(self.buf) as u64;
         let len = (self.slice(seg, k).len() * size_of::<T>()) as u64;
-        let head = Header::data(self.call.op, self.call.seq, total, len).on(Path::Ring);
+        let head = Header::data(self.call.op, self.call.seq, self.total, len).on(Path::Ring);
         head.carrying(wire_dir(way), seg)
     }
 }
@@ -207,7 +211,7 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
     }
     fn payload(&self, way: usize, i: usize) -> &[u8] {
         let f = self.frame(way, i);
-        as_bytes(&self.buf[self.slice(f.send, f.slice)])
+        as_bytes(&self.segments.part(self.call.world, f.send)[self.slice(f.send, f.slice)])
     }
     fn space(&mut self, way: usize, j: usize) -> &mut [u8] {
         let filling = self.filling[way];
@@ -217,7 +221,8 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
         let f = self.frame(way, j);
         let dst = self.slice(f.recv, f.slice);
         if !f.folds {
-            return &mut as_bytes_mut(&mut self.buf[dst])[filling.bytes..];
+            let part = self.segments.part_mut(self.call.world, f.recv);
+            return &mut as_bytes_mut(&mut part[dst])[filling.bytes..];
         }
         let left = dst.len() * size_of::<T>() - filling.bytes;
         let room = (self.scratch.len() - filling.pending).min(left);
@@ -238,7 +243,8 @@ impl<T: Element, C: Fn(T, T) -> T> FramePlan for RingPlan<'_, T, C> {
         let whole = filling.pending / size_of::<T>();
         let pending = filling.pending;
         filling.pending -= whole * size_of::<T>();
-        let dst = &mut self.buf[dst][done..done + whole];
+        let part = self.segments.part_mut(self.call.world, f.recv);
+        let dst = &mut part[dst][done..done + whole];
         for (d, acc) in dst.iter_mut().zip(elements::<T>(&self.scratch[..whole * size_of::<T>()])) {
             *d = (self.combine)(acc, *d);
         }
@@ -257,11 +263,25 @@ pub(crate) fn ring_allreduce<T: Element, C: Fn(T, T) -> T + Copy>(
     combine: C,
     scratch: &mut Scratch,
 ) -> Result<(), CollectiveError> {
-    let count = schedule::slices(buf.len(), call.world, std::mem::size_of::<T>());
+    let total = size_of_val(buf) as u64;
+    ring_allreduce_of(link, call, (Segments::Whole(buf), total), combine, scratch)
+}
+
+/// The ring path over `segments` (the whole buffer's, or one channel's pieces of them), its
+/// frames naming the call's `total` bytes.
+pub(crate) fn ring_allreduce_of<T: Element, C: Fn(T, T) -> T + Copy>(
+    link: &mut dyn Link,
+    call: Call,
+    (segments, total): (Segments<'_, T>, u64),
+    combine: C,
+    scratch: &mut Scratch,
+) -> Result<(), CollectiveError> {
+    let count = schedule::slices_of(segments.longest(call.world), size_of::<T>());
     scratch.fold.resize(FOLD_SCRATCH, 0);
     let mut plan = RingPlan {
         call,
-        buf,
+        segments,
+        total,
         combine,
         count,
         window: choice::window(link.network()),
@@ -330,9 +350,11 @@ mod tests {
                         let results = on_ring(driver, |rank, link| {
                             let mut buf = inputs[rank].clone();
                             let mut scratch = [0u8; 20];
+                            let total = (buf.len() * 8) as u64;
                             let mut plan = RingPlan {
                                 call: Call { rank, world, op: Op::AllreduceSumF64, seq: 0 },
-                                buf: &mut buf[..],
+                                segments: Segments::Whole(&mut buf[..]),
+                                total,
                                 combine: fold::sum_f64,
                                 count,
                                 window,
@@ -365,7 +387,8 @@ mod tests {
                 for rank in 0..world {
                     let plan = RingPlan {
                         call: Call { rank, world, op: Op::AllreduceSumF64, seq: 0 },
-                        buf: &mut buf,
+                        segments: Segments::Whole(&mut buf),
+                        total: (world * count * 16) as u64,
                         combine: fold::sum_f64 as fn(f64, f64) -> f64,
                         count,
                         window,

@@ -17,10 +17,16 @@ pub(crate) const MAX_WINDOW: usize = 8;
 
 /// How many slices each segment of a `len`-element buffer (`elem` bytes each) is cut into in a
 /// world of `world`: enough that the longest segment's slices hold at most [`SLICE_BYTES`],
-/// and at least one.
+/// and at least one. The plans ask [`slices_of`] with their longest segment; the tests ask here.
+#[cfg(test)]
 pub(crate) fn slices(len: usize, world: usize, elem: usize) -> usize {
-    let longest = len.div_ceil(world) * elem;
-    longest.div_ceil(SLICE_BYTES).max(1)
+    slices_of(len.div_ceil(world), elem)
+}
+
+/// How many slices each segment is cut into when the longest holds `longest` elements (`elem`
+/// bytes each): enough that each slice holds at most [`SLICE_BYTES`], and at least one.
+pub(crate) fn slices_of(longest: usize, elem: usize) -> usize {
+    (longest * elem).div_ceil(SLICE_BYTES).max(1)
 }
 
 /// The elements of slice `k` of segment `j`, every segment being cut into `count` slices

@@ -60,7 +60,7 @@ use std::time::Duration;
 use silvic_core::{Op, fold};
 
 use crate::frame::Header;
-use crate::options::AllreducePath;
+use crate::options::{AllreducePath, Settings};
 use crate::probe;
 use crate::ring::seam::{self, Call, FramePlan, Link};
 use crate::ring::{self, Scratch, choice};
@@ -395,7 +395,7 @@ impl VirtualLink {
     fn formed(model: Model, world: usize) -> Result<VirtualLink, SimulateError> {
         let mut link = VirtualLink::new(model, seam::Network::UNMEASURED);
         let scratch = &mut Scratch::default();
-        let measured = probe::measure(&mut link, 0, world, AllreducePath::Auto, scratch);
+        let measured = probe::measure(&mut link, 0, world, (Settings::default(), 1), scratch);
         let measured = measured.map_err(|_| link.stuck_error())?.network;
         let measured = seam::Network { chords: topology::chords_formed(world), ..measured };
         Ok(VirtualLink::new(model, measured))

@@ -73,8 +73,14 @@ pub(crate) fn serve(plan: &Serve<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
     plan.listener
         .set_nonblocking(true)
         .map_err(|e| ConnectError::io(0, listen_address.clone(), &e))?;
-    let admission =
-        Admission { token: &key, roster: NO_ROSTER, world: plan.world, rank: 0, peers: None };
+    let admission = Admission {
+        token: &key,
+        roster: NO_ROSTER,
+        world: plan.world,
+        rank: 0,
+        peers: None,
+        channels: (0, 1),
+    };
     let mut server = Server {
         plan,
         listen_address,
@@ -226,7 +232,7 @@ impl Server<'_> {
             got: 0,
             deadline,
         }));
-        for (Joined { stream, remote, rank }, address) in arrived {
+        for (Joined { stream, remote, rank, .. }, address) in arrived {
             debug!(%remote, %address, "address exchange: rank {rank} sent its address");
             self.claim(rank, Member::new(stream, address))?;
         }
@@ -519,8 +525,14 @@ mod tests {
             timeout,
         };
         let key = [0u8; 32];
-        let admission =
-            Admission { token: &key, roster: NO_ROSTER, world: 3, rank: 0, peers: None };
+        let admission = Admission {
+            token: &key,
+            roster: NO_ROSTER,
+            world: 3,
+            rank: 0,
+            peers: None,
+            channels: (0, 1),
+        };
         let mut server = Server {
             plan: &plan,
             listen_address: at.to_string(),
