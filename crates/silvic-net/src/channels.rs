@@ -134,6 +134,12 @@ impl Crew {
         }
     }
 
+    /// Channel `c`'s link (`c >= 1`), for tests that break one of its streams.
+    #[cfg(test)]
+    pub(crate) fn link(&self, c: usize) -> &TcpRing {
+        &self.rings[c - 1]
+    }
+
     /// Tells every peer of every channel why this rank gives up, and shuts their streams (see
     /// [`TcpRing::abort`]); trips the waker, so no later call waits on a channel.
     pub(crate) fn abort(&mut self, rank: usize, error: &CollectiveError, seq: u64) {

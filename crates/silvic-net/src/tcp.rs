@@ -577,6 +577,10 @@ mod chord_tests;
 mod connect_tests;
 
 #[cfg(test)]
+#[path = "channel_failure_tests.rs"]
+mod channel_failure_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -214,6 +214,14 @@ impl TcpRing {
         self.streams.peer_stats()
     }
 
+    /// A handle on this link's stream to `peer` (the first, where two reach it), for tests that
+    /// break one stream from outside, as a middlebox that resets one flow does.
+    #[cfg(test)]
+    pub(crate) fn stream_to(&self, peer: usize) -> TcpStream {
+        let stream = self.streams.list.iter().find(|s| s.peer == peer).expect("a stream to peer");
+        stream.socket.try_clone().expect("a clone of the socket")
+    }
+
     /// Tells every peer why this rank gives up, then shuts every stream for writing (see
     /// [`Streams::abort`]).
     pub(crate) fn abort(&mut self, rank: usize, error: &CollectiveError, seq: u64) {

@@ -63,7 +63,8 @@ impl Collective for MemCollective<'_> {
 impl TrainerCollective for MemCollective<'_> {
     fn allreduce(&mut self, buf: Numbers<'_>, reduction: Reduction) -> Result<(), CollectiveError> {
         let call = self.call(Op::allreduce(reduction, buf.dtype()));
-        super::allreduce_numbers(self.link, call, buf, reduction, &mut self.scratch)
+        let mut on = super::OnLink { link: self.link, scratch: &mut self.scratch };
+        super::allreduce_numbers(&mut on, call, buf, reduction)
     }
     fn reduce_scatter_records(
         &mut self,

@@ -364,7 +364,7 @@ impl Link for MemLink {
     }
 
     fn forced(&self) -> Forced {
-        Forced { path: self.ring.lock().config.forced }
+        Forced { path: self.ring.lock().config.forced, ..Forced::default() }
     }
 
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
