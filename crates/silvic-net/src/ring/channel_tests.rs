@@ -118,7 +118,7 @@ fn split_calls_give_the_oracle_bits_for_every_channel_count_f64_sum_and_max() {
 }
 
 #[test]
-fn split_calls_give_the_oracle_bits_for_every_channel_count_integers_and_f32() {
+fn split_calls_give_the_oracle_bits_for_every_channel_count_integers_i128_and_f32() {
     let mut seed = 0x1e7_5eed;
     for world in 1..=9 {
         for channels in [1usize, 2, 3, 4, 8] {
@@ -142,6 +142,10 @@ fn split_calls_give_the_oracle_bits_for_every_channel_count_integers_and_f32() {
                     .map(|r| (0..len).map(|i| u64::MAX - (i + r) as u64).collect())
                     .collect();
                 check(&words, channels, (fold::sum_u64, fold::sum_u64), dice, &case);
+                let wide: Vec<Vec<i128>> = (0..world)
+                    .map(|r| (0..len).map(|i| i128::MAX - ((i * 5 + r) as i128) << 64).collect())
+                    .collect();
+                check(&wide, channels, (fold::sum_i128, fold::sum_i128), dice, &case);
             }
         }
     }
