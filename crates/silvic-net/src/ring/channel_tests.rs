@@ -143,7 +143,7 @@ fn split_calls_give_the_oracle_bits_for_every_channel_count_integers_i128_and_f3
                     .collect();
                 check(&words, channels, (fold::sum_u64, fold::sum_u64), dice, &case);
                 let wide: Vec<Vec<i128>> = (0..world)
-                    .map(|r| (0..len).map(|i| i128::MAX - ((i * 5 + r) as i128) << 64).collect())
+                    .map(|r| (0..len).map(|i| i128::MAX - (((i * 5 + r) as i128) << 64)).collect())
                     .collect();
                 check(&wide, channels, (fold::sum_i128, fold::sum_i128), dice, &case);
             }

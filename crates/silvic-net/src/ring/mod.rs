@@ -169,12 +169,15 @@ pub(crate) trait Reducer {
     ) -> Result<(), CollectiveError>;
 }
 
-/// One link and its scratch: [`allreduce`] on the path the choice picks.
+/// One link and its scratch: [`allreduce`] on the path the choice picks (what the fuzzers and
+/// the in-memory tests reduce on; a `TcpCollective` reduces on its channels).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) struct OnLink<'a> {
     pub(crate) link: &'a mut dyn Link,
     pub(crate) scratch: &'a mut Scratch,
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 impl Reducer for OnLink<'_> {
     fn reduce<T: Element, C: Fn(T, T) -> T + Copy + Send + Sync>(
         &mut self,
