@@ -12,6 +12,7 @@ and the load average around each round; then one CSV row per size, series and ro
     python3 scripts/measure.py simulator                                # the model: one round
     python3 scripts/measure.py fixed     [--rounds 3]                   # fixed point vs f64
     python3 scripts/measure.py paths     [--rounds 3] [--worlds 4,8,16] # auto against every path
+    python3 scripts/measure.py channels --base BIN [--rounds 5]         # channels on 2 cores
 
 Build silvic-bench first (`cargo build --release -p silvic-bench`). The loopback bed runs the
 peers of DIR (default $SILVIC_PEERS, see its README: `run_mpi.sh`, `run_xgb.sh`,
@@ -22,7 +23,12 @@ The paths bed runs `--path auto` and every path forced, interleaved, on the rela
 100 and 500 us) and on loopback with one process per rank, and once on the simulator at the same
 hops (10 Gbit/s links, a host per rank); each run's row also says what connect's probes measured
 (rank 0's log), for comparison with what the bed carries (the forced ring's busbw at 16 MiB).
+not. --python names the interpreter for XGBoost and --gloo-python the one with torch. The
+channels bed compares this build's channel counts with each other, and its small calls with
+--base, a silvic-bench built from the code before channels.
 """
+
+import json
 
 import argparse
 import csv
@@ -75,6 +81,16 @@ def load():
 def run(command, env=None, output=False):
     """The CSV rows a command prints (lines that start with a digit, after its header); with
     `output`, also everything else it printed (its `#` lines and its stderr)."""
+def run_json(command):
+    """The JSON rows a command prints (one object per line)."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{shlex.join(command)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return [json.loads(l) for l in done.stdout.splitlines() if l.startswith("{")]
+
+
+def run(command, env=None):
+    """The CSV rows a command prints (lines that start with a digit, after its header)."""
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
                           env=dict(os.environ, **(env or {})))
     if done.returncode != 0:
@@ -384,6 +400,49 @@ def paths(args):
                     if bed == "relay":
                         command += ["--threads", "--link-delay-us", str(delay)]
                     record(*run(command, log, output=True), rnd, bed, delay, path)
+def channels(args):
+    """Channels on a small machine: the relay bed with each stream capped (C = 4 against C = 1),
+    the CPU per call at 16 MiB (C = 4 against C = 1, on loopback), and loopback's small calls
+    against the code before channels (--base), all interleaved round by round."""
+    if not args.base or not os.path.exists(args.base):
+        sys.exit("the channels bed needs --base: a silvic-bench built from the code before channels")
+    columns = ["series", "round", "part"] + PEER_COLUMNS + ["cpu_us"]
+    r = Results("channels", "channels: the relay bed with every stream capped at 250 Mbit/s each "
+                "way (world 4, 16 MiB, f64 sum, ranks as threads), CPU per call on loopback at "
+                "16 MiB, and loopback's small calls against the code before channels", columns)
+    relay = [BENCH, "--threads", "--world", "4", "--flow-mbit", "250", "--sizes", "16M", "--cpu"]
+    cpu = [BENCH, "--threads", "--world", "4", "--sizes", "16M", "--cpu"]
+    small = "8,64,512,4K,32K,256K"
+    runs = []  # (series, part, command)
+    for c in ("1", "4"):
+        runs.append((f"c{c}", "relay", relay + ["--channels", c]))
+        r.series(f"relay c{c}", f"target/release/silvic-bench --threads --world 4 --flow-mbit 250 "
+                 f"--sizes 16M --cpu --channels {c} --json -q")
+    for c in ("1", "4"):
+        runs.append((f"c{c}", "cpu", cpu + ["--channels", c]))
+        r.series(f"cpu c{c}", f"target/release/silvic-bench --threads --world 4 --sizes 16M --cpu "
+                 f"--channels {c} --json -q")
+    for world in ("2", "4"):
+        for name, bench in (("base", args.base), ("channels", BENCH)):
+            runs.append((name, f"small-w{world}", [bench, "--world", world, "--sizes", small]))
+    r.series("small base", f"BASE --world W --sizes {small} --json -q (BASE: silvic-bench built "
+             "from the code before channels)")
+    r.series("small channels", f"target/release/silvic-bench --world W --sizes {small} --json -q "
+             "(channels chosen: auto)")
+    r.notes.append("W is the world (2, 4), one process per rank; part small-wW")
+    r.notes.append("cpu_us: CPU per call summed over ranks, each rank's calling thread and its "
+                   "channels' threads (--cpu)")
+    for rnd in range(1, args.rounds + 1):
+        r.loads.append(load())
+        for series, part, command in runs:
+            print(f"round {rnd}: {part} {series}", file=sys.stderr, flush=True)
+            for row in run_json(command + ["--json", "-q"]):
+                cpu_us = row.get("cpu_us")
+                shown = {"median_us": "{:.3f}", "min_us": "{:.3f}", "algbw_GBs": "{:.4f}",
+                         "busbw_GBs": "{:.4f}"}
+                r.rows.append({"series": series, "round": rnd, "part": part,
+                               **{c: shown.get(c, "{}").format(row[c]) for c in PEER_COLUMNS},
+                               "cpu_us": "" if cpu_us is None else f"{cpu_us:.1f}"})
     r.loads.append(load())
     return r
 
@@ -392,6 +451,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bed", choices=["loopback", "relay", "netns", "simulator", "fixed",
                                         "paths"])
+                                        "channels"])
+    parser.add_argument("--base", help="a silvic-bench built from the code before channels "
+                        "(channels)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peers", default=os.environ.get("SILVIC_PEERS"),
                         help="the peers' scripts (loopback)")
@@ -405,6 +467,7 @@ def main():
         sys.exit(f"{BENCH} missing: cargo build --release -p silvic-bench")
     results = {"loopback": loopback, "relay": relay, "netns": netns,
                "simulator": simulator, "fixed": fixed, "paths": paths}[args.bed](args)
+               "simulator": simulator, "fixed": fixed, "channels": channels}[args.bed](args)
     results.write(1 if args.bed == "simulator" else args.rounds, args.note)
 
 

@@ -169,8 +169,9 @@ pub(crate) struct Args {
     no_check: bool,
 
     /// Add a column of CPU time per call, summed over ranks: the CPU the timed repetitions took
-    /// (their barriers included) over the calls they made. What the collective costs the
-    /// trainer's cores; on a busy machine, steadier than the time.
+    /// (their barriers included) over the calls they made, on each rank's calling thread and its
+    /// channels' threads. What the collective costs the trainer's cores; on a busy machine,
+    /// steadier than the time.
     #[arg(long)]
     cpu: bool,
 

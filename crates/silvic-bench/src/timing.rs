@@ -55,7 +55,8 @@ pub(crate) struct Measured {
     pub(crate) min: f64,
     /// Wrong elements summed over ranks, if checked.
     pub(crate) wrong: Option<u64>,
-    /// CPU seconds per call, summed over ranks, where the system tells (Linux schedstat).
+    /// CPU seconds per call, summed over ranks (each rank's calling thread and its channels'
+    /// threads), where the system tells (Linux schedstat).
     pub(crate) cpu: Option<f64>,
 }
 
@@ -63,6 +64,22 @@ pub(crate) struct Measured {
 pub(crate) fn thread_cpu() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     parse_schedstat(&text)
+}
+
+/// CPU time rank `rank` has run: this thread's (the rank's calling thread) and its channels'
+/// threads', which silvic-net names `silvic-RANK-chC` (every thread of this process whose name
+/// starts so: ranks as threads share the process, each counting its own).
+pub(crate) fn rank_cpu(rank: usize) -> Option<f64> {
+    let mut total = thread_cpu()?;
+    let prefix = format!("silvic-{rank}-ch");
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if name.starts_with(&prefix) {
+            let text = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+            total += parse_schedstat(&text).unwrap_or(0.0);
+        }
+    }
+    Some(total)
 }
 
 fn parse_schedstat(text: &str) -> Option<f64> {
@@ -219,7 +236,7 @@ pub(crate) fn measure(
     let per_call = max_over_ranks(collective, start.elapsed().as_secs_f64() / calibration as f64)?;
     let (reps, iters) = plan(bytes, per_call, seconds);
     let mut times = Vec::with_capacity(reps as usize);
-    let cpu_start = thread_cpu();
+    let cpu_start = rank_cpu(collective.rank());
     for _ in 0..reps {
         barrier(collective)?;
         let start = Instant::now();
@@ -230,7 +247,7 @@ pub(crate) fn measure(
         times.push(max_over_ranks(collective, mine)?);
     }
     let calls = f64::from(reps) * f64::from(iters);
-    let mine = match (cpu_start, thread_cpu()) {
+    let mine = match (cpu_start, rank_cpu(collective.rank())) {
         (Some(a), Some(b)) => (b - a) / calls,
         _ => f64::NAN,
     };
