@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The channel measurements that need a many-core machine (16 cores or more), as CSVs in OUT
+# The channel measurements that need a many-core machine (16 cores or more), as files in OUT
 # (default ./channels-results): namespace hosts at 25 and 100 Gbit/s, worlds 4 and 8, 2 to 64
 # MiB, with channels chosen and with one channel, CPU per call included; the links' own limit;
 # and loopback at 16 MiB, worlds 4 and 8, against torch.distributed's Gloo, interleaved.
@@ -28,8 +28,8 @@ for mbit in 25000 100000; do
       > "$OUT/limit-w$world-$mbit.csv"
     for round in $(seq "$ROUNDS"); do
       for channels in $COUNTS; do
-        "$BENCH" --netns-hosts "$world" --link-mbit "$mbit" --sizes 2M,16M,64M --cpu --csv \
-          --channels "$channels" > "$OUT/netns-w$world-$mbit-c$channels-r$round.csv"
+        "$BENCH" --netns-hosts "$world" --link-mbit "$mbit" --sizes 2M,16M,64M --cpu --json \
+          --channels "$channels" > "$OUT/netns-w$world-$mbit-c$channels-r$round.json"
       done
     done
   done
@@ -38,8 +38,8 @@ done
 for world in 4 8; do
   for round in $(seq "$ROUNDS"); do
     for channels in auto 1; do
-      "$BENCH" --world "$world" --sizes 16M --cpu --csv --channels "$channels" \
-        > "$OUT/loopback-w$world-c$channels-r$round.csv"
+      "$BENCH" --world "$world" --sizes 16M --cpu --json --channels "$channels" \
+        > "$OUT/loopback-w$world-c$channels-r$round.json"
     done
     if python3 -c 'import torch' 2>/dev/null; then
       python3 "$PEERS/gloo_allreduce_bench.py" "$world" $((16 << 20)) \
@@ -47,4 +47,4 @@ for world in 4 8; do
     fi
   done
 done
-echo "CSVs in $OUT"
+echo "results in $OUT (JSON lines where --cpu is measured: the CSV has no CPU column)"

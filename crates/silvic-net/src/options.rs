@@ -384,6 +384,55 @@ mod tests {
     }
 
     #[test]
+    fn channel_counts_parse_force_over_the_variable_and_bad_ones_are_named() {
+        let auto = ConnectOptions::new();
+        let four = ConnectOptions::new().channels(4);
+        assert_eq!(resolve_channels(&auto, None), Ok(Channels::Auto));
+        assert_eq!(resolve_channels(&auto, Some(" ")), Ok(Channels::Auto));
+        assert_eq!(resolve_channels(&auto, Some("auto")), Ok(Channels::Auto));
+        assert_eq!(resolve_channels(&auto, Some(" 3\n")), Ok(Channels::Forced(3)));
+        assert_eq!(resolve_channels(&auto, Some("16")), Ok(Channels::Forced(16)));
+        assert_eq!(resolve_channels(&four, Some("2")), Ok(Channels::Forced(4)));
+        assert_eq!(resolve_channels(&four, None), Ok(Channels::Forced(4)));
+        for value in ["0", "17", "four", "-1", "Auto", "2 4"] {
+            match resolve_channels(&auto, Some(value)) {
+                Err(ConnectError::Environment { variable, message }) => {
+                    assert_eq!(variable, "SILVIC_CHANNELS");
+                    assert!(
+                        message.contains(&format!("{value:?} is not a channel count")),
+                        "{message}"
+                    );
+                }
+                other => panic!("{value:?}: {other:?}"),
+            }
+        }
+        for n in [0, MAX_CHANNELS + 1] {
+            let options = ConnectOptions::new().channels(n);
+            match resolve_channels(&options, Some("auto")) {
+                Err(ConnectError::InvalidArgument(message)) => {
+                    assert!(message.contains(&format!("{n} channels")), "{message}");
+                }
+                other => panic!("{n}: {other:?}"),
+            }
+        }
+        for channels in [Channels::Auto, Channels::Forced(1), Channels::Forced(MAX_CHANNELS)] {
+            assert_eq!(Channels::from_code(channels.code()), Some(channels));
+        }
+        for code in [0, MAX_CHANNELS as u64 + 2, u64::MAX] {
+            assert_eq!(Channels::from_code(code), None, "{code}");
+        }
+        let counts = [Channels::Auto, Channels::Forced(4), Channels::Auto];
+        match agreed_channels(&counts) {
+            Err(ConnectError::Disagreement { setting, ranks, detail }) => {
+                assert_eq!((setting.as_str(), ranks.as_slice()), ("SILVIC_CHANNELS", &[1][..]));
+                assert!(detail.contains("4 on rank 1, against auto on ranks 0, 2"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(agreed_channels(&[Channels::Forced(2); 3]), Ok(Channels::Forced(2)));
+    }
+
+    #[test]
     fn options_force_a_path_over_the_variable_and_auto_defers_to_it() {
         let auto = ConnectOptions::new();
         let ring = ConnectOptions::new().allreduce(Ring);

@@ -24,14 +24,22 @@ fn ring<R: Send + 'static>(
     paths: &[AllreducePath],
     body: impl Fn(usize, TcpCollective) -> R + Send + Sync + 'static,
 ) -> Vec<Result<R, ConnectError>> {
+    ring_with(paths.iter().map(|&path| ConnectOptions::new().allreduce(path)).collect(), body)
+}
+
+/// [`ring`], rank `r` connecting with `options[r]`.
+fn ring_with<R: Send + 'static>(
+    options: Vec<ConnectOptions>,
+    body: impl Fn(usize, TcpCollective) -> R + Send + Sync + 'static,
+) -> Vec<Result<R, ConnectError>> {
     let body = Arc::new(body);
-    let world = paths.len();
+    let world = options.len();
     let listeners: Vec<_> = (0..world).map(|_| TcpCollective::bind("127.0.0.1").unwrap()).collect();
     let addresses: Vec<String> = listeners.iter().map(|l| l.address()).collect();
     let (done, results) = mpsc::channel();
     for (rank, listener) in listeners.into_iter().enumerate() {
         let (done, addresses, body) = (done.clone(), addresses.clone(), body.clone());
-        let options = ConnectOptions::new().allreduce(paths[rank]);
+        let options = options[rank].clone();
         thread::spawn(move || {
             let timeout = Duration::from_secs(20);
             let connected = TcpCollective::connect_with_options(
@@ -67,6 +75,27 @@ fn a_rank_forced_onto_another_path_fails_every_ranks_connect_naming_it() {
             }
             Err(other) => panic!("rank {rank}: {other}"),
             Ok(()) => panic!("rank {rank} connected though rank 2 forces another path"),
+        }
+    }
+}
+
+#[test]
+fn a_rank_forced_onto_another_channel_count_fails_every_ranks_connect_naming_it() {
+    let counts = [2, 2, 4, 2];
+    let options = counts.iter().map(|&n| ConnectOptions::new().channels(n)).collect();
+    let outcomes = ring_with(options, |_, _| ());
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Err(error @ ConnectError::Disagreement { .. }) => {
+                let ConnectError::Disagreement { setting, ranks, .. } = &error else {
+                    unreachable!()
+                };
+                assert_eq!((setting.as_str(), ranks.as_slice()), ("SILVIC_CHANNELS", &[2][..]));
+                assert_eq!(error.peer(), Some(2), "rank {rank}: {error}");
+                assert!(error.to_string().contains("4 on rank 2"), "rank {rank}: {error}");
+            }
+            Err(other) => panic!("rank {rank}: {other}"),
+            Ok(()) => panic!("rank {rank} connected though rank 2 forces another channel count"),
         }
     }
 }
