@@ -17,6 +17,9 @@
 //!   error; every other channel, spinning or blocked in poll(2), ends at once with that error;
 //!   the caller then aborts every channel's streams (`crate::tcp`), so the failure reaches every
 //!   channel of every neighbour, and the error sticks.
+//! - **Liveness.** A channel whose part of a call is done while others still run keeps its
+//!   streams' liveness watch (`crate::liveness`) until every channel is done: a paused
+//!   neighbour never times out a stream whose last frames wait behind its closed window.
 //! - **Threads.** No thread is made per call; none for `C = 1`. Dropping a [`Crew`] joins its
 //!   threads: it waits for every pool thread's exit, a bounded wait (they are idle between
 //!   calls), never a hang.
@@ -35,6 +38,10 @@ use crate::ring::layout::{Segments, channel_pieces};
 use crate::ring::ring_path::ring_allreduce_of;
 use crate::ring::{self, Call, Element, Reducer, Scratch};
 use crate::stats::{PeerStats, RingStats};
+
+/// How often a channel done before the others checks its streams' liveness (each stream's own
+/// checks are spaced by `crate::liveness`).
+const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// How long dropping a [`Crew`] waits for its threads to exit: they are parked, so they exit
 /// at once; a bound all the same, so that a drop never hangs.
@@ -110,11 +117,26 @@ impl Crew {
             .map(|(ring, scratch)| pieces.next().map(|p| (ring, scratch, p)))
             .map(Mutex::new)
             .collect();
+        // The channels still running: a channel done before the others keeps its streams'
+        // liveness watch until they are all done (its last frames may wait in the kernel behind
+        // a paused neighbour's closed window, which no other loop of this rank looks at).
+        let running = (Mutex::new(channels), Condvar::new());
         let run = |ring: &mut TcpRing, scratch: &mut Scratch, pieces: Vec<&mut [T]>| {
             let segments = (Segments::Pieces(pieces), total);
             let result = ring_allreduce_of(ring, call, segments, combine, scratch);
             if let Err(error) = &result {
                 waker.trip(error);
+            }
+            let (count, cond) = &running;
+            let mut left = count.lock().unwrap_or_else(PoisonError::into_inner);
+            *left -= 1;
+            cond.notify_all();
+            while *left > 0 {
+                left =
+                    cond.wait_timeout(left, WATCH_EVERY).unwrap_or_else(PoisonError::into_inner).0;
+                if result.is_ok() {
+                    ring.check_liveness(Instant::now());
+                }
             }
         };
         let pool = self.pool.as_ref().expect("a crew has its pool until dropped");

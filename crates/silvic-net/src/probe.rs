@@ -9,12 +9,11 @@
 //! 1. **The hop.** [`HOP_PROBES`] one-element allreduces (the gather path: `floor(n/2)` hops
 //!    each, every rank in step with its neighbours); the fastest but the first (which also
 //!    waits for the slowest rank to arrive) over its hops ([`hop_from`]).
-//! 2. **The first agreement**, one allreduce (a max) of `4 + n` numbers: the slowest rank's
+//! 2. **The first agreement**, one allreduce (a max) of `3 + n` numbers: the slowest rank's
 //!    hop, the slowest rank's fold of the fold probe ([`fold_probe_ns`]), the least time any
-//!    rank has left before its `connect` deadline (as `u64::MAX` less it), the fewest usable
-//!    cores of any rank (likewise), and each rank's settings in its own place (every other
-//!    rank gives 0 there): its forced path and its channel count in one number
-//!    ([`settings_code`]).
+//!    rank has left before its `connect` deadline (as `u64::MAX` less it), and each rank's
+//!    settings in its own place (every other rank gives 0 there): its forced path, its channel
+//!    count and its usable cores in one number ([`settings_code`]).
 //! 3. **A first estimate of the rate**, where that time allows ([`affords`]): [`RATE_PROBES`]
 //!    shifts ([`ring::shift`]: every rank sends a block to its right neighbour, what a step of
 //!    the ring moves) of [`FIRST_SHIFT_BYTES`], the first left out, and an agreement on the
@@ -91,17 +90,20 @@ const LONG_SHIFT_SEQ: u64 = FIRST_SHIFT_SEQ + RATE_PROBES + 1;
 const PROBE_OP: Op = Op::Allreduce { reduction: Reduction::Max, dtype: Dtype::U64 };
 
 /// The numbers of the first agreement before the ranks' settings: the hop, the fold, the time
-/// left, the usable cores.
-const AGREED_FIXED: usize = 4;
+/// left.
+const AGREED_FIXED: usize = 3;
 
-/// The bits of a rank's settings number that hold its path's code ([`settings_code`]).
-const PATH_BITS: u32 = 8;
+/// A rank's settings as one number of the first agreement: its path's code
+/// ([`AllreducePath::code`]) in bits 0-7, its channel count's ([`Channels::code`]) in bits
+/// 8-15, and its usable cores above (at most `2^32 - 1`). Never 0, which is no rank's.
+pub(crate) fn settings_code(settings: Settings, cores: usize) -> u64 {
+    let cores = u64::try_from(cores).unwrap_or(u64::MAX).clamp(1, u64::from(u32::MAX));
+    cores << 16 | settings.channels.code() << 8 | settings.allreduce.code()
+}
 
-/// A rank's settings as one number of the first agreement: its channel count's code
-/// ([`Channels::code`]) above its path's ([`AllreducePath::code`], in the low [`PATH_BITS`]).
-/// Never 0, which is no rank's.
-pub(crate) fn settings_code(settings: Settings) -> u64 {
-    settings.channels.code() << PATH_BITS | settings.allreduce.code()
+/// The path, channel count and cores codes of a settings number ([`settings_code`]).
+fn settings_of(code: u64) -> (u64, u64, u64) {
+    (code & 0xff, (code >> 8) & 0xff, code >> 16)
 }
 
 /// The block of each shift of the first estimate: past a loopback hop's bytes many times over.
@@ -211,14 +213,14 @@ pub(crate) fn measure<L: Timed>(
     agreed[0] = hop_from(fastest, world);
     agreed[1] = link.fold_ns();
     agreed[2] = u64::MAX - nanos(link.left());
-    agreed[3] = u64::MAX - cores.max(1) as u64;
-    agreed[AGREED_FIXED + rank] = settings_code(settings);
+    agreed[AGREED_FIXED + rank] = settings_code(settings, cores);
     allreduce(link, call(AGREEMENT_SEQ), &mut agreed, fold::max_int, scratch)?;
     let (hop_ns, fold_ns, left_ns) = (agreed[0], agreed[1], u64::MAX - agreed[2]);
-    let cores = (u64::MAX - agreed[3]).max(1);
-    let codes = agreed.split_off(AGREED_FIXED);
-    let paths = codes.iter().map(|code| code & ((1 << PATH_BITS) - 1)).collect();
-    let channels = codes.iter().map(|code| code >> PATH_BITS).collect();
+    let codes: Vec<(u64, u64, u64)> =
+        agreed.split_off(AGREED_FIXED).into_iter().map(settings_of).collect();
+    let paths = codes.iter().map(|c| c.0).collect();
+    let channels = codes.iter().map(|c| c.1).collect();
+    let cores = codes.iter().map(|c| c.2).min().unwrap_or(1).max(1);
     let mut network = Network { hop_ns, ..Network::UNMEASURED };
     let first = FIRST_SHIFT_BYTES;
     if world > 1 && affords(left_ns, round_ns(RATE_PROBES, first, hop_ns, GUESS_BYTES_PER_US)) {
@@ -665,18 +667,21 @@ mod tests {
         }
     }
 
-    /// A rank's path and channel count share one number of the agreement and come apart again
-    /// for every value either may take.
+    /// A rank's path, channel count and cores share one number of the agreement and come apart
+    /// again for every value each may take.
     #[test]
     fn settings_codes_hold_every_path_and_channel_count_apart() {
         let counts = (1..=crate::options::MAX_CHANNELS).map(Channels::Forced);
         for channels in std::iter::once(Channels::Auto).chain(counts) {
             for allreduce in AllreducePath::ALL {
-                let code = settings_code(Settings { allreduce, channels });
-                assert_ne!(code, 0);
-                let path = AllreducePath::from_code(code & ((1 << PATH_BITS) - 1));
-                assert_eq!(path, Some(allreduce));
-                assert_eq!(Channels::from_code(code >> PATH_BITS), Some(channels));
+                for cores in [1, 2, 17, 1 << 20, usize::MAX] {
+                    let code = settings_code(Settings { allreduce, channels }, cores);
+                    let (path, count, cores_code) = settings_of(code);
+                    assert_eq!(AllreducePath::from_code(path), Some(allreduce));
+                    assert_eq!(Channels::from_code(count), Some(channels));
+                    let expected = (cores as u64).min(u64::from(u32::MAX));
+                    assert_eq!(cores_code, expected);
+                }
             }
         }
     }

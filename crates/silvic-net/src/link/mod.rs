@@ -214,6 +214,16 @@ impl TcpRing {
         self.streams.peer_stats()
     }
 
+    /// Checks every stream's liveness at `now`, as a waiting call does (see `crate::liveness`):
+    /// for a channel whose part of a call is done while the rank's other channels still run,
+    /// whose last frames may sit unsent behind a neighbour's closed window.
+    pub(crate) fn check_liveness(&mut self, now: Instant) {
+        let timeout = self.watch.timeout();
+        for (s, stream) in self.streams.list.iter_mut().enumerate() {
+            stream.liveness.check(&stream.socket, now, self.watch.active(s), timeout);
+        }
+    }
+
     /// A handle on this link's stream to `peer` (the first, where two reach it), for tests that
     /// break one stream from outside, as a middlebox that resets one flow does.
     #[cfg(test)]
