@@ -23,17 +23,15 @@ The paths bed runs `--path auto` and every path forced, interleaved, on the rela
 100 and 500 us) and on loopback with one process per rank, and once on the simulator at the same
 hops (10 Gbit/s links, a host per rank); each run's row also says what connect's probes measured
 (rank 0's log), for comparison with what the bed carries (the forced ring's busbw at 16 MiB).
-not. --python names the interpreter for XGBoost and --gloo-python the one with torch. The
-channels bed compares this build's channel counts with each other, and its small calls with
+The channels bed compares this build's channel counts with each other, and its small calls with
 --base, a silvic-bench built from the code before channels.
 """
-
-import json
 
 import argparse
 import csv
 import datetime
 import io
+import json
 import os
 import platform
 import re
@@ -78,9 +76,6 @@ def load():
     return "{:.1f}".format(os.getloadavg()[0])
 
 
-def run(command, env=None, output=False):
-    """The CSV rows a command prints (lines that start with a digit, after its header); with
-    `output`, also everything else it printed (its `#` lines and its stderr)."""
 def run_json(command):
     """The JSON rows a command prints (one object per line)."""
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
@@ -89,8 +84,9 @@ def run_json(command):
     return [json.loads(l) for l in done.stdout.splitlines() if l.startswith("{")]
 
 
-def run(command, env=None):
-    """The CSV rows a command prints (lines that start with a digit, after its header)."""
+def run(command, env=None, output=False):
+    """The CSV rows a command prints (lines that start with a digit, after its header); with
+    `output`, also everything else it printed (its `#` lines and its stderr)."""
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
                           env=dict(os.environ, **(env or {})))
     if done.returncode != 0:
@@ -450,8 +446,7 @@ def channels(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bed", choices=["loopback", "relay", "netns", "simulator", "fixed",
-                                        "paths"])
-                                        "channels"])
+                                        "paths", "channels"])
     parser.add_argument("--base", help="a silvic-bench built from the code before channels "
                         "(channels)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -466,8 +461,8 @@ def main():
     if not os.path.exists(BENCH):
         sys.exit(f"{BENCH} missing: cargo build --release -p silvic-bench")
     results = {"loopback": loopback, "relay": relay, "netns": netns,
-               "simulator": simulator, "fixed": fixed, "paths": paths}[args.bed](args)
-               "simulator": simulator, "fixed": fixed, "channels": channels}[args.bed](args)
+               "simulator": simulator, "fixed": fixed, "paths": paths,
+               "channels": channels}[args.bed](args)
     results.write(1 if args.bed == "simulator" else args.rounds, args.note)
 
 
