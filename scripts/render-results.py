@@ -258,8 +258,38 @@ def paths():
     return "\n".join(out) + "\n"
 
 
+def channels():
+    _, rows = load("channels")
+    out = [source("channels", rows, "ranks as threads on the relay and CPU parts, one process "
+                  "per rank on the small calls"), ""]
+    part = lambda name: [r for r in rows if r["part"] == name]
+    relay = {s: median(v, "busbw_GBs") for (s,), v in group(part("relay"), "series").items()}
+    cpu = {s: median(v, "cpu_us") for (s,), v in group(part("cpu"), "series").items()}
+    out.append("| 16 MiB, world 4 | C = 1 | C = 4 | C = 4 / C = 1 |")
+    out.append("|---|---:|---:|---:|")
+    if relay.get("c1") and relay.get("c4"):
+        out.append(f"| relay, each stream capped at 250 Mbit/s: busbw (GB/s) | {relay['c1']:.4f} | "
+                   f"{relay['c4']:.4f} | {relay['c4'] / relay['c1']:.2f}x |")
+    if cpu.get("c1") and cpu.get("c4"):
+        out.append(f"| loopback: CPU per call, summed over ranks | {duration(cpu['c1'])} | "
+                   f"{duration(cpu['c4'])} | {cpu['c4'] / cpu['c1']:.2f}x |")
+    smalls = sorted({r["part"] for r in rows if r["part"].startswith("small-w")})
+    for name in smalls:
+        world = name.removeprefix("small-w")
+        cells = {k: median(v, "median_us") for k, v in group(part(name), "series", "bytes").items()}
+        out += ["", f"Loopback, world {world}, one process per rank: the median time of a call "
+                "before channels and with them (chosen), and the second over the first.", ""]
+        out.append("| size | before channels | with channels | ratio |")
+        out.append("|---|---:|---:|---:|")
+        for b in sorted({int(r["bytes"]) for r in part(name)}):
+            base, ours = cells.get(("base", str(b))), cells.get(("channels", str(b)))
+            ratio = f"{ours / base:.2f}x" if ours and base else ""
+            out.append(f"| {size(b)} | {duration(base)} | {duration(ours)} | {ratio} |")
+    return "\n".join(out) + "\n"
+
+
 RENDERS = {"loopback": loopback, "relay": relay, "netns": netns, "simulator": simulator,
-           "fixed": fixed, "paths": paths}
+           "fixed": fixed, "paths": paths, "channels": channels}
 
 
 def busbw_plot():
