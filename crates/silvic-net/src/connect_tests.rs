@@ -74,8 +74,11 @@ fn with_a_rank_stalling_after(
             let stall = timeout + Duration::from_millis(1500);
             let mut link = Stalling { ring: &mut ring, calls, stall, start: Instant::now() };
             let scratch = &mut Scratch::default();
-            let stalled = probe::measure(&mut link, 2, 3, (Settings::default(), 1), scratch);
-            assert!(stalled.is_err(), "rank 2 stalled after {calls} calls");
+            // The probes skip rounds the time left before the deadline cannot hold, so a loaded
+            // machine may run fewer than `calls` of them: then rank 2 stalls right after them.
+            if probe::measure(&mut link, 2, 3, (Settings::default(), 1), scratch).is_ok() {
+                std::thread::sleep(stall);
+            }
         });
         let calling = [(0, first), (1, second)].map(|(rank, listener)| {
             s.spawn(move || {
@@ -92,9 +95,10 @@ fn with_a_rank_stalling_after(
 }
 
 /// Wherever the stall falls (the hop's probes, the first agreement, the first shifts, their
-/// agreement, the long shifts), each other rank's `connect` ends within its timeout and a
-/// second, naming the stalled rank: as its own timeout, or, where the other rank timed out
-/// first and said so, as a ring whose first call returns that.
+/// agreement, the long shifts, or just after the probes where time left fewer of them), each
+/// other rank's `connect` ends within its timeout and a second, naming the stalled rank: as its
+/// own timeout, or, where the other rank timed out first and said so (or the probes had ended),
+/// as a ring whose first call returns that.
 #[test]
 fn connect_returns_within_its_timeout_when_a_rank_stalls_while_the_ring_measures_itself() {
     let timeout = Duration::from_secs(2);
