@@ -296,11 +296,6 @@ pub(crate) fn window(network: Network) -> usize {
     1 + usize::try_from(extra).unwrap_or(usize::MAX).min(schedule::MAX_WINDOW - 1)
 }
 
-/// Allreduces of this many bytes or more never take index-fold-gather: through 500 us hops
-/// (the relay bed) it was faster than the ring at 32 and 256 KiB but slower at 1 MiB, where
-/// its frame per slot costs more than the hops it saves.
-pub(crate) const INDEX_BELOW_BYTES: usize = 1 << 20;
-
 /// The path an allreduce of `bytes` (elements of `elem` bytes) takes in a world of `world` on
 /// `network`, the same on every rank (every rank has the same `network`).
 ///
@@ -311,9 +306,10 @@ pub(crate) const INDEX_BELOW_BYTES: usize = 1 << 20;
 ///   ([`cheapest`]) at the hop and the rate the ranks measured ([`model_of`]), the
 ///   folds charged too (the gather's local fold of `n - 1` buffers among them); of the
 ///   gather and the ring without chords, of every path with them
-///   ([`Network::log_depth`]). Index-fold-gather is a candidate only below
-///   [`INDEX_BELOW_BYTES`] and while its store takes the buffer in one chunk: it sends a frame
-///   per slot, a cost the model does not count, and the ring keeps large buffers.
+///   ([`Network::log_depth`]). Index-fold-gather is a candidate only while its store takes
+///   the buffer in one chunk: each further chunk pays every round's hops again, and the ring
+///   keeps large buffers. Within that, the measured rate decides: where bytes are dear (a bed
+///   of many ranks on few cores) the index's extra bytes keep the ring.
 pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Network) -> Path {
     use Path::{Bruck, Gather, Ring};
     let rated = network.bytes_per_us != Network::UNMEASURED_RATE;
@@ -324,7 +320,7 @@ pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Netw
         &[Ring, Gather]
     } else {
         let one_chunk = chunks(bytes / elem.max(1), world, elem, STORE_MAX_BYTES) == 1;
-        if one_chunk && bytes < INDEX_BELOW_BYTES { &Path::ALL } else { &[Ring, Gather, Bruck] }
+        if one_chunk { &Path::ALL } else { &[Ring, Gather, Bruck] }
     };
     cheapest(candidates, bytes, elem, world, model_of(network)).unwrap_or(Ring)
 }

@@ -364,3 +364,22 @@ fn calls_split_over_channels_only_where_each_channel_gets_a_share() {
     let chorded = Network { chords: true, ..loopback };
     assert_eq!(choose(shape, chorded, gather), Choice { path: Path::Index, channels: 1 });
 }
+
+/// At 1 MiB, world 16 and 500 us hops (the case, where the index took 6.5 ms and the
+/// ring 16 ms on a 16-core machine), the model takes the index at a rate a link carries (the
+/// simulator's 10 Gbit/s, measured at 1164 B/us), and keeps the ring where bytes are as dear as
+/// on a 2-core relay bed (60 B/us): the index sends 47/16 of the buffer, the ring 30/16.
+/// Past one chunk of the index's store (16 MiB), the ring whatever the rate.
+#[test]
+fn at_one_mib_the_rate_decides_between_the_index_and_the_ring() {
+    use Path::{Index, Ring};
+    let at = |bytes, bytes_per_us| {
+        let net = Network { hop_ns: 500_000, chords: true, bytes_per_us, folds_per_us: 20_000 };
+        chosen_path(bytes, 8, 16, net)
+    };
+    assert_eq!(chunks((1 << 20) / 8, 16, 8, STORE_MAX_BYTES), 1);
+    assert_eq!(at(1 << 20, 1164), Index);
+    assert_eq!(at(1 << 20, 60), Ring);
+    assert!(chunks((16 << 20) / 8, 16, 8, STORE_MAX_BYTES) > 1);
+    assert_eq!(at(16 << 20, 1164), Ring);
+}
