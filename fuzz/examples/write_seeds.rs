@@ -88,6 +88,7 @@ fn main() {
         CollectiveError::MalformedFrame { peer: 2, reason: "é".repeat(300) },
         // Names no peer: only the origin is checked against the world.
         CollectiveError::InvalidArgument { reason: "root 9 is not a rank".into() },
+        CollectiveError::Cancelled,
     ];
     for (i, cause) in causes.iter().enumerate() {
         let mut frame = [0u8; HEADER_LEN + MAX_ABORT_LEN];

@@ -262,6 +262,12 @@ pub enum CollectiveError {
         got: String,
     },
 
+    /// This rank's caller cancelled the call while it waited (a `Cancel` another thread
+    /// tripped, or a signal such as Ctrl-C in Python). Like every failure it closes the ring,
+    /// so the other ranks fail too, naming this one as the origin.
+    #[error("the call was cancelled by its caller")]
+    Cancelled,
+
     /// Another rank failed first and told its neighbours why.
     ///
     /// `origin` is the rank where the failure began and `cause` what it saw there.
@@ -319,14 +325,16 @@ impl CollectiveError {
             | CollectiveError::LengthMismatch { peer, .. }
             | CollectiveError::MalformedFrame { peer, .. }
             | CollectiveError::ScaleMismatch { peer, .. } => Some(*peer),
-            CollectiveError::InvalidArgument { .. } | CollectiveError::Overflow { .. } => None,
+            CollectiveError::InvalidArgument { .. }
+            | CollectiveError::Overflow { .. }
+            | CollectiveError::Cancelled => None,
             CollectiveError::Aborted { origin, cause } => cause.peer().or(Some(*origin)),
         }
     }
 
     /// A stable name for the variant: `"io"`, `"peer_closed"`, `"timeout"`, `"out_of_step"`,
     /// `"length_mismatch"`, `"malformed_frame"`, `"invalid_argument"`, `"overflow"`,
-    /// `"scale_mismatch"` or `"aborted"`.
+    /// `"scale_mismatch"`, `"cancelled"` or `"aborted"`.
     ///
     /// These names are part of the API: the Python binding shows them as `CollectiveError.kind`
     /// and the test bed's rank processes print them, so a caller can branch on the kind without
@@ -352,6 +360,7 @@ impl CollectiveError {
             CollectiveError::InvalidArgument { .. } => "invalid_argument",
             CollectiveError::Overflow { .. } => "overflow",
             CollectiveError::ScaleMismatch { .. } => "scale_mismatch",
+            CollectiveError::Cancelled => "cancelled",
             CollectiveError::Aborted { .. } => "aborted",
         }
     }
@@ -437,6 +446,7 @@ mod tests {
                 CollectiveError::ScaleMismatch { peer: 1, expected: "a".into(), got: "b".into() },
                 "scale_mismatch",
             ),
+            (CollectiveError::Cancelled, "cancelled"),
             (CollectiveError::Aborted { origin: 0, cause: Box::new(closed) }, "aborted"),
         ];
         for (error, name) in &every {

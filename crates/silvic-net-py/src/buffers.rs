@@ -48,9 +48,9 @@ pub(crate) fn reduce_in_place<T: Element + Copy + Send>(
         (slice.as_ptr() as usize, slice.to_vec())
     };
     let read_only = ReadOnlyWhileInUse::new(buf)?;
-    let reduced = py.detach(|| reduce(ring, &mut work));
+    let reduced = crate::interrupt::detach(py, || reduce(ring, &mut work));
     drop(read_only);
-    reduced.map_err(|e| errors::collective(py, &e))?;
+    reduced?.map_err(|e| errors::collective(py, &e))?;
     let placed = writeable::<T>(buf, call.name, call.dtype).ok().and_then(|mut array| {
         let slice = array.as_slice_mut().ok()?;
         let same = slice.as_ptr() as usize == at && slice.len() == work.len();
@@ -84,12 +84,10 @@ fn writeable<'py, T: Element>(
 ) -> PyResult<PyReadwriteArray1<'py, T>> {
     let typed = one_dimensional::<T>(buf, op, dtype)?;
     typed.try_readwrite().map_err(|e| match e {
-        numpy::BorrowError::NotWriteable => {
-            PyValueError::new_err(format!(
-                "{op} reduces in place and needs a writeable array, and this one is read-only \
+        numpy::BorrowError::NotWriteable => PyValueError::new_err(format!(
+            "{op} reduces in place and needs a writeable array, and this one is read-only \
                  (as Ray hands actors their arguments): pass a copy, `array = array.copy()`"
-            ))
-        }
+        )),
         other => PyRuntimeError::new_err(format!("{op}: {other}")),
     })
 }

@@ -42,7 +42,8 @@ impl FixedScale {
     ) -> PyResult<FixedScale> {
         let mut ring = ring.try_borrow_mut()?;
         let inner = ring.ring()?;
-        let agreed = py.detach(|| silvic_net::FixedScale::agree(inner, max_abs, rows));
+        let agreed =
+            crate::interrupt::detach(py, || silvic_net::FixedScale::agree(inner, max_abs, rows))?;
         Ok(FixedScale { inner: agreed.map_err(|e| errors::collective(py, &e))? })
     }
 
@@ -136,7 +137,8 @@ impl FixedHistogram {
         let mut ring = ring.try_borrow_mut()?;
         let ring = ring.ring()?;
         let hist = &mut self.inner;
-        py.detach(|| hist.allreduce(ring)).map_err(|e| errors::collective(py, &e))
+        crate::interrupt::detach(py, || hist.allreduce(ring))?
+            .map_err(|e| errors::collective(py, &e))
     }
 
     /// Each bin's sum as float64: one correct rounding of its exact total.

@@ -31,9 +31,14 @@
 //!   value; giving the same listener to `connect` again raises `ConnectError` (kind
 //!   `invalid_argument`).
 //!
+//! - **Ctrl-C.** `connect`, `from_env` and every collective notice a pending signal within
+//!   about 100 ms while they wait (on the main thread, where Python runs signal handlers): the
+//!   call ends as a failure does (a ring's error sticks, and the other ranks hear an abort
+//!   naming this rank) and raises the handler's exception, `KeyboardInterrupt` for Ctrl-C
+//!   (`interrupt.rs`).
+//!
 //! Not here: no retry, no default timeout, no gathering of addresses (that is the pure-Python
-//! `silvic_net.ray` helpers), and no way to interrupt a blocked call from Python (Ctrl-C is seen
-//! when the call returns, which the timeout bounds).
+//! `silvic_net.ray` helpers).
 #![deny(missing_docs)]
 // Only `lightgbm`, the boundary LightGBM's C++ calls across, reads raw pointers.
 #![deny(unsafe_code)]
@@ -42,6 +47,7 @@ mod arguments;
 mod buffers;
 mod errors;
 mod fixed;
+mod interrupt;
 mod lightgbm;
 mod listener;
 mod stats;
@@ -184,9 +190,11 @@ impl TcpCollective {
         let timeout = seconds("timeout", timeout)?;
         let options = connect_options(py, allreduce)?;
         reread_logging_levels();
-        py.detach(|| silvic_net::TcpCollective::from_env_with_options(timeout, &options))
-            .map(|inner| TcpCollective { inner: Some(inner) })
-            .map_err(|e| errors::connect(py, &e))
+        interrupt::detach(py, || {
+            silvic_net::TcpCollective::from_env_with_options(timeout, &options)
+        })?
+        .map(|inner| TcpCollective { inner: Some(inner) })
+        .map_err(|e| errors::connect(py, &e))
     }
 
     /// Joins the ring as rank of len(addresses), connecting to rank + 1 and accepting rank - 1.
@@ -228,12 +236,12 @@ impl TcpCollective {
             ));
         };
         reread_logging_levels();
-        py.detach(|| {
+        interrupt::detach(py, || {
             let (token, addresses) = (&job_token, &addresses);
             silvic_net::TcpCollective::connect_with_options(
                 taken, rank, addresses, token, timeout, &options,
             )
-        })
+        })?
         .map(|inner| TcpCollective { inner: Some(inner) })
         .map_err(|e| errors::connect(py, &e))
     }
@@ -324,8 +332,8 @@ impl TcpCollective {
         local: &[u8],
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let inner = self.ring()?;
-        let blocks =
-            py.detach(|| inner.allgather_bytes(local)).map_err(|e| errors::collective(py, &e))?;
+        let blocks = interrupt::detach(py, || inner.allgather_bytes(local))?
+            .map_err(|e| errors::collective(py, &e))?;
         Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
     }
 

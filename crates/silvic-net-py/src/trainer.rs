@@ -161,10 +161,10 @@ pub(crate) fn reduce_scatter_records<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     let mut buf = data.to_vec();
     let python = PythonFold { fold, failed: Mutex::new(None) };
-    let result = py.detach(|| {
+    let result = crate::interrupt::detach(py, || {
         let fold = |acc: &mut [u8], next: &[u8]| python.call(acc, next);
         ring.reduce_scatter_records(&mut buf, &blocks, record, &fold)
-    });
+    })?;
     python.finish(py, result)?;
     let start: usize = blocks[..ring.rank()].iter().sum();
     Ok(PyBytes::new(py, &buf[start..start + blocks[ring.rank()]]))
@@ -180,10 +180,10 @@ pub(crate) fn allreduce_records<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     let mut buf = data.to_vec();
     let python = PythonFold { fold, failed: Mutex::new(None) };
-    let result = py.detach(|| {
+    let result = crate::interrupt::detach(py, || {
         let fold = |acc: &mut [u8], next: &[u8]| python.call(acc, next);
         ring.allreduce_records(&mut buf, record, &fold)
-    });
+    })?;
     python.finish(py, result)?;
     Ok(PyBytes::new(py, &buf))
 }
@@ -194,8 +194,8 @@ pub(crate) fn allgather_varlen<'py>(
     py: Python<'py>,
     local: &[u8],
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let blocks =
-        py.detach(|| ring.allgather_varlen(local)).map_err(|e| errors::collective(py, &e))?;
+    let blocks = crate::interrupt::detach(py, || ring.allgather_varlen(local))?
+        .map_err(|e| errors::collective(py, &e))?;
     Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
 }
 
@@ -224,7 +224,7 @@ pub(crate) fn allgather_blocks<'py>(
     let start: usize = blocks[..ring.rank()].iter().sum();
     let mut buf = vec![0u8; total];
     buf[start..start + mine].copy_from_slice(local);
-    py.detach(|| ring.allgather_blocks(&mut buf, &blocks))
+    crate::interrupt::detach(py, || ring.allgather_blocks(&mut buf, &blocks))?
         .map_err(|e| errors::collective(py, &e))?;
     Ok(PyBytes::new(py, &buf))
 }
@@ -237,6 +237,7 @@ pub(crate) fn broadcast_bytes<'py>(
     root: usize,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let mut buf = data.to_vec();
-    py.detach(|| ring.broadcast_bytes(&mut buf, root)).map_err(|e| errors::collective(py, &e))?;
+    crate::interrupt::detach(py, || ring.broadcast_bytes(&mut buf, root))?
+        .map_err(|e| errors::collective(py, &e))?;
     Ok(PyBytes::new(py, &buf))
 }

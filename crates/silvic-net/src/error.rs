@@ -162,6 +162,11 @@ pub enum ConnectError {
         detail: String,
     },
 
+    /// This rank's caller cancelled the start while it waited (a
+    /// [`Cancel`](crate::Cancel) another thread tripped, or a signal such as Ctrl-C in Python).
+    #[error("the start was cancelled by its caller")]
+    Cancelled,
+
     /// A socket operation failed.
     #[error("i/o error with rank {peer} at {address}: {message}")]
     Io {
@@ -237,6 +242,7 @@ impl ConnectError {
             ConnectError::Timeout { .. } | ConnectError::RendezvousTimeout { .. } => "timeout",
             ConnectError::Io { .. } => "io",
             ConnectError::Disagreement { .. } => "disagreement",
+            ConnectError::Cancelled => "cancelled",
         }
     }
 
@@ -257,7 +263,8 @@ impl ConnectError {
             | ConnectError::Folder { .. }
             | ConnectError::DuplicateRank { .. }
             | ConnectError::RendezvousTimeout { .. }
-            | ConnectError::Disagreement { .. } => None,
+            | ConnectError::Disagreement { .. }
+            | ConnectError::Cancelled => None,
         }
     }
 
@@ -278,7 +285,8 @@ impl ConnectError {
             | ConnectError::PortsTaken { .. }
             | ConnectError::NoInterface { .. }
             | ConnectError::Environment { .. }
-            | ConnectError::Folder { .. } => None,
+            | ConnectError::Folder { .. }
+            | ConnectError::Cancelled => None,
         }
     }
 }
@@ -366,6 +374,7 @@ mod tests {
                 reason: "timed out".into(),
             },
             ConnectError::io(2, addressed, &io::Error::from(io::ErrorKind::ConnectionReset)),
+            ConnectError::Cancelled,
         ]
     }
 
@@ -387,7 +396,8 @@ mod tests {
                 "timeout",
                 "timeout",
                 "exchange_abandoned",
-                "io"
+                "io",
+                "cancelled"
             ]
         );
     }

@@ -95,6 +95,7 @@ compile_error!(
 
 mod addresses;
 mod bind;
+mod cancel;
 mod channels;
 mod congestion;
 mod error;
@@ -136,6 +137,7 @@ mod variables;
 mod wait;
 
 pub use bind::BindOptions;
+pub use cancel::Cancel;
 pub use error::{ConnectError, RejectReason};
 
 /// The examples of README.md, run as doctests.

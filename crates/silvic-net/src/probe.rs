@@ -494,12 +494,13 @@ pub(crate) fn settle(
 }
 
 /// A failure of the probes `connect` runs once the ring has formed, as a [`ConnectError`]
-/// naming the rank at fault: a timeout as the rendezvous's own, anything else as an i/o error
-/// with the collective's message.
+/// naming the rank at fault: a timeout as the rendezvous's own, this rank's cancel as the
+/// start's, anything else as an i/o error with the collective's message.
 fn connect_error(error: CollectiveError, addresses: &[String], timeout: Duration) -> ConnectError {
     let peer = error.peer().unwrap_or_default();
     let address = addresses[peer].clone();
     match error {
+        CollectiveError::Cancelled => ConnectError::Cancelled,
         CollectiveError::Timeout { .. } => ConnectError::Timeout {
             peer,
             address,

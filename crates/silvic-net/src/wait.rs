@@ -36,8 +36,8 @@ pub(crate) fn wait(fds: &mut [PollFd<'_>], deadline: Option<Instant>) -> io::Res
     }
 }
 
-/// The gap before each retry: `first`, doubled per retry up to `max`, and never past a
-/// deadline.
+/// The gap before each retry: `first`, doubled per retry up to `max` (the caller sleeps it
+/// through `cancel::sleep`, cut short at its deadline).
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
     next: Duration,
@@ -59,12 +59,6 @@ impl Backoff {
         let gap = self.next;
         self.next = self.next.saturating_mul(2).min(self.max);
         gap
-    }
-
-    /// Sleeps the next gap, cut short at `deadline`.
-    pub(crate) fn sleep(&mut self, deadline: Instant) {
-        let gap = self.next_gap();
-        std::thread::sleep(gap.min(deadline.saturating_duration_since(Instant::now())));
     }
 }
 
@@ -118,13 +112,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_backoff_doubles_to_its_cap_and_sleeps_no_later_than_the_deadline() {
+    fn a_backoff_doubles_to_its_cap() {
         let mut b = Backoff::new((Duration::from_millis(20), Duration::from_millis(70)));
         let gaps: Vec<u64> = (0..4).map(|_| b.next_gap().as_millis() as u64).collect();
         assert_eq!(gaps, [20, 40, 70, 70]);
-        let started = Instant::now();
-        b.sleep(started);
-        assert!(started.elapsed() < Duration::from_millis(70), "slept past the deadline");
     }
 
     #[test]

@@ -32,6 +32,7 @@ use super::{
 /// | 5 length mismatch | 0, expected bytes | 0, got bytes | empty |
 /// | 6 malformed frame | 0, 0 | 0, 0 | the reason |
 /// | 7 invalid argument (`peer` is `u32::MAX`: the origin's own call) | 0, 0 | 0, 0 | the reason |
+/// | 8 cancelled by the origin's caller (`peer` is `u32::MAX`) | 0, 0 | 0, 0 | empty |
 ///
 /// A field a cause does not use is zero, and [`Abort::decode`] rejects anything else, so every
 /// accepted payload is the one encoding of its abort. Ranks are checked below the world size;
@@ -51,6 +52,7 @@ const CAUSE_OUT_OF_STEP: u8 = 4;
 const CAUSE_LENGTH: u8 = 5;
 const CAUSE_MALFORMED: u8 = 6;
 const CAUSE_ARGUMENT: u8 = 7;
+const CAUSE_CANCELLED: u8 = 8;
 /// The peer field of a cause that names no peer.
 const NO_PEER: u32 = u32::MAX;
 
@@ -155,6 +157,10 @@ impl Abort {
                 f.cause = CAUSE_ARGUMENT;
                 reason.clone()
             }
+            CollectiveError::Cancelled => {
+                f.cause = CAUSE_CANCELLED;
+                String::new()
+            }
             other => {
                 f.cause = CAUSE_MALFORMED;
                 other.to_string()
@@ -202,10 +208,10 @@ impl Abort {
             return Err(FrameError::BadAbort);
         }
         let origin = rank_of(f.origin, world)?;
-        // Only an argument error names no peer, and it never names one.
+        // Only an argument error and a cancel name no peer, and they never name one.
         let peer = match (f.cause, f.peer) {
-            (CAUSE_ARGUMENT, NO_PEER) => 0,
-            (CAUSE_ARGUMENT, _) => return Err(FrameError::BadAbort),
+            (CAUSE_ARGUMENT | CAUSE_CANCELLED, NO_PEER) => 0,
+            (CAUSE_ARGUMENT | CAUSE_CANCELLED, _) => return Err(FrameError::BadAbort),
             _ => rank_of(f.peer, world)?,
         };
         let raw = &payload[ABORT_FIXED_LEN..];
@@ -213,7 +219,7 @@ impl Abort {
         // What each cause uses, beyond origin and peer: (ops, a, b, message).
         let uses = match f.cause {
             CAUSE_IO | CAUSE_MALFORMED | CAUSE_ARGUMENT => (false, false, false, true),
-            CAUSE_CLOSED => (false, false, false, false),
+            CAUSE_CLOSED | CAUSE_CANCELLED => (false, false, false, false),
             CAUSE_TIMEOUT => (false, true, false, false),
             CAUSE_OUT_OF_STEP => (true, true, true, false),
             CAUSE_LENGTH => (false, true, true, false),
@@ -243,6 +249,7 @@ impl Abort {
             },
             CAUSE_LENGTH => CollectiveError::LengthMismatch { peer, expected: f.a, got: f.b },
             CAUSE_ARGUMENT => CollectiveError::InvalidArgument { reason: message },
+            CAUSE_CANCELLED => CollectiveError::Cancelled,
             _ => CollectiveError::MalformedFrame { peer, reason: message },
         };
         Ok(Abort { origin, cause })
@@ -315,6 +322,7 @@ mod tests {
                 got_seq: 2,
             },
             CollectiveError::InvalidArgument { reason: "root 9 is not a rank".into() },
+            CollectiveError::Cancelled,
         ];
         for cause in causes {
             let abort = Abort { origin: 4, cause };

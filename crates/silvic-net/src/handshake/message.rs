@@ -23,11 +23,10 @@
 use byteorder::{BigEndian, ByteOrder};
 
 /// The protocol version, of the ring handshake and of `from_env`'s address exchange, which
-/// speaks the same messages. Ranks of different versions reject each other. 14: every message
-/// names the channel of its stream, the agreement once the ring forms carries each rank's
-/// usable cores and channel setting, and a ring of several channels forms their streams after
-/// it (13: the long rate shift's block is sized anew; docs/protocol.md has the history).
-pub const VERSION: u16 = 14;
+/// speaks the same messages. Ranks of different versions reject each other. 15: an abort's
+/// cause 8, a call its caller cancelled (14: every message names the channel of its stream and
+/// the agreement carries each rank's cores and channel setting; docs/protocol.md has the history).
+pub const VERSION: u16 = 15;
 /// Bytes in every handshake message.
 pub const MESSAGE_LEN: usize = 72;
 /// The eight bytes every handshake message starts with.

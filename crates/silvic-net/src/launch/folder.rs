@@ -48,7 +48,7 @@ use rustix::io::Errno;
 use sha2::Sha256;
 
 use crate::error::ConnectError;
-use crate::wait::Backoff;
+use crate::wait::{Backoff, Reminder};
 
 const MAGIC: &str = "silvic-net rendezvous 2";
 const JOB_LABEL: &[u8] = b"silvic-net folder job";
@@ -245,7 +245,9 @@ impl Folder {
         token: &[u8],
         timeout: Duration,
     ) -> Result<Vec<String>, ConnectError> {
-        let deadline = crate::wait::deadline_after(Instant::now(), timeout);
+        let started = Instant::now();
+        let deadline = crate::wait::deadline_after(started, timeout);
+        let mut reminder = Reminder::new(started);
         let mut addresses: Vec<Option<String>> = vec![None; world];
         let mut ignored: Vec<Option<String>> = vec![None; world];
         let mut backoff = Backoff::new((POLL, POLL));
@@ -276,13 +278,23 @@ impl Folder {
             if missing.is_empty() {
                 return Ok(addresses.into_iter().flatten().collect());
             }
-            if Instant::now() >= deadline {
-                let mut detail = String::new();
-                for &rank in &missing {
-                    if let Some(why) = &ignored[rank] {
-                        detail += &format!("; rank-{rank} was ignored: {why}");
-                    }
+            let now = Instant::now();
+            let mut detail = String::new();
+            for &rank in &missing {
+                if let Some(why) = &ignored[rank] {
+                    detail += &format!("; rank-{rank} was ignored: {why}");
                 }
+            }
+            if let Some(waited) = reminder.due(now) {
+                tracing::warn!(
+                    "rendezvous folder {}: waited {} s for ranks {missing:?}{detail}; check \
+                     that those ranks are running, with the same folder, world size and job \
+                     token",
+                    self.path.display(),
+                    waited.as_secs()
+                );
+            }
+            if now >= deadline {
                 return Err(ConnectError::RendezvousTimeout {
                     rendezvous: self.path.display().to_string(),
                     missing,
@@ -290,7 +302,11 @@ impl Folder {
                     detail,
                 });
             }
-            backoff.sleep(deadline);
+            if crate::cancel::cancelled(None) {
+                return Err(ConnectError::Cancelled);
+            }
+            let gap = backoff.next_gap();
+            crate::cancel::sleep(gap.min(deadline.saturating_duration_since(Instant::now())));
         }
     }
 

@@ -174,7 +174,11 @@ fn resolve_meeting(
                 format!("cannot resolve the rendezvous host {host:?}: {error}"),
             ));
         }
-        backoff.sleep(deadline);
+        if crate::cancel::cancelled(None) {
+            return Err(ConnectError::Cancelled);
+        }
+        let gap = backoff.next_gap();
+        crate::cancel::sleep(gap.min(deadline.saturating_duration_since(Instant::now())));
     }
 }
 

@@ -67,6 +67,10 @@
 //! moment to the watch; nothing else in a call reads it. Plans reach the link only through
 //! the seam (`ring::seam`).
 //!
+//! - A call that a cancel armed on its thread watches (`cancel.rs`) looks at it at every turn,
+//!   at most every 100 ms, and wakes from poll(2) to do so; once tripped, the call fails with
+//!   `Cancelled`, which the caller's abort tells every peer.
+//!
 //! This is the only module that waits on the ring.
 
 use std::net::{SocketAddr, TcpStream};
@@ -327,6 +331,10 @@ impl TcpRing {
             if self.ways.all_done() {
                 return Ok(());
             }
+            if crate::cancel::cancelled(Some(now)) {
+                // No stream failed: every one finishes the frame it was writing.
+                return Err((usize::MAX, CollectiveError::Cancelled));
+            }
             let waits = match stands {
                 Some(waits) if moved == 0 => waits,
                 _ => self.streams.waits(&self.ways, plan),
@@ -353,6 +361,7 @@ impl TcpRing {
             let streams = &self.streams.list;
             let checks = (0..n).map(|s| streams[s].liveness.next_check(self.watch.active(s)));
             let deadline = due.deadline.into_iter().chain(checks).min();
+            let deadline = crate::cancel::wake_by(deadline, now);
             let events = |s: usize| {
                 let (stream, mut events) = (&streams[s], PollFlags::empty());
                 if writes & (1 << s) != 0 || !stream.queued.is_empty() {

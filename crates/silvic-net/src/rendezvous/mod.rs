@@ -8,6 +8,7 @@
 //!   naming a rank still missing and what it was waited for (a rank this rank dials first, in
 //!   the plan's order), or at once on a refusal the connecting side hears or makes (see
 //!   `dial.rs`).
+//! - A cancel armed on the thread (`cancel.rs`) ends the loop within about 100 ms.
 //! - A rendezvous that has not ended warns at growing intervals ([`Reminder`]), naming every
 //!   rank still missing, its address, what it was waited for and the last error seen from it.
 //! - Strangers at the listener never delay or break the real ring (see `accept.rs`); once every
@@ -106,6 +107,9 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
         if deadline.is_some_and(|d| now >= d) {
             return Err(timeout_error(plan, &dials, &dialers, &lobby, (&accepted, &accept_ends)));
         }
+        if crate::cancel::cancelled(Some(now)) {
+            return Err(ConnectError::Cancelled);
+        }
         lobby.expire(now);
         lobby.report(now);
         if let Some(waited) = reminder.due(now) {
@@ -126,6 +130,7 @@ pub(crate) fn rendezvous(listener: &TcpListener, plan: &Plan<'_>) -> Result<Form
             .chain(lobby.held().iter().map(|p| Some(p.deadline())))
             .flatten()
             .min();
+        let wake = crate::cancel::wake_by(wake, now);
         let room = 1 + dials.len() + lobby.held().len();
         let mut slots = Vec::with_capacity(room);
         let mut fds = Vec::with_capacity(room);

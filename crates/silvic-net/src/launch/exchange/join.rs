@@ -82,6 +82,9 @@ pub(crate) fn join(plan: &Join<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
         stage: "rank 0 has not answered yet".into(),
     });
     loop {
+        if crate::cancel::cancelled(None) {
+            return Err(ConnectError::Cancelled);
+        }
         if Instant::now() >= plan.deadline {
             let last = last_error.as_deref().unwrap_or("none: no time to try");
             return Err(ConnectError::Timeout {
@@ -100,7 +103,8 @@ pub(crate) fn join(plan: &Join<'_>) -> Result<Vec<SocketAddr>, ConnectError> {
                 last_error = Some(why);
             }
         }
-        backoff.sleep(plan.deadline);
+        let gap = backoff.next_gap();
+        crate::cancel::sleep(gap.min(plan.deadline.saturating_duration_since(Instant::now())));
         patience.borrow_mut().tick(plan, Instant::now());
     }
 }
@@ -116,8 +120,19 @@ fn lost(e: &io::Error) -> bool {
     )
 }
 
+/// The error a read gives when the cancel armed on this thread trips (`cancel.rs`).
+fn cancelled_read() -> io::Error {
+    io::Error::new(io::ErrorKind::Interrupted, "cancelled")
+}
+
+/// Whether `e` is [`cancelled_read`]'s.
+fn is_cancelled(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Interrupted && crate::cancel::cancelled(None)
+}
+
 /// Reads exactly `buf.len()` bytes before `until`: each read waits at most the time left, and
-/// no longer than the next warning `patience` has due, which it then gives.
+/// no longer than the next warning `patience` has due, which it then gives, or than a cancel
+/// armed on this thread lets it (a tripped one ends the read with [`cancelled_read`]).
 fn read_until(
     stream: &mut TcpStream,
     buf: &mut [u8],
@@ -129,7 +144,11 @@ fn read_until(
     while got < buf.len() {
         let now = Instant::now();
         patience.borrow_mut().tick(plan, now);
+        if crate::cancel::cancelled(Some(now)) {
+            return Err(cancelled_read());
+        }
         let slice = until.min(patience.borrow().reminder.next_at());
+        let slice = crate::cancel::wake_by(Some(slice), now).unwrap_or(slice);
         let left = slice.saturating_duration_since(now);
         if until <= now {
             return Err(io::ErrorKind::TimedOut.into());
@@ -205,6 +224,7 @@ fn attempt(
     let read = |stream: &mut TcpStream, buf: &mut [u8], what: &str| -> Result<(), Attempt> {
         match read_until(stream, buf, plan.deadline, plan, patience) {
             Ok(()) => Ok(()),
+            Err(e) if is_cancelled(&e) => Err(Attempt::Fatal(ConnectError::Cancelled)),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(timed_out(what)),
             Err(e) => Err(io_failure(e, "before sending the address list")),
         }
@@ -233,6 +253,7 @@ fn attempt(
         // connection): try again, and say so if time runs out.
         match read_until(&mut stream, &mut inbox, handshake_until, plan, patience) {
             Ok(()) => {}
+            Err(e) if is_cancelled(&e) => return Err(Attempt::Fatal(ConnectError::Cancelled)),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Err(Attempt::Retry(format!(
                     "no exchange handshake answer within {HANDSHAKE_DEADLINE:?}: is another \

@@ -109,6 +109,9 @@ impl Server<'_> {
             if now >= self.plan.deadline {
                 return Err(self.timeout_error());
             }
+            if crate::cancel::cancelled(Some(now)) {
+                return Err(ConnectError::Cancelled);
+            }
             if let Some(waited) = self.reminder.due(now) {
                 let missing = self.missing();
                 let joined = self.plan.world - missing.len();
@@ -166,6 +169,7 @@ impl Server<'_> {
         .chain(self.proven.iter().map(|p| p.deadline))
         .chain(contests.map(|(_, until)| *until))
         .min();
+        let wake = crate::cancel::wake_by(wake, Instant::now());
         let mut slots = Vec::new();
         let mut fds = Vec::new();
         if listening {

@@ -1,0 +1,46 @@
+"""One rank of tests/test_interrupt.py: forms its ring with ``TcpCollective.from_env`` (world,
+rank and rendezvous from the environment), says where it is on stdout, one line at a time,
+and reports how its call ended. ``start`` mode: the interrupted call is from_env itself;
+``collective`` mode: an allreduce, which rank ``LATE_RANK`` enters only after ``LATE_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from silvic_net import CollectiveError, ConnectError, TcpCollective
+
+
+def say(text: str) -> None:
+    print(f"{text} at={time.time():.3f}", flush=True)
+
+
+def main() -> int:
+    mode = sys.argv[1]
+    rank = int(os.environ["SILVIC_RANK"])
+    try:
+        say("STARTING")
+        ring = TcpCollective.from_env(float(os.environ["TIMEOUT"]))
+        say("CONNECTED")
+        if mode == "collective":
+            if rank == int(os.environ["LATE_RANK"]):
+                time.sleep(float(os.environ["LATE_SECONDS"]))
+            say("CALLING")
+            ring.allreduce_sum_f64(np.ones(8))
+            say("SUMMED")
+    except KeyboardInterrupt:
+        say("INTERRUPTED")
+        return 130
+    except (CollectiveError, ConnectError) as e:
+        origin = getattr(e, "origin", None)
+        say(f"FAILED kind={e.kind} peer={e.peer} origin={origin} message={e}")
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
