@@ -1,7 +1,7 @@
 """One rank of tests/test_interrupt.py: forms its ring with ``TcpCollective.from_env`` (world,
 rank and rendezvous from the environment), says where it is on stdout, one line at a time,
 and reports how its call ended. ``start`` mode: the interrupted call is from_env itself;
-``collective`` mode: an allreduce, which rank ``LATE_RANK`` enters only after ``LATE_SECONDS``.
+``collective`` mode: two allreduces, which rank ``LATE_RANK`` enters only after ``LATE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ def main() -> int:
         if mode == "collective":
             if rank == int(os.environ["LATE_RANK"]):
                 time.sleep(float(os.environ["LATE_SECONDS"]))
-            say("CALLING")
-            ring.allreduce_sum_f64(np.ones(8))
-            say("SUMMED")
+            # Two calls: a late rank whose first call found every frame it needed already sent
+            # (the others' data goes out before their abort) fails at its next.
+            for _ in range(2):
+                say("CALLING")
+                ring.allreduce_sum_f64(np.ones(8))
+                say("SUMMED")
     except KeyboardInterrupt:
         say("INTERRUPTED")
         return 130
