@@ -17,6 +17,9 @@
 //!   error; every other channel, spinning or blocked in poll(2), ends at once with that error;
 //!   the caller then aborts every channel's streams (`crate::tcp`), so the failure reaches every
 //!   channel of every neighbour, and the error sticks.
+//! - **Cancel.** Channel 0 runs on the calling thread, where a cancel is armed
+//!   (`crate::cancel`): its waits see the cancel, and its failure ends every channel as any
+//!   failure does; done before the others, it keeps looking at the cancel while it waits.
 //! - **Liveness.** A channel whose part of a call is done while others still run keeps its
 //!   streams' liveness watch (`crate::liveness`) until every channel is done: a paused
 //!   neighbour never times out a stream whose last frames wait behind its closed window.
@@ -132,10 +135,18 @@ impl Crew {
             *left -= 1;
             cond.notify_all();
             while *left > 0 {
-                left =
-                    cond.wait_timeout(left, WATCH_EVERY).unwrap_or_else(PoisonError::into_inner).0;
+                // Channel 0, done first, still looks at the cancel armed on the calling thread
+                // (none is armed on a pool thread): it ends every channel through the waker.
+                let now = Instant::now();
+                let wake = crate::cancel::wake_by(Some(now + WATCH_EVERY), now);
+                let wait = wake.map_or(WATCH_EVERY, |at| at.saturating_duration_since(now));
+                left = cond.wait_timeout(left, wait).unwrap_or_else(PoisonError::into_inner).0;
+                let now = Instant::now();
+                if crate::cancel::cancelled(Some(now)) {
+                    waker.trip(&CollectiveError::Cancelled);
+                }
                 if result.is_ok() {
-                    ring.check_liveness(Instant::now());
+                    ring.check_liveness(now);
                 }
             }
         };

@@ -1,8 +1,9 @@
 //! A `Cancel` tripped from another thread ends the call it watches within about 100 ms: a
 //! `connect` waiting on a rank that never starts, a `from_env` rank waiting on a rank 0 that
 //! never starts, and a collective waiting on a peer that never calls, whose error then sticks
-//! and reaches the peer as an abort naming this rank. Every wait here is bounded by a timeout
-//! far longer than the test lets it run, so a cancel that is not seen fails the test.
+//! and reaches the peer as an abort naming this rank (on every channel of a call split over
+//! several). Every wait here is bounded by a timeout far longer than the test lets it run, so a
+//! cancel that is not seen fails the test.
 
 mod common;
 
@@ -10,7 +11,9 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use silvic_net::{Cancel, Collective, CollectiveError, ConnectError, TcpCollective};
+use silvic_net::{
+    Cancel, Collective, CollectiveError, ConnectError, ConnectOptions, TcpCollective,
+};
 
 const TOKEN: &str = "cancel-test-token-0123456789abcdef";
 /// The calls' own timeout: a cancel that is missed shows as a call that runs this long.
@@ -94,4 +97,49 @@ fn a_cancelled_collective_sticks_and_its_peer_hears_an_abort_naming_this_rank() 
         "{heard}"
     );
     assert_eq!(heard.peer(), Some(0));
+}
+
+#[test]
+fn a_cancel_ends_a_call_split_over_two_channels_and_every_channel_of_the_peer_hears_it() {
+    // 2.4 MB of f64: more than two of a channel's least shares, so the call splits.
+    const LEN: usize = 300_007;
+    let options = ConnectOptions::new().channels(2);
+    let (mut listeners, addresses) = common::listeners(2);
+    let rank1 = listeners.pop().unwrap();
+    let rank0 = listeners.pop().unwrap();
+    let (peer_addresses, peer_options) = (addresses.clone(), options.clone());
+    let peer = thread::spawn(move || {
+        let mut ring = TcpCollective::connect_with_options(
+            rank1,
+            1,
+            &peer_addresses,
+            TOKEN,
+            LONG,
+            &peer_options,
+        )
+        .unwrap();
+        // Never calls until rank 0 has given up; then its call hears why, on every channel.
+        thread::sleep(Duration::from_millis(1500));
+        ring.allreduce_sum_f64(&mut vec![2.0; LEN])
+    });
+    let mut ring =
+        TcpCollective::connect_with_options(rank0, 0, &addresses, TOKEN, LONG, &options).unwrap();
+    ring.set_timeout(LONG);
+    let cancel = Cancel::new();
+    let tripped = trip_after(&cancel, Duration::from_millis(300));
+    let outcome = cancel.during(|| ring.allreduce_sum_f64(&mut vec![1.0; LEN]));
+    let returned = Instant::now();
+    let tripped = tripped.join().unwrap();
+    assert_eq!(outcome, Err(CollectiveError::Cancelled));
+    assert!(returned.duration_since(tripped) < SOON, "{:?}", returned.duration_since(tripped));
+    let channels = ring.channel_stats();
+    assert_eq!(channels.len(), 2);
+    assert!(channels[1].bytes_sent > 0, "the call split: channel 1 sent its first piece");
+    assert_eq!(ring.allreduce_sum_f64(&mut vec![1.0; LEN]), Err(CollectiveError::Cancelled));
+    let heard = peer.join().unwrap().unwrap_err();
+    assert_eq!(
+        heard,
+        CollectiveError::Aborted { origin: 0, cause: Box::new(CollectiveError::Cancelled) },
+        "{heard}"
+    );
 }
