@@ -161,8 +161,11 @@ impl Abort {
                 f.cause = CAUSE_CANCELLED;
                 String::new()
             }
+            // Errors with no cause code of their own (a fixed-point overflow or scale) travel as
+            // their text: a malformed frame where they name a peer, else as the origin's own call
+            // (the one cause that names no peer), so the decoder takes every abort we send.
             other => {
-                f.cause = CAUSE_MALFORMED;
+                f.cause = if other.peer().is_some() { CAUSE_MALFORMED } else { CAUSE_ARGUMENT };
                 other.to_string()
             }
         };
@@ -331,6 +334,29 @@ mod tests {
             let header = Header::decode(out[..HEADER_LEN].try_into().unwrap()).unwrap();
             assert_eq!((header.kind, header.seq, header.len), (Kind::Abort, 11, (n - 32) as u64));
             assert_eq!(Abort::decode(&out[HEADER_LEN..n], 8), Ok(abort));
+        }
+    }
+
+    /// An error with no cause code of its own still reaches every peer as an abort they take,
+    /// carrying its text: one naming no peer (an overflow) as the origin's own call, one naming
+    /// a peer (a scale mismatch) as a malformed frame from that peer.
+    #[test]
+    fn errors_without_a_cause_code_are_sent_as_aborts_the_peers_take() {
+        let overflow =
+            CollectiveError::Overflow { bin: Some(7), reason: "past the headroom".into() };
+        let scale = CollectiveError::ScaleMismatch {
+            peer: 2,
+            expected: "2^-60".into(),
+            got: "2^-59".into(),
+        };
+        for (cause, peer) in [(overflow, None), (scale, Some(2))] {
+            let text = cause.to_string();
+            let mut out = [0u8; HEADER_LEN + MAX_ABORT_LEN];
+            let n = Abort::for_error(1, &cause).encode(3, &mut out);
+            let abort = Abort::decode(&out[HEADER_LEN..n], 4).expect("a peer takes the abort");
+            assert_eq!(abort.origin, 1);
+            assert_eq!(abort.cause.peer(), peer);
+            assert!(abort.cause.to_string().contains(&text), "{}", abort.cause);
         }
     }
 
