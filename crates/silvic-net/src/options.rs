@@ -13,7 +13,7 @@
 use std::str::FromStr;
 
 use crate::error::ConnectError;
-use crate::ring::choice::Path;
+use crate::ring::choice::{self, Path, Spread};
 
 /// The variable `connect` and `from_env` read the allreduce path from.
 pub const ALLREDUCE_VARIABLE: &str = "SILVIC_ALLREDUCE";
@@ -355,6 +355,24 @@ fn agreed_on<T: Copy + PartialEq + Default>(
         detail: format!("{}, against {} on {}", odd.join(", "), name(common), ranks(&same)),
         ranks: differ,
     })
+}
+
+/// The channel count a ring runs with, from what its ranks agreed: the user's option turned into
+/// the choice's [`Spread`] here, beside the option, so the choice never imports the options.
+impl Spread {
+    /// The spread of a ring whose ranks agreed on `channels`, the fewest usable `cores` of any
+    /// rank being `cores`: a forced count as it is; automatically one channel per usable core,
+    /// at most [`MAX_AUTO_CHANNELS`](choice::MAX_AUTO_CHANNELS).
+    pub(crate) fn of(channels: Channels, cores: u64) -> Spread {
+        match channels {
+            Channels::Forced(1) => Spread::One,
+            Channels::Forced(n) => Spread::Forced(n),
+            Channels::Auto => {
+                let n = usize::try_from(cores).unwrap_or(usize::MAX).min(choice::MAX_AUTO_CHANNELS);
+                if n > 1 { Spread::Auto(n) } else { Spread::One }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -303,3 +303,15 @@ fn a_rank_on_another_path_among_eight_fails_every_rank_naming_it() {
         assert!(names_three, "rank {rank}: {error}");
     }
 }
+
+/// The option as the choice's spread: a forced count as it is (one is no split), automatically
+/// one channel per usable core up to the most an automatic count opens.
+#[test]
+fn agreed_channels_become_the_choices_spread() {
+    use crate::ring::choice::{MAX_AUTO_CHANNELS, Spread};
+    assert_eq!(Spread::of(Channels::Auto, 1), Spread::One);
+    assert_eq!(Spread::of(Channels::Auto, 6), Spread::Auto(6));
+    assert_eq!(Spread::of(Channels::Auto, 96), Spread::Auto(MAX_AUTO_CHANNELS));
+    assert_eq!(Spread::of(Channels::Forced(1), 96), Spread::One);
+    assert_eq!(Spread::of(Channels::Forced(12), 2), Spread::Forced(12));
+}

@@ -71,21 +71,6 @@ pub(crate) enum Spread {
 pub(crate) const MAX_AUTO_CHANNELS: usize = 8;
 
 impl Spread {
-    /// The spread of a ring whose ranks agreed on `channels`, the fewest usable `cores` of any
-    /// rank being `cores`: a forced count as it is; automatically one channel per usable core,
-    /// at most [`MAX_AUTO_CHANNELS`].
-    pub(crate) fn of(channels: crate::options::Channels, cores: u64) -> Spread {
-        use crate::options::Channels;
-        match channels {
-            Channels::Forced(1) => Spread::One,
-            Channels::Forced(n) => Spread::Forced(n),
-            Channels::Auto => {
-                let n = usize::try_from(cores).unwrap_or(usize::MAX).min(MAX_AUTO_CHANNELS);
-                if n > 1 { Spread::Auto(n) } else { Spread::One }
-            }
-        }
-    }
-
     /// The most channels a call may run on: the channels a ring opens.
     pub(crate) fn most(self) -> usize {
         match self {

@@ -325,7 +325,6 @@ fn folds_at_a_cores_rate_keep_brucks_gather_where_its_hops_are_fewer() {
 /// fast hop raises the share; the agreed spread follows the cores and the forced count.
 #[test]
 fn calls_split_over_channels_only_where_each_channel_gets_a_share() {
-    use crate::options::Channels;
     let loopback = Network::UNMEASURED;
     let mib = MIN_SHARE_BYTES;
     for spread in [Spread::One, Spread::Auto(4), Spread::Forced(3)] {
@@ -352,11 +351,6 @@ fn calls_split_over_channels_only_where_each_channel_gets_a_share() {
         "forced: the network aside"
     );
     assert_eq!(share_bytes(loopback), mib);
-    assert_eq!(Spread::of(Channels::Auto, 1), Spread::One);
-    assert_eq!(Spread::of(Channels::Auto, 6), Spread::Auto(6));
-    assert_eq!(Spread::of(Channels::Auto, 96), Spread::Auto(MAX_AUTO_CHANNELS));
-    assert_eq!(Spread::of(Channels::Forced(1), 96), Spread::One);
-    assert_eq!(Spread::of(Channels::Forced(12), 2), Spread::Forced(12));
     let shape = Shape { bytes: 8 * mib, elem: 8, world: 4 };
     let forced = Forced { path: None, spread: Spread::Forced(4) };
     assert_eq!(choose(shape, loopback, forced), Choice { path: Path::Ring, channels: 4 });
