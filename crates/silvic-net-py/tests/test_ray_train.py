@@ -20,7 +20,12 @@ ray = pytest.importorskip("ray")
 from ray.train import FailureConfig, RunConfig, ScalingConfig  # noqa: E402
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer  # noqa: E402
 
-from silvic_net.ray.train import HangReport, RingHangError, SilvicConfig  # noqa: E402
+from silvic_net.ray.train import (  # noqa: E402
+    HangReport,
+    PlacementCheck,
+    RingHangError,
+    SilvicConfig,
+)
 
 WORLD = 4
 
@@ -43,7 +48,8 @@ def fit(
             name=tmp_path.name,
             storage_path=str(tmp_path / "storage"),
             failure_config=FailureConfig(max_failures=max_failures),
-            callbacks=list(callbacks),
+            # Every trainer here checks its placement: a group that fits is never refused.
+            callbacks=[PlacementCheck(), *callbacks],
         ),
     )
     return trainer.fit()
@@ -297,3 +303,88 @@ def test_a_train_v1_trainer_forms_the_same_ring(tmp_path: Path) -> None:
         assert finished["rank"] == rank and finished["checked"] >= 40, finished
         digests.add(finished["digest"])
     assert len(digests) == 1
+
+
+# A driver of its own (this session's Ray declares 4 CPUs): Ray with 2 CPUs, a trainer of 4
+# workers asking 1 CPU each. It prints what fit() raised, how soon, and the PlacementError.
+_UNPLACEABLE = """
+import sys, time
+import ray
+from ray.train import RunConfig, ScalingConfig
+from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+from silvic_net.ray import PlacementError
+from silvic_net.ray.train import PlacementCheck, SilvicConfig
+
+def loop(config):
+    pass
+
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+         _temp_dir=sys.argv[1])
+trainer = DataParallelTrainer(
+    loop,
+    backend_config=SilvicConfig(timeout=600.0),
+    scaling_config=ScalingConfig(num_workers=4),
+    run_config=RunConfig(storage_path=sys.argv[2], callbacks=[PlacementCheck()]),
+)
+started = time.monotonic()
+try:
+    trainer.fit()
+    print("FITTED")
+except Exception as e:
+    took = time.monotonic() - started
+    cause = e
+    while cause is not None and not isinstance(cause, PlacementError):
+        cause = getattr(cause, "controller_failure", None) or cause.__cause__
+    print(f"RAISED {type(e).__name__} after {took:.1f} s")
+    if cause is not None:
+        print(f"PLACEMENT ranks={cause.ranks} asked={cause.asked} cluster={cause.cluster}")
+    print(f"MESSAGE {e}")
+"""
+
+
+def test_a_trainer_whose_workers_cannot_all_be_placed_fails_within_30s(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    script = tmp_path / "unplaceable.py"
+    script.write_text(_UNPLACEABLE)
+    temp = tempfile.mkdtemp(prefix="svray3-")  # short: Ray's socket paths must fit 107 bytes
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), temp, str(tmp_path / "storage")],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            env=env,
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    out = done.stdout
+    assert "RAISED" in out, f"stdout: {out}\nstderr: {done.stderr[-3000:]}"
+    took = float(out.split("after ")[1].split(" s")[0])
+    assert took < 30.0, out
+    # The PlacementError itself reaches the driver (inside Ray Train's ControllerError).
+    assert "PLACEMENT ranks=[2, 3] asked={'CPU': 4.0} cluster={" in out, out
+    assert "'CPU': 2.0" in out.split("cluster=")[1], out
+    message = out.split("MESSAGE ")[1]
+    assert "Ray cannot place 2 of the trainer's 4 workers: each asks for 1 CPU" in message, message
+    assert "4 CPU in all, and the cluster has 2" in message, message
+    assert "only 2 fit" in message, message
+
+
+def test_the_placement_check_counts_whole_workers_per_node_by_strategy() -> None:
+    from silvic_net.ray.train import _workers_that_fit
+
+    nodes = [{"CPU": 3.0, "GPU": 1.0, "memory": 8e9}, {"CPU": 2.0}, {"CPU": 8.0, "GPU": 2.0}]
+    assert _workers_that_fit({"CPU": 1.0}, nodes, "PACK") == 13
+    assert _workers_that_fit({"CPU": 2.0}, nodes, "SPREAD") == 1 + 1 + 4
+    # A worker asking for a GPU fits only where there is one, as many as the GPUs and CPUs allow.
+    assert _workers_that_fit({"CPU": 2.0, "GPU": 1.0}, nodes, "PACK") == 1 + 0 + 2
+    assert _workers_that_fit({"CPU": 1.0}, nodes, "STRICT_PACK") == 8
+    assert _workers_that_fit({"CPU": 1.0}, nodes, "STRICT_SPREAD") == 3
+    assert _workers_that_fit({"CPU": 0.5}, [{"CPU": 2.0}], "PACK") == 4
+    assert _workers_that_fit({"CPU": 1.0}, [], "PACK") == 0

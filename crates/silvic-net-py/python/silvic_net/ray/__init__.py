@@ -41,11 +41,13 @@ _log = logging.getLogger(__name__)
 
 
 class PlacementError(RuntimeError):
-    """Ray cannot place some of :func:`form_ring`'s actors: together they ask for more of a
-    resource (CPUs, GPUs, memory) than the cluster has, so they can never all run at once.
+    """Ray cannot place some of :func:`form_ring`'s actors, or of a Ray Train worker group
+    (:class:`silvic_net.ray.train.PlacementCheck`): together they ask for more of a resource
+    (CPUs, GPUs, memory) than the cluster has, so they can never all run at once.
 
-    ``ranks`` are the ranks of the actors Ray has not placed; ``asked`` the ring's actors'
-    resources in all, and ``cluster`` the cluster's (both as Ray names them: ``{"CPU": 4.0}``).
+    ``ranks`` are the ranks of the actors Ray has not placed (for a worker group, not yet
+    placed, the last world ranks, as many as do not fit); ``asked`` the resources asked in
+    all, and ``cluster`` the cluster's (both as Ray names them: ``{"CPU": 4.0}``).
     """
 
     def __init__(
@@ -55,6 +57,10 @@ class PlacementError(RuntimeError):
         self.ranks = ranks
         self.asked = asked
         self.cluster = cluster
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole: Ray Train raises it on its controller and hands it to the driver.
+        return (type(self), (str(self), self.ranks, self.asked, self.cluster))
 
 # The ring and the listener live under these names on the actor, out of the way of its own.
 _RING = "_silvic_net_ring"

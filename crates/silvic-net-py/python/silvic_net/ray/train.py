@@ -5,7 +5,7 @@ Give the trainer a :class:`SilvicConfig` and call :func:`get_ring` in the train 
     import ray.train
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-    from silvic_net.ray.train import HangReport, SilvicConfig, get_ring
+    from silvic_net.ray.train import HangReport, PlacementCheck, SilvicConfig, get_ring
 
     def train_loop(config):
         ring = get_ring()  # ring.rank == ray.train.get_context().get_world_rank()
@@ -18,7 +18,8 @@ Give the trainer a :class:`SilvicConfig` and call :func:`get_ring` in the train 
         backend_config=SilvicConfig(timeout=600.0),
         scaling_config=ScalingConfig(num_workers=4),
         run_config=RunConfig(failure_config=FailureConfig(max_failures=3),
-                             callbacks=[HangReport(report_after=60.0, fail_after=600.0)]),
+                             callbacks=[PlacementCheck(),
+                                        HangReport(report_after=60.0, fail_after=600.0)]),
     )
     trainer.fit()
 
@@ -34,6 +35,10 @@ What the backend keeps, on every attempt (every start of a worker group, restart
   collective raise :class:`silvic_net.CollectiveError` naming it within moments (its sockets
   close), so the group fails at once and Ray Train's ``FailureConfig`` decides: a new group, a
   new ring, and the train loop resumes from ``ray.train.get_checkpoint()``.
+
+:class:`PlacementCheck` is a Ray Train callback that fails a run at once when the cluster's
+nodes cannot hold every worker of the group (Ray Train places the group before the backend
+runs, and on a cluster without an autoscaler waits and retries instead).
 
 :class:`HangReport` is a Ray Train callback that polls every worker's :class:`silvic_net.RingWatch`
 and, when a collective has waited longer than a threshold, logs which rank the others wait on
@@ -56,12 +61,21 @@ import ray
 from ray.train._internal.base_worker_group import BaseWorkerGroup
 from ray.train.backend import Backend, BackendConfig
 
+from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+
 from silvic_net import RingListener, RingWatch, TcpCollective
-from silvic_net.ray import _get_all
+from silvic_net.ray import PlacementError, _get_all
 from silvic_net.ray._worker import _lock, _train_thread, _worker
 from silvic_net.ray.hang import HangReport, RingHangError
 
-__all__ = ["HangReport", "RingHangError", "SilvicConfig", "get_ring"]
+__all__ = [
+    "HangReport",
+    "PlacementCheck",
+    "PlacementError",
+    "RingHangError",
+    "SilvicConfig",
+    "get_ring",
+]
 
 logger = logging.getLogger("silvic_net.ray.train")
 
@@ -217,3 +231,97 @@ class _SilvicBackend(Backend):
         # survivors' rings, wait a little, and raise nothing.
         refs: list[Any] = worker_group.execute_async(_close)
         ray.wait(refs, num_returns=len(refs), timeout=5.0)
+
+
+class PlacementCheck(WorkerGroupCallback):
+    """A Ray Train callback (``RunConfig(callbacks=[PlacementCheck()])``) that fails a run at
+    once, with a :class:`silvic_net.ray.PlacementError`, when the cluster's nodes cannot hold
+    every worker of the group about to start, instead of waiting for them.
+
+    Ray Train places the whole worker group before any backend runs (the silvic-net backend
+    sees the workers only once they all run), and on a cluster without an autoscaler it does
+    not compare the group with the cluster: it waits ``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S``
+    (60 s), then starts again, forever by default. This callback runs before each start: it
+    counts how many workers of ``ScalingConfig``'s size fit on the live nodes, each node's
+    total resources against each worker's (with the placement strategy's rule: one node for
+    ``STRICT_PACK``, one worker a node for ``STRICT_SPREAD``), and raises naming how many do
+    not fit, what each worker asks for, and what the cluster has (and has free now). Where
+    Ray knows the most the cluster can grow to (an autoscaler's config), Ray's own check
+    decides and this one stays out; so does it where workers carry label selectors.
+    """
+
+    def before_worker_group_start(self, worker_group_context: Any) -> None:
+        context = worker_group_context
+        if getattr(context, "label_selector", None):
+            return
+        if _autoscaling():
+            return
+        _check_fits(
+            int(context.num_workers),
+            {k: float(v) for k, v in context.resources_per_worker.items()},
+            str(getattr(context, "placement_strategy", "PACK")),
+        )
+
+
+def _autoscaling() -> bool:
+    """Whether Ray knows the most an autoscaler may grow the cluster to (then Ray checks)."""
+    try:
+        state: Any = ray._private.state.state
+        return bool(state.get_max_resources_from_cluster_config())
+    except Exception:  # noqa: BLE001 - an internal API: without it, assume a fixed cluster
+        return False
+
+
+def _check_fits(num_workers: int, per_worker: dict[str, float], strategy: str) -> None:
+    """Raises :class:`PlacementError` if fewer than ``num_workers`` workers asking for
+    ``per_worker`` each fit on the cluster's live nodes, by their total resources."""
+    asked = {k: v for k, v in per_worker.items() if v > 0}
+    if not asked or num_workers <= 0:
+        return
+    nodes = [
+        {k: float(v) for k, v in node.get("Resources", {}).items()}
+        for node in ray.nodes()  # type: ignore[no-untyped-call]
+        if node.get("Alive")
+    ]
+    fit = _workers_that_fit(asked, nodes, strategy)
+    if fit >= num_workers:
+        return
+    totals: dict[str, Any] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    free: dict[str, Any] = ray.available_resources()  # type: ignore[no-untyped-call]
+    cluster = {k: float(v) for k, v in totals.items()}
+    available = {k: float(v) for k, v in free.items()}
+    each = ", ".join(f"{v:g} {k}" for k, v in asked.items())
+    total = {k: v * num_workers for k, v in asked.items()}
+    has = "; ".join(
+        f"{total[k]:g} {k} in all, and the cluster has {cluster.get(k, 0.0):g} "
+        f"({available.get(k, 0.0):g} free now)"
+        for k in asked
+    )
+    largest = "; ".join(
+        f"{max((n.get(k, 0.0) for n in nodes), default=0.0):g} {k}" for k in asked
+    )
+    how = {"STRICT_PACK": " on one node", "STRICT_SPREAD": ", one a node,"}.get(strategy, "")
+    missing = list(range(fit, num_workers))
+    raise PlacementError(
+        f"Ray cannot place {num_workers - fit} of the trainer's {num_workers} workers: each "
+        f"asks for {each} ({has}; the largest of the {len(nodes)} live "
+        f"node{'s' if len(nodes) != 1 else ''} has {largest}), so only {fit} fit{how} and "
+        f"the worker group can never start; ask for fewer workers or less of each "
+        f"(ScalingConfig(num_workers=..., resources_per_worker=...)) or give the cluster more "
+        f"(ray.init(num_cpus=...), more nodes)",
+        missing,
+        total,
+        cluster,
+    )
+
+
+def _workers_that_fit(asked: dict[str, float], nodes: list[dict[str, float]], strategy: str) -> int:
+    """How many workers asking for ``asked`` each the ``nodes`` (total resources) hold."""
+    per_node = [
+        min(int(node.get(k, 0.0) / v + 1e-9) for k, v in asked.items()) for node in nodes
+    ]
+    if strategy == "STRICT_PACK":
+        return max(per_node, default=0)
+    if strategy == "STRICT_SPREAD":
+        return sum(min(n, 1) for n in per_node)
+    return sum(per_node)
