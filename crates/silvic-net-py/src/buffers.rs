@@ -23,7 +23,7 @@ pub(crate) struct InPlace<'a> {
     /// The method's name, as errors give it.
     pub(crate) name: &'a str,
     /// The dtype it takes, as errors give it.
-    pub(crate) dtype: &'a str,
+    pub(crate) dtype: &'static str,
     /// The collective, for the ring's record of a call that fails.
     pub(crate) op: Op,
 }

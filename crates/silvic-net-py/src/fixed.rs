@@ -41,10 +41,11 @@ impl FixedScale {
         rows: u64,
     ) -> PyResult<FixedScale> {
         let mut ring = ring.try_borrow_mut()?;
-        let inner = ring.ring()?;
-        let agreed =
-            crate::interrupt::detach(py, || silvic_net::FixedScale::agree(inner, max_abs, rows))?;
-        Ok(FixedScale { inner: agreed.map_err(|e| errors::collective(py, &e))? })
+        let agreed = ring.collective(None, |inner| {
+            crate::interrupt::detach(py, || silvic_net::FixedScale::agree(inner, max_abs, rows))?
+                .map_err(|e| errors::collective(py, &e))
+        })?;
+        Ok(FixedScale { inner: agreed })
     }
 
     /// Values are held as whole numbers of quanta of 2**-exponent.
@@ -135,10 +136,11 @@ impl FixedHistogram {
         ring: &Bound<'_, crate::TcpCollective>,
     ) -> PyResult<()> {
         let mut ring = ring.try_borrow_mut()?;
-        let ring = ring.ring()?;
         let hist = &mut self.inner;
-        crate::interrupt::detach(py, || hist.allreduce(ring))?
-            .map_err(|e| errors::collective(py, &e))
+        ring.collective(None, |ring| {
+            crate::interrupt::detach(py, || hist.allreduce(ring))?
+                .map_err(|e| errors::collective(py, &e))
+        })
     }
 
     /// Each bin's sum as float64: one correct rounding of its exact total.

@@ -73,6 +73,9 @@ use watch::RingWatch;
 struct TcpCollective {
     /// `None` while the ring is LightGBM's network (`silvic_net.lightgbm.network`).
     inner: Option<silvic_net::TcpCollective>,
+    /// The units of the call in which the ring failed (its error sticks and speaks in them on
+    /// every later call); `None` before a failure, or where the call passed bytes.
+    failed_in: Option<errors::Unit>,
 }
 
 impl TcpCollective {
@@ -83,6 +86,34 @@ impl TcpCollective {
 
     fn ring_ref(&self) -> PyResult<&silvic_net::TcpCollective> {
         self.inner.as_ref().ok_or_else(lightgbm::lent)
+    }
+
+    /// A ring of its own: no call made yet.
+    fn new(inner: silvic_net::TcpCollective) -> Self {
+        TcpCollective { inner: Some(inner), failed_in: None }
+    }
+
+    /// Runs `body`, one collective on the ring, with its errors counted in `unit` (elements of
+    /// the caller's array; `None` for bytes), or in the units of the call that failed where the
+    /// ring failed before: the error that sticks keeps the words it was first raised with.
+    pub(crate) fn collective<R>(
+        &mut self,
+        unit: Option<errors::Unit>,
+        body: impl FnOnce(&mut silvic_net::TcpCollective) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let failed_in = self.failed_in;
+        let ring = self.ring()?;
+        let watch = ring.watch();
+        let failed_before = watch.progress().failed;
+        let unit = if failed_before { failed_in } else { unit };
+        let result = {
+            let _speaking = errors::speak_in(unit, ring.rank());
+            body(ring)
+        };
+        if !failed_before && watch.progress().failed {
+            self.failed_in = unit;
+        }
+        result
     }
 }
 
@@ -107,7 +138,8 @@ impl TcpCollective {
             &mut [T],
         ) -> Result<(), silvic_net::CollectiveError>,
     ) -> PyResult<()> {
-        reduce_in_place(self.ring()?, py, buf, call, reduce)
+        let unit = errors::Unit { dtype: call.dtype, width: size_of::<T>() };
+        self.collective(Some(unit), |ring| reduce_in_place(ring, py, buf, call, reduce))
     }
 }
 
@@ -193,7 +225,7 @@ impl TcpCollective {
         interrupt::detach(py, || {
             silvic_net::TcpCollective::from_env_with_options(timeout, &options)
         })?
-        .map(|inner| TcpCollective { inner: Some(inner) })
+        .map(TcpCollective::new)
         .map_err(|e| errors::connect(py, &e))
     }
 
@@ -242,7 +274,7 @@ impl TcpCollective {
                 taken, rank, addresses, token, timeout, &options,
             )
         })?
-        .map(|inner| TcpCollective { inner: Some(inner) })
+        .map(TcpCollective::new)
         .map_err(|e| errors::connect(py, &e))
     }
 
@@ -331,9 +363,10 @@ impl TcpCollective {
         py: Python<'py>,
         local: &[u8],
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let inner = self.ring()?;
-        let blocks = interrupt::detach(py, || inner.allgather_bytes(local))?
-            .map_err(|e| errors::collective(py, &e))?;
+        let blocks = self.collective(None, |ring| {
+            interrupt::detach(py, || ring.allgather_bytes(local))?
+                .map_err(|e| errors::collective(py, &e))
+        })?;
         Ok(blocks.iter().map(|block| PyBytes::new(py, block)).collect())
     }
 
@@ -346,7 +379,8 @@ impl TcpCollective {
         buf: &Bound<'_, PyAny>,
         op: &str,
     ) -> PyResult<()> {
-        trainer::allreduce(self.ring()?, py, buf, op)
+        let unit = trainer::unit(py, buf);
+        self.collective(unit, |ring| trainer::allreduce(ring, py, buf, op))
     }
 
     /// This rank's block of data folded over every rank with fold(acc, next) -> bytes.
@@ -358,7 +392,9 @@ impl TcpCollective {
         record: usize,
         fold: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        trainer::reduce_scatter_records(self.ring()?, py, data, blocks, record, fold)
+        self.collective(None, |ring| {
+            trainer::reduce_scatter_records(ring, py, data, blocks, record, fold)
+        })
     }
 
     /// data (record-byte records) folded over every rank with fold(acc, next) -> bytes.
@@ -369,7 +405,7 @@ impl TcpCollective {
         record: usize,
         fold: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        trainer::allreduce_records(self.ring()?, py, data, record, fold)
+        self.collective(None, |ring| trainer::allreduce_records(ring, py, data, record, fold))
     }
 
     /// Every rank's bytes, as a list indexed by rank; each rank may pass any length.
@@ -378,7 +414,7 @@ impl TcpCollective {
         py: Python<'py>,
         local: &[u8],
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        trainer::allgather_varlen(self.ring()?, py, local)
+        self.collective(None, |ring| trainer::allgather_varlen(ring, py, local))
     }
 
     /// Every rank's block, end to end, given every rank's length and this rank's bytes.
@@ -388,7 +424,7 @@ impl TcpCollective {
         local: &[u8],
         blocks: Vec<usize>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        trainer::allgather_blocks(self.ring()?, py, local, blocks)
+        self.collective(None, |ring| trainer::allgather_blocks(ring, py, local, blocks))
     }
 
     /// Rank root's data, on every rank (what other ranks pass is discarded).
@@ -398,7 +434,7 @@ impl TcpCollective {
         data: &[u8],
         root: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        trainer::broadcast_bytes(self.ring()?, py, data, root)
+        self.collective(None, |ring| trainer::broadcast_bytes(ring, py, data, root))
     }
 
     fn __repr__(&self) -> String {

@@ -21,7 +21,7 @@ use silvic_net::{
 };
 
 use crate::buffers::{InPlace, reduce_in_place};
-use crate::errors;
+use crate::errors::{self, Unit};
 
 fn reduction(op: &str) -> PyResult<Reduction> {
     match op {
@@ -38,7 +38,7 @@ fn typed<T: Element + Copy + Send>(
     ring: &mut TcpCollective,
     py: Python<'_>,
     buf: &Bound<'_, PyAny>,
-    dtype: &str,
+    dtype: &'static str,
     reduction: Reduction,
     numbers: fn(&mut [T]) -> Numbers<'_>,
 ) -> PyResult<()> {
@@ -69,6 +69,28 @@ fn wide(
     reduce_in_place(ring, py, &flat, call, |ring, words: &mut [i64]| {
         crate::fixed::allreduce_i128(ring, words, reduction)
     })
+}
+
+/// The elements `ring.allreduce(buf, op)` counts in its errors: `buf`'s dtype, where it is one
+/// [`allreduce`] takes (an `(n, 2)` int64 array counts its int64 words, `2n`).
+pub(crate) fn unit(py: Python<'_>, buf: &Bound<'_, PyAny>) -> Option<Unit> {
+    let array = buf.cast::<PyUntypedArray>().ok()?;
+    let dtype = array.dtype();
+    let is = |d: Bound<'_, numpy::PyArrayDescr>| dtype.is_equiv_to(&d);
+    let (name, width) = if is(f32::get_dtype(py)) {
+        ("float32", 4)
+    } else if is(f64::get_dtype(py)) {
+        ("float64", 8)
+    } else if is(i32::get_dtype(py)) {
+        ("int32", 4)
+    } else if is(i64::get_dtype(py)) {
+        ("int64", 8)
+    } else if is(u64::get_dtype(py)) {
+        ("uint64", 8)
+    } else {
+        return None;
+    };
+    Some(Unit { dtype: name, width })
 }
 
 /// `ring.allreduce(buf, op)`: `buf` a float32, float64, int32, int64 or uint64 array, or an

@@ -244,8 +244,10 @@ def test_read_only_array_is_refused() -> None:
     ring = ring_of(1)[0]
     frozen = np.zeros(3)
     frozen.flags.writeable = False
-    with pytest.raises(ValueError, match="writeable"):
+    with pytest.raises(ValueError, match="writeable") as refused:
         ring.allreduce_sum_f64(frozen)
+    # The message says how to fix it, as Ray hands actors read-only arrays.
+    assert "pass a copy, `array = array.copy()`" in str(refused.value), str(refused.value)
 
 
 def test_length_mismatch_across_ranks_raises_collective_error_and_sticks() -> None:
@@ -262,14 +264,58 @@ def test_length_mismatch_across_ranks_raises_collective_error_and_sticks() -> No
     for rank, e in enumerate(errors):
         assert isinstance(e, CollectiveError)
         assert e.peer is not None and 0 <= e.peer < world
-        assert "passed 8" in str(e) and "bytes where this rank passed" in str(e), str(e)
+        # In the caller's units: the elements of its float64 arrays, not bytes.
+        assert "float64 elements where" in str(e) and "bytes" not in str(e), str(e)
         if e.kind == "aborted":
             assert isinstance(e.origin_error, CollectiveError) and e.origin_error.kind == "length_mismatch"
             assert e.origin is not None and e.origin != rank
-        # The ring is closed: the same error again, at once.
+            assert str(e) == f"rank {e.origin} failed: {e.origin_error}", str(e)
+        # The ring is closed: the same error again, at once, in the words it was raised with
+        # (an allgather of bytes after a failed allreduce of float64 still counts float64).
         with pytest.raises(CollectiveError) as again:
             rings[rank].allgather_bytes(b"x")
         assert str(again.value) == str(e)
+
+
+def test_a_length_mismatch_counts_the_callers_elements_and_names_both_ranks() -> None:
+    # Rank 2 passes 1000 float32 where ranks 0 and 1 pass 1024: rank 2's neighbours see the
+    # mismatch themselves, or hear of it from the other.
+    world = 3
+    rings = ring_of(world)
+
+    def work(rank: int) -> None:
+        rings[rank].allreduce(np.ones(1000 if rank == 2 else 1024, dtype=np.float32), "sum")
+
+    errors = on_every_rank(world, work)
+    assert all(isinstance(e, CollectiveError) for e in errors), errors
+    for rank, e in enumerate(errors):
+        assert isinstance(e, CollectiveError)
+        mine, theirs = (1000, 1024) if rank == 2 else (1024, 1000)
+        if e.kind == "length_mismatch":
+            other = e.peer
+            assert str(e) == (
+                f"rank {other} passed {theirs if other == 2 or rank == 2 else mine} float32 "
+                f"elements where this rank (rank {rank}) passed {mine}"
+            ), str(e)
+        else:
+            assert e.kind == "aborted" and e.origin is not None and e.origin_error is not None
+            origin = e.origin
+            seen = e.origin_error
+            assert seen.peer is not None
+            mine_there = 1000 if origin == 2 else 1024
+            theirs_there = 1000 if seen.peer == 2 else 1024
+            assert str(seen) == (
+                f"rank {seen.peer} passed {theirs_there} float32 elements where rank {origin} "
+                f"passed {mine_there}"
+            ), str(seen)
+            assert str(e) == f"rank {origin} failed: {seen}"
+
+    # Bytes are the unit of a call on bytes: its message counts bytes, as the crate's does.
+    rings = ring_of(2)
+    errors = on_every_rank(2, lambda rank: rings[rank].allgather_bytes(b"x" * (3 + rank)))
+    for rank, e in enumerate(errors):
+        assert isinstance(e, CollectiveError) and e.kind == "length_mismatch", e
+        assert str(e) == f"rank {1 - rank} passed {4 - rank} bytes where this rank passed {3 + rank}"
 
 
 def test_wrong_token_is_rejected_with_the_reason_and_never_shown() -> None:
