@@ -14,13 +14,21 @@
 //! the neighbour's kernel is alive and its window closed: then the stream's TCP_USER_TIMEOUT is
 //! raised to the collective timeout (clamped to what the kernel accepts, [`MAX_USER_TIMEOUT`]).
 //! One lost probe does not undo that: a probe interval grows to 120 s after a long pause, so only
-//! silence for longer than the liveness bound past the interval counts as a host gone. The
-//! timeout is put back to [`LIVENESS`] as soon as the neighbour is seen otherwise: a byte written
-//! (the window opened), or a later check that finds the window open or the neighbour silent that
-//! long (the kernel then fails the stream at its next probe). Data in flight, and keepalive on
-//! idle streams, keep the one-minute bound throughout; a vanished host behind a closed window
-//! after a long pause is found within the liveness bound plus two probe intervals (at most about
-//! five minutes).
+//! silence for longer than the liveness bound past the interval counts as a host gone.
+//!
+//! A raised stream stays raised while its neighbour answers, window open or not, and is put back
+//! to [`LIVENESS`] only by a check that finds the neighbour silent that long (the kernel then
+//! fails the stream at its next probe or retransmission). Never when the window merely opens
+//! again: the kernel's zero-window clock starts at the first probe of a closed window and is
+//! reset only when a window opens wide enough for the whole next queued segment (or when a probe
+//! finds room to send data); a window that opens a little at a time, as a paused rank's does
+//! once it reads again through small buffers, keeps the clock of the pause running. A stream put
+//! back to the liveness bound as soon as the neighbour read again then failed at its next closed
+//! window, as if the pause had never been waited for (a neighbour's stream timed out moments
+//! after a 100 s pause ended: the `netns_channels` test bed). Data in flight to a neighbour never
+//! raised, and keepalive on idle streams, keep the one-minute bound throughout; a vanished host
+//! on a raised stream is found within the liveness bound plus two probe or retransmission
+//! intervals and one check (at most about five minutes).
 //!
 //! Without `TCP_INFO` (not Linux, or a kernel before 5.4) nothing is raised: a neighbour that
 //! stops reading for longer than [`LIVENESS`] then fails the collective, as it would without this
@@ -62,35 +70,65 @@ pub(crate) fn configure(stream: &TcpStream) -> std::io::Result<()> {
             .with_interval(KEEPALIVE_INTERVAL)
             .with_retries(KEEPALIVE_PROBES),
     )?;
-    socket.set_tcp_user_timeout(Some(LIVENESS))
+    socket.set_tcp_user_timeout(Some(bounds().0))
 }
 
 /// The longest TCP_USER_TIMEOUT Linux accepts: `i32::MAX` milliseconds (about 24.8 days). A
 /// longer one is refused with `EINVAL`, which would leave the stream at its old value.
 pub(crate) const MAX_USER_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 
-/// TCP_USER_TIMEOUT to raise a stream to for a collective `timeout`: never below [`LIVENESS`],
-/// never above [`MAX_USER_TIMEOUT`].
+/// TCP_USER_TIMEOUT to raise a stream to for a collective `timeout`: never below the liveness
+/// bound, never above [`MAX_USER_TIMEOUT`].
 fn raised_timeout(timeout: Duration) -> Duration {
-    timeout.clamp(LIVENESS, MAX_USER_TIMEOUT)
+    timeout.clamp(bounds().0, MAX_USER_TIMEOUT)
 }
 
 /// How long a collective waits without progress on a stream before it looks at it, and how
 /// often it looks again: well inside [`LIVENESS`], so the raise comes before the kernel acts.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(10);
 
+/// The liveness bound and the check interval in force: [`LIVENESS`] and [`CHECK_EVERY`], except
+/// on a thread where a test of this crate has scaled them down ([`scale_on_this_thread`]).
+fn bounds() -> (Duration, Duration) {
+    #[cfg(test)]
+    if let Some(scaled) = SCALED.with(std::cell::Cell::get) {
+        return scaled;
+    }
+    (LIVENESS, CHECK_EVERY)
+}
+
+#[cfg(test)]
+thread_local! {
+    static SCALED: std::cell::Cell<Option<(Duration, Duration)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Scales the liveness bound and the check interval down on the calling thread, so that a test
+/// of a pause past the bound takes seconds: streams it configures and checks on this thread use
+/// these from now on.
+#[cfg(test)]
+pub(crate) fn scale_on_this_thread(liveness: Duration, check_every: Duration) {
+    SCALED.with(|s| s.set(Some((liveness, check_every))));
+}
+
 /// What `TCP_INFO` says about a stream's sending side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SendSide {
     /// The window is closed and the neighbour's kernel answered recently: alive, not reading.
     ClosedWindowAlive,
-    /// Anything else: window open, or the neighbour silent past the liveness bound.
-    Other,
+    /// The window is open and the neighbour's kernel answered recently.
+    Answering,
+    /// The neighbour has not answered for longer than the liveness bound past a probe interval:
+    /// its host may be gone.
+    Silent,
 }
 
 fn send_side(info: &TcpInfo) -> SendSide {
-    let answered = info.last_ack < LIVENESS.saturating_add(info.probe_interval);
-    if info.send_window == 0 && answered { SendSide::ClosedWindowAlive } else { SendSide::Other }
+    let answered = info.last_ack < bounds().0.saturating_add(info.probe_interval);
+    match (answered, info.send_window) {
+        (false, _) => SendSide::Silent,
+        (true, 0) => SendSide::ClosedWindowAlive,
+        (true, _) => SendSide::Answering,
+    }
 }
 
 /// The liveness state of one stream.
@@ -108,11 +146,14 @@ impl Liveness {
 
     /// When the next check is due, given the last byte moved at `last_progress`.
     pub(crate) fn next_check(&self, last_progress: Instant) -> Instant {
-        let after_stall = last_progress + CHECK_EVERY;
-        self.last_check.map_or(after_stall, |c| after_stall.max(c + CHECK_EVERY))
+        let every = bounds().1;
+        let after_stall = last_progress + every;
+        self.last_check.map_or(after_stall, |c| after_stall.max(c + every))
     }
 
-    /// Looks at `stream` if a check is due at `now`; raises or restores its TCP_USER_TIMEOUT.
+    /// Looks at `stream` if a check is due at `now`: raises its TCP_USER_TIMEOUT where the
+    /// neighbour is alive behind a closed window, and puts it back where the neighbour is silent
+    /// (see the module doc: never merely because the window opened).
     pub(crate) fn check(
         &mut self,
         stream: &TcpStream,
@@ -135,17 +176,17 @@ impl Liveness {
                     Err(error) => warn!(%error, ?raised, "cannot raise TCP_USER_TIMEOUT"),
                 }
             }
-            Some(SendSide::ClosedWindowAlive) => {}
-            _ => self.restore(stream),
+            Some(SendSide::Silent) => self.restore(stream),
+            Some(SendSide::ClosedWindowAlive | SendSide::Answering) | None => {}
         }
     }
 
-    /// Puts TCP_USER_TIMEOUT back to [`LIVENESS`], if it was raised.
-    pub(crate) fn restore(&mut self, stream: &TcpStream) {
+    /// Puts TCP_USER_TIMEOUT back to the liveness bound, if it was raised.
+    fn restore(&mut self, stream: &TcpStream) {
         if !self.raised {
             return;
         }
-        match SockRef::from(stream).set_tcp_user_timeout(Some(LIVENESS)) {
+        match SockRef::from(stream).set_tcp_user_timeout(Some(bounds().0)) {
             Ok(()) => {
                 debug!("user timeout back to the liveness bound");
                 self.raised = false;
@@ -173,9 +214,10 @@ mod tests {
         assert_eq!(send_side(&info(0, 1, 0, 1)), SendSide::ClosedWindowAlive);
         // After a long pause probes come 120 s apart; one of them lost is not a dead host.
         assert_eq!(send_side(&info(0, 150, 1, 120)), SendSide::ClosedWindowAlive);
-        assert_eq!(send_side(&info(0, 181, 2, 120)), SendSide::Other, "silent past the bound");
-        assert_eq!(send_side(&info(0, 61, 3, 0)), SendSide::Other);
-        assert_eq!(send_side(&info(65536, 0, 0, 1)), SendSide::Other, "window open");
+        assert_eq!(send_side(&info(0, 181, 2, 120)), SendSide::Silent, "silent past the bound");
+        assert_eq!(send_side(&info(0, 61, 3, 0)), SendSide::Silent);
+        assert_eq!(send_side(&info(65536, 0, 0, 1)), SendSide::Answering, "window open");
+        assert_eq!(send_side(&info(65536, 181, 2, 120)), SendSide::Silent);
     }
 
     /// On Linux with BBR the system's default (as some kernels ship it), a ring stream still
@@ -232,7 +274,7 @@ mod tests {
         let (_receiver, _) = listener.accept().unwrap();
         sender.set_nonblocking(true).unwrap();
         let open = tcp_info(&sender).expect("TCP_INFO on Linux 5.4 or later");
-        assert_eq!(send_side(&open), SendSide::Other, "an idle stream's window is open");
+        assert_eq!(send_side(&open), SendSide::Answering, "an idle stream's window is open");
         let chunk = vec![0u8; 1 << 16];
         // Bounded poll: the window closes once the receiver's buffer is full.
         let deadline = Instant::now() + Duration::from_secs(20);

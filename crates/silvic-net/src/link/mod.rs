@@ -651,6 +651,112 @@ mod tests {
         assert_eq!((&from_left.0[..], &from_right.0[..]), (&b"zer"[..], &b"two"[..]));
     }
 
+    /// Rank 1's call of 3 that sends `payload` rightwards to rank 2 as one frame and takes one
+    /// frame of the same length from rank 0.
+    struct Outbound<'a> {
+        header: Header,
+        payload: &'a [u8],
+        sink: VecSink,
+    }
+
+    impl FramePlan for Outbound<'_> {
+        fn call(&self) -> Call {
+            Call { rank: 1, world: 3, op: Op::AllgatherBytes, seq: self.header.seq }
+        }
+        fn ways(&self) -> &[Route] {
+            &[Route::RIGHTWARD]
+        }
+        fn frames(&self, _: usize) -> usize {
+            1
+        }
+        fn header(&self, _: usize, _: usize) -> Header {
+            self.header.carrying(Dir::Right, 1)
+        }
+        fn expect(&self, _: usize, _: usize) -> Header {
+            self.header.carrying(Dir::Right, 0)
+        }
+        fn ready(&self, _: usize, _: Moved<'_>) -> bool {
+            true
+        }
+        fn may_receive(&self, _: usize, _: Moved<'_>) -> bool {
+            true
+        }
+        fn payload(&self, _: usize, _: usize) -> &[u8] {
+            self.payload
+        }
+        fn space(&mut self, _: usize, _: usize) -> &mut [u8] {
+            self.sink.space()
+        }
+        fn commit(&mut self, _: usize, _: usize, n: usize) {
+            self.sink.commit(n);
+        }
+    }
+
+    /// A neighbour paused past the liveness bound, then reading again a little at a time through
+    /// small buffers (as a resumed rank does), is waited for: its stream's raised
+    /// TCP_USER_TIMEOUT is not put back when the window opens, where the kernel's zero-window
+    /// clock, still running from the pause, would fail the stream at its next closed window.
+    /// The bound is scaled down to 1 s and the checks to 500 ms on this thread (the link runs
+    /// here), so the pause takes seconds; the neighbour's reads come closer together than the
+    /// checks, as a stream's writes do in a call that moves. Linux only: elsewhere nothing is
+    /// raised (`crate::liveness`).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_neighbour_paused_past_the_liveness_bound_then_reading_slowly_is_waited_for() {
+        use socket2::{Domain, SockRef, Socket, Type};
+        const LEN: usize = 256 * 1024;
+        let bound = Duration::from_secs(1);
+        crate::liveness::scale_on_this_thread(bound, bound / 2);
+        // Rank 2's end takes small segments into a small buffer, so that its window closes and
+        // then opens a little at a time, as through the test bed's 16 KiB buffers.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let rank2 = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        rank2.set_tcp_mss(1400).unwrap();
+        rank2.set_recv_buffer_size(8192).unwrap();
+        rank2.connect(&listener.local_addr().unwrap().into()).unwrap();
+        let mut rank2 = TcpStream::from(rank2);
+        rank2.set_read_timeout(Some(BOUND)).unwrap();
+        let (right, _) = listener.accept().unwrap();
+        SockRef::from(&right).set_send_buffer_size(8192).unwrap();
+        crate::liveness::configure(&right).unwrap();
+        let (left, mut rank0) = pair();
+        let addresses = vec![left.local_addr().unwrap(); 3];
+        let streams = vec![(Route::LEFTWARD, left), (Route::RIGHTWARD, right)];
+        let mut ring = TcpRing::new(streams, RingPlace { rank: 1, addresses }, BOUND);
+        let header = Header::data(Op::AllgatherBytes, 0, LEN as u64, LEN as u64);
+        let feeder = std::thread::spawn(move || {
+            let frame = [&header.carrying(Dir::Right, 0).encode()[..], &[7; LEN]].concat();
+            rank0.write_all(&frame).unwrap();
+            rank0
+        });
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(bound * 5 / 2);
+            let (mut got, mut chunk) = (Vec::new(), [0u8; 3000]);
+            let want = HEADER_LEN + LEN;
+            for turn in 0.. {
+                if got.len() >= want {
+                    break;
+                }
+                let n = rank2.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&chunk[..n]);
+                if turn < 8 {
+                    std::thread::sleep(bound * 2 / 5);
+                }
+            }
+            (rank2, got)
+        });
+        let payload = vec![1u8; LEN];
+        let sink = VecSink(vec![0; LEN], 0, header.carrying(Dir::Right, 0));
+        let result = ring.run(&mut Outbound { header, payload: &payload, sink });
+        let (_rank0, (_rank2, got)) = (feeder.join().unwrap(), reader.join().unwrap());
+        result.unwrap();
+        assert_eq!(got.len(), HEADER_LEN + LEN);
+        assert!(got[HEADER_LEN..].iter().all(|&b| b == 1));
+    }
+
     #[test]
     fn a_leftward_frame_of_another_block_or_way_is_refused_naming_the_right_neighbour() {
         for wrong in [(Dir::Left, 0), (Dir::Right, 2)] {

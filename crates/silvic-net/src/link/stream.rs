@@ -41,7 +41,8 @@ pub(super) struct Stream {
     pub(super) boundary: bool,
     /// The stream has ended or failed while nothing needed it.
     pub(super) ended: bool,
-    /// TCP_USER_TIMEOUT, raised while the peer is alive but not reading.
+    /// TCP_USER_TIMEOUT, raised once the peer was seen alive but not reading, until it is seen
+    /// silent (`crate::liveness`).
     pub(super) liveness: Liveness,
     /// Time spent waiting while a call needed this stream.
     pub(super) waited: Duration,

@@ -253,11 +253,7 @@ impl Streams {
                 break;
             }
         }
-        if wrote {
-            // The window opened: the neighbour reads again.
-            let stream = &mut self.list[s];
-            stream.liveness.restore(&stream.socket);
-        }
+        // A raised TCP_USER_TIMEOUT stays raised though the window opened (`crate::liveness`).
         Ok(wrote)
     }
 
