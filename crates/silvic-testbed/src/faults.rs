@@ -1,12 +1,18 @@
 //! What the namespace fault tests read of a world after a fault: every rank's end and its time
 //! to error, printed as `FAULT` rows (docs/failures.md says what each fault does), and the
 //! checks every fault shares: survivors fail naming a peer within the fault's bound, no rank
-//! ever returns a wrong result, and a failed rank's error sticks.
+//! ever returns a wrong result, and a failed rank's error sticks; and the one case where nobody
+//! may fail, a rank paused past the liveness bound ([`paused_rank_is_waited_for`]).
 
+use std::path::Path;
+use std::thread;
 use std::time::{Duration, Instant};
 
+use rustix::process::Signal;
+
 use crate::MARGIN;
-use crate::ring::{End, World};
+use crate::net::Net;
+use crate::ring::{End, Layout, World};
 
 /// Owned words of `list`, as rank arguments.
 pub fn words(list: &[&str]) -> Vec<String> {
@@ -84,4 +90,61 @@ pub fn assert_survivors_fail(
     }
     println!("FAULT {fault} | worst time to error {:.2} s", worst.as_secs_f64());
     worst
+}
+
+/// How long [`paused_rank_is_waited_for`] stops its rank: longer than the liveness bound (60 s)
+/// by more than its margin, shorter than the collective timeout.
+pub const PAUSE: Duration = Duration::from_secs(100);
+
+/// Rank `victim` of `world` hosts stopped (SIGSTOP) for [`PAUSE`] in the middle of 16 MiB
+/// allreduces (`extra` adds rank arguments, such as `channels=4`), the collective timeout 300 s:
+/// nobody may fail or return a wrong result meanwhile, and after SIGCONT every rank finishes
+/// every call with correct results. Every host's TCP socket buffers are capped at 16 KiB (Linux
+/// allows 6 MiB by default), so that a ring frame (a slice of up to 256 KiB) cannot vanish into
+/// them: the stopped rank's windows close, as they do for the far larger frames of a real job on
+/// a fast network. `premise(world, stopped_at)` runs right after the stop, to check that the
+/// pause does what the test means it to. Rows print as "FAULT {tag} ..."; returns the time from
+/// the stop to the end; panics on any failure.
+pub fn paused_rank_is_waited_for(
+    exe: &Path,
+    tag: &str,
+    (world, victim): (usize, usize),
+    extra: &[&str],
+    premise: impl FnOnce(&World, Instant),
+) -> Duration {
+    let mut args = words(&["kind=sum_f64", "bytes=16777216", "count=12", "timeout=300"]);
+    args.extend(words(extra));
+    let net = Net::create("stop", world).unwrap_or_else(|e| panic!("{tag}: network: {e}"));
+    for ns in &net.hosts {
+        for buffer in ["net.ipv4.tcp_rmem=4096 16384 16384", "net.ipv4.tcp_wmem=4096 16384 16384"] {
+            net.exec(ns, "sysctl", &["-qw", buffer]).unwrap();
+        }
+    }
+    let mut world = World::start(exe, world, Some(net), &Layout::default(), &args, |_| vec![])
+        .unwrap_or_else(|e| panic!("{tag}: start: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    world.wait_oks(&[victim], 3, deadline).unwrap_or_else(|e| panic!("{tag}: warm-up: {e}"));
+    world.ranks[victim].signal(Signal::STOP).unwrap();
+    let t0 = Instant::now();
+    premise(&world, t0);
+    for (rank, child) in world.ranks.iter_mut().enumerate() {
+        if rank == victim {
+            continue;
+        }
+        while let Some(line) = child.next_line(t0 + PAUSE) {
+            assert!(
+                !line.text.starts_with("ERR"),
+                "{tag}: rank {rank} failed in the pause: {}",
+                line.text
+            );
+            assert!(!line.text.starts_with("WRONG"), "{tag}: rank {rank}: {}", line.text);
+        }
+    }
+    thread::sleep((t0 + PAUSE).saturating_duration_since(Instant::now()));
+    world.ranks[victim].signal(Signal::CONT).unwrap();
+    let ends = outcomes(tag, &mut world, Instant::now(), Duration::from_secs(240));
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        assert_eq!(end, &End::Done, "{tag}: rank {rank} did not finish every call");
+    }
+    t0.elapsed()
 }

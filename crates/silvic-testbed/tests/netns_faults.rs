@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 use silvic_net::LIVENESS;
 use silvic_testbed::MARGIN;
-use silvic_testbed::faults::{assert_survivors_fail, forward_filter, outcomes, words};
+use silvic_testbed::faults::{
+    PAUSE, assert_survivors_fail, forward_filter, outcomes, paused_rank_is_waited_for, words,
+};
 use silvic_testbed::net::{Net, host_ip, require};
 use silvic_testbed::ring::{End, Layout, World};
 
@@ -214,67 +216,31 @@ fn liveness_case(cut: Cut) -> Duration {
 
 /// Rank 2 stopped for 100 s, longer than the liveness bound and shorter than the collective
 /// timeout, in the middle of 16 MiB allreduces: nobody may fail, and after SIGCONT every rank
-/// finishes every call with correct results.
+/// finishes every call with correct results ([`paused_rank_is_waited_for`]).
 fn sigstop_case() -> Duration {
-    let pause = Duration::from_secs(100);
-    assert!(pause > LIVENESS + Duration::from_secs(30));
-    let args = words(&["kind=sum_f64", "bytes=16777216", "count=12", "timeout=300"]);
-    // Socket buffers of 16 KiB (Linux allows 6 MiB by default), so that a ring frame (a slice
-    // of up to 256 KiB) cannot vanish into them: the stopped rank's window must close, as it
-    // does for the far larger frames of a real job on a fast network.
-    let net = Net::create("stop", WORLD).unwrap_or_else(|e| panic!("stop: network: {e}"));
-    for ns in &net.hosts {
-        net.exec(ns, "sysctl", &["-qw", "net.ipv4.tcp_rmem=4096 16384 16384"]).unwrap();
-        net.exec(ns, "sysctl", &["-qw", "net.ipv4.tcp_wmem=4096 16384 16384"]).unwrap();
-    }
-    let mut world = World::start(exe(), WORLD, Some(net), &Layout::default(), &args, |_| vec![])
-        .unwrap_or_else(|e| panic!("stop: start: {e}"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    world.wait_oks(&[VICTIM], 3, deadline).unwrap_or_else(|e| panic!("sigstop warm-up: {e}"));
-    world.ranks[VICTIM].signal(Signal::STOP).unwrap();
-    let t0 = Instant::now();
+    assert!(PAUSE > LIVENESS + Duration::from_secs(30));
     // The premise: the stopped rank's left neighbour comes to probe a closed window (timer 4
     // in its /proc/net/tcp) before the liveness bound would have expired.
-    let net = world.net.as_ref().unwrap();
-    let probing = |table: &str| {
-        table
-            .lines()
-            .skip(1)
-            .any(|row| row.split_whitespace().nth(5).is_some_and(|tr| tr.starts_with("04:")))
-    };
-    loop {
-        let table = net.exec(&net.hosts[VICTIM - 1], "cat", &["/proc/net/tcp"]).unwrap();
-        if probing(&table) {
-            break;
-        }
-        assert!(
-            t0.elapsed() < LIVENESS,
-            "no zero-window probing towards the stopped rank:\n{table}"
-        );
-        thread::sleep(Duration::from_millis(200));
-    }
-    // While it is stopped, nobody may give up.
-    for (rank, child) in world.ranks.iter_mut().enumerate() {
-        if rank == VICTIM {
-            continue;
-        }
-        while let Some(line) = child.next_line(t0 + pause) {
+    let probing = |world: &World, t0: Instant| {
+        let net = world.net.as_ref().unwrap();
+        let probing = |table: &str| {
+            let rows = table.lines().skip(1);
+            rows.map(|row| row.split_whitespace().nth(5))
+                .any(|t| t.is_some_and(|t| t.starts_with("04:")))
+        };
+        loop {
+            let table = net.exec(&net.hosts[VICTIM - 1], "cat", &["/proc/net/tcp"]).unwrap();
+            if probing(&table) {
+                break;
+            }
             assert!(
-                !line.text.starts_with("ERR"),
-                "rank {rank} failed during the pause: {}",
-                line.text
+                t0.elapsed() < LIVENESS,
+                "no zero-window probing towards the stopped rank:\n{table}"
             );
-            assert!(!line.text.starts_with("WRONG"), "rank {rank}: {}", line.text);
+            thread::sleep(Duration::from_millis(200));
         }
-    }
-    thread::sleep((t0 + pause).saturating_duration_since(Instant::now()));
-    world.ranks[VICTIM].signal(Signal::CONT).unwrap();
-    let resumed = Instant::now();
-    let ends = outcomes("sigstop", &mut world, resumed, Duration::from_secs(180));
-    for (rank, (end, _)) in ends.iter().enumerate() {
-        assert_eq!(end, &End::Done, "sigstop: rank {rank} did not finish every call");
-    }
-    t0.elapsed()
+    };
+    paused_rank_is_waited_for(exe(), "sigstop", (WORLD, VICTIM), &[], probing)
 }
 
 #[test]
