@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::ring_of_threads;
+use silvic_core::fold;
 use silvic_net::{
     Collective, CollectiveError, FixedHistogram, FixedScale, Numbers, Reduction, TcpCollective,
     TrainerCollective,
@@ -80,7 +81,7 @@ fn i128_allreduces_over_sockets_are_exact() {
         for (len, sum, max) in calls {
             for i in 0..len {
                 let all = (0..world).map(|r| (i as i128 - 9) << (r * 60) | r as i128);
-                assert_eq!(sum[i], all.clone().fold(0, i128::wrapping_add), "len {len} [{i}]");
+                assert_eq!(sum[i], all.clone().fold(0, fold::sum_i128), "len {len} [{i}]");
                 assert_eq!(max[i], all.max().unwrap(), "len {len} [{i}]");
             }
         }
