@@ -359,9 +359,9 @@ fn simulate_prints_the_same_bytes_on_every_run() {
 
 #[test]
 fn simulate_forces_a_path_and_auto_is_the_real_choice() {
-    // World 4, 32 KiB: the cost model takes the ring (its cut is at 29 KiB).
+    // World 4, 64 KiB: the cost model takes the ring (its cut is at 35 KiB).
     let row = |path: &str| {
-        let out = run(&["--simulate", "--sizes", "32K", "--csv", "-q", "--path", path]);
+        let out = run(&["--simulate", "--sizes", "64K", "--csv", "-q", "--path", path]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout).lines().nth(1).unwrap().to_string()
     };
