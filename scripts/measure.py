@@ -12,6 +12,8 @@ and the load average around each round; then one CSV row per size, series and ro
     python3 scripts/measure.py simulator                                # the model: one round
     python3 scripts/measure.py fixed     [--rounds 3]                   # fixed point vs f64
     python3 scripts/measure.py paths     [--rounds 3] [--worlds 4,8,16] # auto against every path
+                                         [--beds relay,loopback,simulator]
+    python3 scripts/measure.py cut       [--rounds 3]                   # gather against ring
     python3 scripts/measure.py channels --base BIN [--rounds 5]         # channels on 2 cores
 
 Build silvic-bench first (`cargo build --release -p silvic-bench`). The loopback bed runs the
@@ -23,6 +25,9 @@ The paths bed runs `--path auto` and every path forced, interleaved, on the rela
 100 and 500 us) and on loopback with one process per rank, and once on the simulator at the same
 hops (10 Gbit/s links, a host per rank); each run's row also says what connect's probes measured
 (rank 0's log), for comparison with what the bed carries (the forced ring's busbw at 16 MiB).
+--beds re-measures some of its beds and keeps the file's rows of the others (a note says from
+which run). The cut bed runs the gather and the ring forced, interleaved, on loopback at worlds
+2 to 16 and sizes around the cut between them.
 The channels bed compares this build's channel counts with each other, and its small calls with
 --base, a silvic-bench built from the code before channels.
 """
@@ -348,7 +353,14 @@ def paths(args):
     sizes = "8,512,4K,32K,256K,1M,16M"
     worlds = [int(w) for w in args.worlds.split(",")]
     hops = (1, 100, 500)
+    beds = args.beds.split(",")
     r.flags = f" --worlds {args.worlds}" if args.worlds != "4,8,16" else ""
+    r.flags += f" --beds {args.beds}" if set(beds) != {"relay", "loopback", "simulator"} else ""
+    if set(beds) - {"relay", "loopback", "simulator"}:
+        sys.exit(f"--beds: relay, loopback or simulator, not {args.beds}")
+    keep = {"relay", "loopback", "simulator"} - set(beds)
+    if keep:
+        r.rows.extend(kept_rows(r, "paths", keep))
     common = ["--sizes", sizes, "--seconds-per-size", "0.3", "--warmup", "3", "--csv", "-q"]
     relay = "target/release/silvic-bench --threads --world W --link-delay-us D"
     r.series("relay", f"{relay} {shlex.join(common)} --path P")
@@ -372,7 +384,7 @@ def paths(args):
                            **{c: row[c] for c in PEER_COLUMNS},
                            "probe_hop_us": hop, "probe_bytes_per_us": rate})
 
-    for world in worlds:
+    for world in worlds if "simulator" in beds else []:
         for hop in hops:
             model = [BENCH, "--simulate", "--world", str(world), "--hop-us", str(hop),
                      "--link-gbit", "10"]
@@ -388,7 +400,8 @@ def paths(args):
             here = PATHS if world >= 8 else PATHS[:3]
             turn = (rnd - 1) % len(here)
             order = here[turn:] + here[:turn]
-            for bed, delay in [("relay", hop) for hop in hops] + [("loopback", "")]:
+            runs = [("relay", hop) for hop in hops] + [("loopback", "")]
+            for bed, delay in [(b, d) for b, d in runs if b in beds]:
                 for path in order:
                     print(f"round {rnd}: {bed} world {world} delay {delay} {path} (load "
                           f"{load()})", file=sys.stderr, flush=True)
@@ -396,6 +409,63 @@ def paths(args):
                     if bed == "relay":
                         command += ["--threads", "--link-delay-us", str(delay)]
                     record(*run(command, log, output=True), rnd, bed, delay, path)
+    r.loads.append(load())
+    return r
+
+
+def kept_rows(r, bed, keep):
+    """The rows of docs/results/BED.csv whose `bed` column is in `keep`, with a note of the run
+    that measured them (its own `#` lines), for a bed re-measured only in part."""
+    path = os.path.join(RESULTS, f"{bed}.csv")
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    said = {l[2:].split(":", 1)[0]: l[2:].split(":", 1)[1].strip()
+            for l in lines if l.startswith("# ") and ":" in l}
+    rows = [row for row in csv.DictReader(l for l in lines if not l.startswith("#"))
+            if row["bed"] in keep]
+    r.notes.append(f"the {' and '.join(sorted(keep))} rows are kept from an earlier run of this "
+                   f"bed, not re-measured: {said.get('measured', '?')}, commit "
+                   f"{said.get('commit', '?')}, load average {said.get('load average (1 min) before each round and after the last', '?')}")
+    return rows
+
+
+def cut(args):
+    """The gather and the ring forced on loopback, around the cut between them."""
+    r = Results("cut", "the cut between the gather and the ring on loopback, one process per "
+                "rank: both paths forced, at sizes around the cut (f64 sum)",
+                ["series", "round"] + PEER_COLUMNS + ["probe_hop_us"])
+    sizes = {2: "16K,32K,48K,64K,128K,256K,512K", 4: "8K,16K,24K,32K,40K,48K,64K,128K",
+             8: "8K,12K,16K,20K,24K,32K,48K", 16: "4K,8K,12K,16K,20K,24K,32K"}
+    paths = ("gather", "ring")
+    common = ["--seconds-per-size", "0.3", "--warmup", "3", "--csv", "-q"]
+    r.series("loopback", f"target/release/silvic-bench --world W --sizes S {shlex.join(common)} "
+             "--path P")
+    r.notes.append("W is the world; S its sizes (up to the gather's memory bound, 1 MiB "
+                   "gathered): " + "; ".join(f"{w}: {s}" for w, s in sizes.items()))
+    r.notes.append("P the path: gather and ring, in an order swapped every round")
+    r.notes.append("probe_hop_us: the hop connect's probes measured in that run (rank 0's "
+                   "`network measured` event at RUST_LOG=silvic_net::probe=debug); below 100 us "
+                   "the automatic path is the cut's, from 100 us the cost model's at the measured "
+                   "rates")
+    for rnd in range(1, args.rounds + 1):
+        r.loads.append(load())
+        turn = (rnd - 1) % len(paths)
+        for world, here in sizes.items():
+            for path in paths[turn:] + paths[:turn]:
+                print(f"round {rnd}: world {world} {path} (load {load()})", file=sys.stderr,
+                      flush=True)
+                command = [BENCH, "--world", str(world), "--sizes", here] + common + [
+                    "--path", path]
+                rows, output = run(command, {"RUST_LOG": "silvic_net::probe=debug"}, output=True)
+                probed = PROBED.search(output)
+                for row in rows:
+                    r.rows.append({"series": path, "round": rnd,
+                                   **{c: row[c] for c in PEER_COLUMNS},
+                                   "probe_hop_us": probed.group(1) if probed else ""})
+    r.loads.append(load())
+    return r
+
+
 def channels(args):
     """Channels on a small machine: the relay bed with each stream capped (C = 4 against C = 1),
     the CPU per call at 16 MiB (C = 4 against C = 1, on loopback), and loopback's small calls
@@ -446,7 +516,7 @@ def channels(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bed", choices=["loopback", "relay", "netns", "simulator", "fixed",
-                                        "paths", "channels"])
+                                        "paths", "cut", "channels"])
     parser.add_argument("--base", help="a silvic-bench built from the code before channels "
                         "(channels)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -455,13 +525,15 @@ def main():
     parser.add_argument("--python", default=sys.executable, help="a Python with xgboost")
     parser.add_argument("--gloo-python", default=sys.executable, help="a Python with torch")
     parser.add_argument("--worlds", default="4,8,16", help="the worlds (paths)")
+    parser.add_argument("--beds", default="relay,loopback,simulator",
+                        help="the beds to measure (paths); the file keeps the others' rows")
     parser.add_argument("--note", default="the machine was shared with other developers' builds "
                         "and tests while these ran (see the load average)")
     args = parser.parse_args()
     if not os.path.exists(BENCH):
         sys.exit(f"{BENCH} missing: cargo build --release -p silvic-bench")
     results = {"loopback": loopback, "relay": relay, "netns": netns,
-               "simulator": simulator, "fixed": fixed, "paths": paths,
+               "simulator": simulator, "fixed": fixed, "paths": paths, "cut": cut,
                "channels": channels}[args.bed](args)
     results.write(1 if args.bed == "simulator" else args.rounds, args.note)
 

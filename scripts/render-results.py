@@ -204,6 +204,23 @@ def fixed():
     return "\n".join(out) + "\n"
 
 
+def cut():
+    _, rows = load("cut")
+    cells = {k: median(v, "median_us") for k, v in group(rows, "world", "bytes", "series").items()}
+    out = [source("cut", rows, "median time of a call, f64 sum, one process per rank on "
+                  "loopback"), "",
+           "Each row: the two paths forced, and the ring's time over the gather's: below 1.00 "
+           "the ring is faster.", ""]
+    out.append("| world | size | gather | ring | ring / gather |")
+    out.append("|---:|---:|---:|---:|---:|")
+    for world, b in sorted({(int(r["world"]), int(r["bytes"])) for r in rows}):
+        gather, ring = (cells.get((str(world), str(b), p)) for p in ("gather", "ring"))
+        if gather and ring:
+            out.append(f"| {world} | {size(b)} | {duration(gather)} | {duration(ring)} | "
+                       f"{ring / gather:.2f} |")
+    return "\n".join(out) + "\n"
+
+
 def carries(path, world, b):
     """Whether a forced `path` carries a call of `b` bytes in a world of `world` (else the call
     takes the automatic path): chords from 8 ranks, the gathers within 1 MiB gathered."""
@@ -289,7 +306,7 @@ def channels():
 
 
 RENDERS = {"loopback": loopback, "relay": relay, "netns": netns, "simulator": simulator,
-           "fixed": fixed, "paths": paths, "channels": channels}
+           "fixed": fixed, "paths": paths, "cut": cut, "channels": channels}
 
 
 def busbw_plot():

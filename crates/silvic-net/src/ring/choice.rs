@@ -221,10 +221,9 @@ pub(crate) const SMALL_BYTES: usize = 4096;
 
 /// What one hop costs, in nanoseconds: a wake-up and a small frame's way to the neighbour. A
 /// loopback figure: with [`RATE_BYTES_PER_US`] it puts the cut where the two paths, each
-/// forced, measured alike on a shared 2-core machine (docs/results/cut.csv). The measured cut
-/// falls with the world faster than the model's, so this sits near the top of world 4's band
-/// where the paths measured within a few percent (keeping a call and one of twice its size, as an
-/// i128 histogram and its f64 twin, on one path) and a little above world 8's.
+/// forced, measured alike on a shared 2-core machine (docs/results/cut.csv): at world 4 where
+/// they cross, at worlds 8 and 16 a little above it (the measured crossing falls with the world
+/// faster than the model's cut).
 pub(crate) const HOP_NS: u64 = 12_000;
 
 /// The rate at which one rank's bytes leave it, in bytes per microsecond (1500 is 1.5 GB/s, a

@@ -160,11 +160,10 @@ fn the_model_picks_the_cheaper_path_within_the_memory_bound() {
     assert_eq!(gather_limit(1000), SMALL_BYTES - 1);
 }
 
-/// Loopback's cut against what the two paths measured (docs/results/cut.csv): at world 4 the
-/// gather up to 32 KiB, where the paths measured within a few percent (so an i128 histogram of
-/// 2,048 bins and its four checks takes the path its f64 twin of 16 KiB does), the ring from 48
-/// KiB, where the gather measured slower by a quarter; from world 8 the ring at 32 KiB and the
-/// gather at 16 KiB.
+/// Loopback's cut against where the two paths measured alike (docs/results/cut.csv): at world
+/// 4 the gather up to 32 KiB (so an i128 histogram of 2,048 bins and its four checks takes the
+/// path its f64 twin of 16 KiB does), the ring from 48 KiB; from world 8 the ring at 32 KiB
+/// and the gather at 16 KiB.
 #[test]
 fn the_loopback_cut_is_where_the_paths_measured_alike() {
     assert!(uses_gather(16 << 10, 4) && uses_gather((2048 + 4) * 16, 4));
