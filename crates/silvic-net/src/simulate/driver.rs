@@ -106,13 +106,42 @@ enum What {
 }
 
 /// One event: at `time`, `what` happened to `rank`'s `way`; `order` breaks ties by creation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// Events are ordered by `(time, order)` alone, compared as one integer (`order` is unique, so
+/// that is the whole order): a large world's run is mostly the heap's compares and moves, so
+/// an event is kept small and its compare one instruction.
+#[derive(Debug, Clone, Copy)]
 struct Event {
     time: u64,
     order: u64,
+    rank: u32,
+    way: u32,
     what: What,
-    rank: usize,
-    way: usize,
+}
+
+impl Event {
+    fn key(&self) -> u128 {
+        u128::from(self.time) << 64 | u128::from(self.order)
+    }
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Event {}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
 }
 
 /// Every rank's progress, flat: entry `rank * ways + way`.
@@ -145,7 +174,9 @@ impl<'p> World<'p> {
 
     fn push(&mut self, time: u64, what: What, rank: usize, way: usize) {
         self.order += 1;
-        self.events.push(Reverse(Event { time, order: self.order, what, rank, way }));
+        // A world is at most `super::MAX_WORLD` ranks, and a plan has a few ways a rank.
+        let (rank, way) = (rank as u32, way as u32);
+        self.events.push(Reverse(Event { time, order: self.order, rank, way, what }));
     }
 
     /// Runs `work` picoseconds of `rank`'s copying or folding, asked for at `now`, on its thread
@@ -216,19 +247,20 @@ impl<'p> World<'p> {
     }
 
     fn handle(&mut self, e: Event) {
-        let at = e.rank * self.ways + e.way;
+        let (rank, way) = (e.rank as usize, e.way as usize);
+        let at = rank * self.ways + way;
         match e.what {
             What::Sent => {
-                let plan = self.plan(e.rank);
-                let bytes = plan.header(e.way, self.sent[at]).len;
-                let to = plan.ways()[e.way].sends_to(e.rank, self.world);
+                let plan = self.plan(rank);
+                let bytes = plan.header(way, self.sent[at]).len;
+                let to = plan.ways()[way].sends_to(rank, self.world);
                 self.sent[at] += 1;
                 self.sending[at] = false;
                 self.frames += 1;
                 let arrives =
                     (e.time + self.model.hop_ps).max(self.in_free[to] + self.model.carry(bytes));
                 self.in_free[to] = arrives;
-                self.push(arrives, What::Arrived, to, e.way);
+                self.push(arrives, What::Arrived, to, way);
             }
             What::Arrived => self.arrived[at] += 1,
             What::Received => {
@@ -236,7 +268,7 @@ impl<'p> World<'p> {
                 self.receiving[at] = false;
             }
         }
-        self.poll(e.rank, e.time);
+        self.poll(rank, e.time);
     }
 
     /// The first rank with a frame left to send or receive.

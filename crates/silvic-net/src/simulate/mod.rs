@@ -369,10 +369,15 @@ struct VirtualLink {
     measured: seam::Network,
     spent: Outcome,
     stuck: Option<Stuck>,
-    /// The last plan driven ([`shape_of`]) and what it took: the probes repeat a call, and in
-    /// virtual time a repeat takes the same again.
-    last: Option<(Shape, Outcome)>,
+    /// The last few plans driven ([`shape_of`]) and what each took: the probes repeat calls
+    /// (the hop's, and the agreement after each round of shifts), and in virtual time a repeat
+    /// takes the same again.
+    driven: Vec<(Shape, Outcome)>,
 }
+
+/// The plans a [`VirtualLink`] remembers having driven: as many as the probes drive between
+/// two of the same shape (a round of shifts between two agreements of two numbers).
+const REMEMBERED: usize = 4;
 
 /// A plan as what it sends: its ways' routes, their frame counts, and every frame's header with
 /// the sequence number left out. Two plans of one shape take the same virtual time.
@@ -404,7 +409,7 @@ impl VirtualLink {
     /// A link over `model` whose plans read `measured`, no time spent yet.
     fn new(model: Model, measured: seam::Network) -> VirtualLink {
         let spent = Outcome { end_ps: 0, frames: 0 };
-        VirtualLink { model, measured, spent, stuck: None, last: None }
+        VirtualLink { model, measured, spent, stuck: None, driven: Vec::new() }
     }
 
     /// The virtual time spent so far, to the nanosecond.
@@ -438,14 +443,17 @@ impl Link for VirtualLink {
     fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), silvic_core::CollectiveError> {
         let world = plan.call().world;
         let shape = shape_of(plan);
-        if let Some((_, o)) = self.last.as_ref().filter(|(last, _)| *last == shape) {
+        if let Some((_, o)) = self.driven.iter().find(|(driven, _)| *driven == shape) {
             self.spent.end_ps += o.end_ps;
             self.spent.frames += o.frames;
             return Ok(());
         }
         match driver::drive(&[&*plan], world, self.model) {
             Ok(o) => {
-                self.last = Some((shape, o));
+                if self.driven.len() == REMEMBERED {
+                    self.driven.remove(0);
+                }
+                self.driven.push((shape, o));
                 self.spent.end_ps += o.end_ps;
                 self.spent.frames += o.frames;
                 Ok(())
