@@ -423,9 +423,20 @@ def kept_rows(r, bed, keep):
             for l in lines if l.startswith("# ") and ":" in l}
     rows = [row for row in csv.DictReader(l for l in lines if not l.startswith("#"))
             if row["bed"] in keep]
-    r.notes.append(f"the {' and '.join(sorted(keep))} rows are kept from an earlier run of this "
-                   f"bed, not re-measured: {said.get('measured', '?')}, commit "
-                   f"{said.get('commit', '?')}, load average {said.get('load average (1 min) before each round and after the last', '?')}")
+    # Rows the file itself kept from a run before it keep that run's note.
+    kept = re.compile(r"# note: the (\w+(?: and \w+)*) rows are kept from an earlier run")
+    fresh = set(keep)
+    for line in lines:
+        match = kept.match(line)
+        beds = set(match.group(1).split(" and ")) if match else set()
+        if beds and beds <= keep:
+            r.notes.append(line[len("# note: "):])
+            fresh -= beds
+    if fresh:
+        r.notes.append(f"the {' and '.join(sorted(fresh))} rows are kept from an earlier run of "
+                       f"this bed, not re-measured: {said.get('measured', '?')}, commit "
+                       f"{said.get('commit', '?')}, load average "
+                       f"{said.get('load average (1 min) before each round and after the last', '?')}")
     return rows
 
 
