@@ -12,14 +12,17 @@
 //!
 //! Invariants kept here: the scale is a pure function of the global max and row count, so every
 //! rank that agreed holds the same one; each value's quanta depend on that value alone; each
-//! bin's sum on a rank stays within `rows × 2^(m + e)` quanta, where `rows` are the rows the
-//! rank declared (an add that could pass it is refused, naming the bin): proved by count while
-//! a histogram not yet reduced has taken at most `rows` values (each adds less than
-//! `2^(m + e)` in magnitude), and checked at each add past that; a reduction checks, in the
-//! same allreduce, that every rank held the same scale and that their rows together are at most
+//! bin's sum on a rank stays within `rows × 2^(m + e)` quanta (the headroom), where `rows` are
+//! the rows the rank declared: every add checks the sum against it (the common case by the
+//! high word of the sum it adds to, a test that passes only sums that no value below the bound
+//! can take past it, and every other add exactly) and refuses, naming the bin, an add that
+//! would pass it; as each value adds at most `2^(m + e)` in magnitude, `rows` values never
+//! pass it; a reduction checks, in the same
+//! allreduce, that every rank held the same scale and that their rows together are at most
 //! `2^k`, so the reduced sums never wrapped.
 
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::{Collective, CollectiveError, Numbers, Reduction, TrainerCollective};
 
@@ -213,10 +216,8 @@ pub struct FixedHistogram {
     /// What an add checks against: the bound, and the most quanta a bin's sum may hold in
     /// magnitude (the headroom, `rows × 2^(m + e)`).
     adder: Adder,
-    /// The adds still proved to stay within the headroom without a check: the rows less the
-    /// values added since the histogram was made (each bin's sum is at most that many values'
-    /// worth); zero once reduced.
-    unchecked: u64,
+    /// The quanta of a unit of each f64 exponent's significand, for the adds' common case.
+    units: Units,
     /// The first add refused since the histogram was made: its reduction fails on every rank.
     refused: Option<CollectiveError>,
 }
@@ -230,8 +231,8 @@ impl FixedHistogram {
             sums,
             scale,
             rows: 0,
-            adder: Adder::new(scale.exponent, scale.bound(), 0),
-            unchecked: scale.local_rows,
+            adder: Adder::new(scale.exponent, scale.bound(), 0, 0),
+            units: Units::new(scale.exponent, scale.bound_exponent),
             refused: None,
         };
         hist.hold_rows(u128::from(scale.local_rows));
@@ -242,8 +243,8 @@ impl FixedHistogram {
     /// `2^126` quanta).
     fn hold_rows(&mut self, rows: u128) {
         self.rows = rows;
-        let headroom = rows << (SUM_BITS - self.scale.rows_exponent());
-        self.adder = Adder::new(self.scale.exponent, self.scale.bound(), headroom);
+        let most = 1u128 << (SUM_BITS - self.scale.rows_exponent());
+        self.adder = Adder::new(self.scale.exponent, self.scale.bound(), rows * most, most);
     }
 
     /// The number of bins.
@@ -269,32 +270,40 @@ impl FixedHistogram {
     /// ([`CollectiveError::Overflow`], naming the bin).
     #[inline]
     pub fn add(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
-        // The common case in a few instructions (the loop of a trainer's adds keeps no field
-        // in a register across a store to the sums), all else out of line.
-        let Some(unchecked) = self.unchecked.checked_sub(1) else {
-            return self.add_one(bin, value);
-        };
-        let Some(quanta) = self.adder.whole_quanta(value) else {
-            return self.add_one(bin, value);
-        };
-        let Some(slot) = self.sums.get_mut(bin) else {
-            return self.add_one(bin, value);
-        };
-        *slot = slot.wrapping_add(quanta);
-        self.unchecked = unchecked;
-        Ok(())
+        // The common case in a few instructions, all else out of line: a value held exactly
+        // (its exponent's unit is a whole number of quanta, below 2^63, and the value is below
+        // the bound: else the unit is 0), a bin of the histogram, and a sum whose high word
+        // says that no value below the bound can take it past the headroom.
+        let bits = value.to_bits();
+        let (unit, offset) = self.units.of(bits);
+        let (high, span) = (self.adder.high, self.adder.high_span);
+        if let (true, Some(slot)) = (unit != 0, self.sums.get_mut(bin)) {
+            if (((*slot >> 64) as i64).wrapping_add(high) as u64) < span {
+                let significand = bits.wrapping_add(offset) as i64;
+                *slot = slot.wrapping_add(i128::from(significand) * i128::from(unit));
+                return Ok(());
+            }
+        }
+        // The bits, not the value: a caller's loop then loads them into an integer register.
+        self.add_one(bin, bits)
     }
 
-    /// [`FixedHistogram::add`] in full: checked, and refusing.
+    /// [`FixedHistogram::add`] in full: checked exactly, and refusing.
     #[inline(never)]
-    fn add_one(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
+    fn add_one(&mut self, bin: usize, bits: u64) -> Result<(), CollectiveError> {
+        let value = f64::from_bits(bits);
         let adder = self.adder;
-        let Some(slot) = self.sums.get_mut(bin) else {
+        if bin >= self.bins() {
             return Err(self.no_bin(bin));
+        }
+        let quanta = self
+            .units
+            .whole_quanta(value)
+            .or_else(|| quantize_below(value, adder.bound, adder.exponent));
+        let Some(quanta) = quanta else {
+            return Err(self.refused(Refusal::Bound, bin, value));
         };
-        adder
-            .add(slot, &mut self.unchecked, value)
-            .map_err(|refusal| self.refused(refusal, bin, value))
+        adder.add_checked(&mut self.sums[bin], quanta).map_err(|r| self.refused(r, bin, value))
     }
 
     /// [`FixedHistogram::add`] of an f32 value (widened exactly).
@@ -315,7 +324,6 @@ impl FixedHistogram {
                 reason: format!("{} bins for {} values", bins.len(), values.len()),
             });
         }
-        let unchecked = self.unchecked;
         for (i, (&bin, &value)) in bins.iter().zip(values).enumerate() {
             let added = match bin.try_into() {
                 Ok(index) if index < self.bins() => self.add(index, value),
@@ -329,7 +337,6 @@ impl FixedHistogram {
                     let sum = &mut self.sums[index];
                     *sum = sum.wrapping_sub(quantize(value, self.adder.exponent));
                 }
-                self.unchecked = unchecked;
                 return Err(error);
             }
         }
@@ -403,8 +410,6 @@ impl FixedHistogram {
             });
         }
         self.hold_rows(rows.unsigned_abs());
-        // The sums now hold every rank's values: only a check can say what still fits.
-        self.unchecked = 0;
         Ok(())
     }
 
@@ -533,79 +538,28 @@ enum Refusal {
     Headroom,
 }
 
-/// An add's constants, read once from the histogram, so that a loop of adds keeps them in
-/// registers.
+/// An add's constants, read once from the histogram.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Adder {
     /// Every value must be below this in magnitude.
     bound: f64,
-    /// The bits of the smallest magnitude that is a whole number of quanta, shifted left by
-    /// one (past the sign), or `u64::MAX` where no normal value's exponent says so.
-    whole: u64,
-    /// How far above `whole` the shifted bits of a value in [`Adder::whole_quanta`]'s range
-    /// may lie: below the bound, and under `2^63` quanta per significand unit.
-    span: u64,
     exponent: i32,
+    /// The most quanta a bin's sum may hold in magnitude.
     headroom: u128,
+    /// The high word of the headroom less the most quanta one value makes, `2^(m + e)`: a sum
+    /// whose high word is at least `-high` and below `high` stays within the headroom with
+    /// any value below the bound added.
+    high: i64,
+    /// Twice `high`.
+    high_span: u64,
 }
 
 impl Adder {
-    fn new(exponent: i32, bound: f64, headroom: u128) -> Adder {
-        // A normal value of biased exponent b is `significand × 2^(b − 1075)`, so
-        // `significand × 2^(b − 1075 + exponent)` quanta: whole from b = 1075 − exponent up.
-        let (whole, span) = match u64::try_from(1075 - i64::from(exponent)) {
-            Ok(biased @ 1..=2047) => {
-                let span = (bound.to_bits() << 1).saturating_sub(biased << 53);
-                (biased << 53, span.min(63 << 53))
-            }
-            _ => (u64::MAX, 0),
-        };
-        Adder { bound, whole, span, exponent, headroom }
-    }
-
-    /// `value`'s quanta where it is a whole number of them, below the bound, and a unit of its
-    /// significand is at most `2^62` quanta; else `None`. That is every value held exactly
-    /// (see [`FixedScale`]) but, with fewer than `2^11` rows (`k < 11`), those in the top
-    /// `11 − k` binades below the bound; and none where a quantum is below `2^−1074` (a bound
-    /// below about `2^−948`).
-    ///
-    /// Exact: the signed significand times a power of two, one 64 × 64 → 128-bit multiply.
-    /// One unsigned compare says all three: the magnitude's bits, less the smallest whole
-    /// value's, are below `span` (NaN's and infinities' are above any bound's).
-    #[inline(always)]
-    fn whole_quanta(self, value: f64) -> Option<i128> {
-        let bits = value.to_bits();
-        let above_whole = (bits << 1).wrapping_sub(self.whole);
-        if above_whole >= self.span {
-            return None;
-        }
-        // The exponent above the smallest whole value's: the power of two of a unit.
-        let power = 1i64 << ((above_whole >> 53) & 63);
-        let sign = (bits as i64) >> 63;
-        let significand = ((bits << 11 | 1 << 63) >> 11) as i64;
-        Some(i128::from((significand ^ sign) - sign) * i128::from(power))
-    }
-
-    /// `value`'s quanta, rounded to nearest, ties to even; `None` where it is not below the
-    /// bound (NaN and infinities included).
-    #[inline(always)]
-    fn quanta(self, value: f64) -> Option<i128> {
-        self.whole_quanta(value).or_else(|| quantize_below(value, self.bound, self.exponent))
-    }
-
-    /// Adds `value`'s quanta to `slot`, or says why not (leaving it as it was): unchecked while
-    /// `unchecked` (the adds proved within the headroom) lasts, counting it down.
-    #[inline(always)]
-    fn add(self, slot: &mut i128, unchecked: &mut u64, value: f64) -> Result<(), Refusal> {
-        let Some(quanta) = self.quanta(value) else {
-            return Err(Refusal::Bound);
-        };
-        if *unchecked > 0 {
-            *unchecked -= 1;
-            *slot = slot.wrapping_add(quanta);
-            return Ok(());
-        }
-        self.add_checked(slot, quanta)
+    /// `most` is the most quanta one value makes (`2^(m + e)`), `headroom` a bin's.
+    fn new(exponent: i32, bound: f64, headroom: u128, most: u128) -> Adder {
+        // headroom <= 2^126, so its high word is at most 2^62 and twice it fits a u64.
+        let high = i64::try_from(headroom.saturating_sub(most) >> 64).expect("within 2^126");
+        Adder { bound, exponent, headroom, high, high_span: 2 * high as u64 }
     }
 
     #[inline(always)]
@@ -623,8 +577,94 @@ impl Adder {
     }
 }
 
-/// [`Adder::quanta`] of the values [`Adder::whole_quanta`] leaves, out of the adds' loops (and
-/// given numbers, not the adder, which a loop would copy to memory at every value for it).
+/// A normal f64's implicit leading bit.
+const IMPLICIT: u64 = 1 << 52;
+
+/// For each f64 sign and biased exponent (a value's top 12 bits), the signed quanta of a unit
+/// of its significand, `±2^(biased − 1075 + exponent)`, where that is a whole number from
+/// `2^0` to `2^62` and the exponent's values are normal and below the bound; 0 for every
+/// other exponent (zeros, subnormals, infinities and NaNs included). A value whose unit is not
+/// 0 is `significand × unit` quanta exactly: one 64 × 64 → 128-bit multiply. That is every
+/// value held exactly (see [`FixedScale`]) but, with fewer than `2^11` rows (`k < 11`), those
+/// in the top `11 − k` binades below the bound.
+///
+/// Beside each unit, what added to a value's bits makes its significand (the implicit bit set,
+/// sign and exponent cleared), so that the adds' common case takes both from one table with
+/// one index. The table (64 KiB) depends on the scale alone, and the histograms of a scale
+/// share one: the last few scales' tables are kept.
+#[derive(Clone)]
+struct Units {
+    /// The scale's exponent and bound exponent.
+    key: (i32, i32),
+    /// The units at `top`, the significands' offsets at `top + 4096`.
+    table: Arc<[i64; 8192]>,
+}
+
+/// How many scales' tables [`Units::new`] keeps for the next histograms.
+const KEPT_TABLES: usize = 4;
+
+impl Units {
+    fn new(exponent: i32, bound_exponent: i32) -> Units {
+        static KEPT: Mutex<Vec<Units>> = Mutex::new(Vec::new());
+        let key = (exponent, bound_exponent);
+        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(units) = kept.iter().find(|units| units.key == key) {
+            return units.clone();
+        }
+        let mut table = vec![0i64; 8192];
+        for (top, offset) in table[4096..].iter_mut().enumerate() {
+            *offset = IMPLICIT.wrapping_sub((top as u64) << 52) as i64;
+        }
+        // Normal exponents only: a value of biased exponent b is below 2^(b − 1022), and all
+        // of its binade is below the bound 2^m when b − 1022 <= m.
+        for biased in 1..=2046i64 {
+            let unit = biased - 1075 + i64::from(exponent);
+            if (0..=62).contains(&unit) && biased - 1022 <= i64::from(bound_exponent) {
+                table[biased as usize] = 1 << unit;
+                table[biased as usize | 2048] = -(1 << unit);
+            }
+        }
+        let table = Arc::<[i64]>::from(table).try_into().expect("8192 entries");
+        let units = Units { key, table };
+        if kept.len() == KEPT_TABLES {
+            kept.remove(0);
+        }
+        kept.push(units.clone());
+        units
+    }
+
+    /// The unit of the value with these bits (0 where the common case does not hold it), and
+    /// the offset that makes its significand.
+    #[inline(always)]
+    fn of(&self, bits: u64) -> (i64, u64) {
+        let top = (bits >> 52) as usize;
+        (self.table[top], self.table[top + 4096] as u64)
+    }
+
+    /// `value`'s quanta where its unit is not 0; else `None`.
+    #[inline]
+    fn whole_quanta(&self, value: f64) -> Option<i128> {
+        let bits = value.to_bits();
+        let (unit, offset) = self.of(bits);
+        let significand = bits.wrapping_add(offset) as i64;
+        (unit != 0).then(|| i128::from(significand) * i128::from(unit))
+    }
+}
+
+impl PartialEq for Units {
+    fn eq(&self, other: &Units) -> bool {
+        // The table is a function of the key.
+        self.key == other.key
+    }
+}
+
+impl fmt::Debug for Units {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Units").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+/// The quanta of the values [`Units::whole_quanta`] leaves, out of the adds' loops.
 #[cold]
 #[inline(never)]
 fn quantize_below(value: f64, bound: f64, exponent: i32) -> Option<i128> {
