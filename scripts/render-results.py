@@ -188,7 +188,8 @@ def fixed():
     out = [source("fixed", rows, "fixed point against f64; the allreduce at world "
                   f"{', '.join(worlds)}, one process per rank on loopback"), "",
            "The last column is the median over the rounds of each round's fixed-point time over "
-           "its f64 time, the two timed in turn.", ""]
+           "its f64 time, the two timed in turn; in the rows of the same bytes, over the f64 "
+           "time of twice the bins in the same round (the same run, not in turn).", ""]
     out.append("| | f64 | fixed point | fixed / f64 |")
     out.append("|---|---:|---:|---:|")
     names = {"add": "a value added: `FixedHistogram::add` against `hist[bin] += value`",
@@ -200,6 +201,17 @@ def fixed():
     allreduce = sorted((int(n), c) for (s, n), c in cells.items() if s == "allreduce")
     for n, (f64, fixed_, ratio) in allreduce:
         name = f"allreduce of {n} bins ({size(8 * n)} f64, {size(16 * n)} i128)"
+        out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
+    # The same bytes: i128 of N bins against f64 of 2N bins, from the same round's rows.
+    timed = {(r["round"], int(r["elements"])): r for r in rows if r["series"] == "allreduce"}
+    for n, _ in allreduce:
+        pairs = [(float(timed[(rnd, 2 * n)]["f64"]), float(r["fixed"]))
+                 for (rnd, m), r in timed.items() if m == n and (rnd, 2 * n) in timed]
+        if not pairs:
+            continue
+        f64, fixed_ = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+        ratio = statistics.median(b / a for a, b in pairs)
+        name = f"allreduce of the same bytes: {n} bins i128 against {2 * n} bins f64 ({size(16 * n)})"
         out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
     return "\n".join(out) + "\n"
 
