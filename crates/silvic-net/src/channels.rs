@@ -25,7 +25,9 @@
 //!   neighbour never times out a stream whose last frames wait behind its closed window.
 //! - **Threads.** No thread is made per call; none for `C = 1`. Dropping a [`Crew`] joins its
 //!   threads: it waits for every pool thread's exit, a bounded wait (they are idle between
-//!   calls), never a hang.
+//!   calls), never a hang. A pool thread's link never spins before it blocks in poll(2)
+//!   (`TcpRing::never_spin`): channel 0, on the calling thread, spins as a call of one channel
+//!   does.
 //!
 //! No unsafe code: the pool's scoped jobs (rayon's `in_place_scope` and `spawn_broadcast`)
 //! hand each thread its channel's `&mut` link and pieces, which outlive the scope.
@@ -76,6 +78,7 @@ impl Crew {
     ) -> std::io::Result<Crew> {
         for ring in &mut rings {
             ring.wake_on(waker.clone());
+            ring.never_spin();
         }
         let exited = Arc::new((Mutex::new(0), Condvar::new()));
         let on_exit = exited.clone();

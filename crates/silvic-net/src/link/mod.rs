@@ -55,7 +55,8 @@
 //! - Every stream that carries data has its own liveness watch: a neighbour alive behind a
 //!   closed window is waited for up to the collective timeout, whichever way the data flows.
 //! - A rank waits by spinning (yielding the core on every turn) for at most [`SPIN`] after its
-//!   last progress, then blocks in poll(2): short waits skip a wake-up, long ones cost no CPU.
+//!   last progress (none on a channel's own thread, [`TcpRing::never_spin`]), then blocks in
+//!   poll(2): short waits skip a wake-up, long ones cost no CPU.
 //!   A frame that came in and lets a frame of at most [`FORWARD_AT_ONCE`] bytes go is
 //!   forwarded before the core is yielded.
 //!
@@ -134,6 +135,8 @@ pub(crate) struct TcpRing {
     /// What ends this channel's part of a call when another channel of this rank fails
     /// (`crate::channels`): on a ring of several channels.
     waker: Option<Arc<Waker>>,
+    /// How long a call spins after its last progress before it blocks: [`SPIN`], or none.
+    spin: Duration,
 }
 
 /// What the streams show the loop at a turn's end: where the call's path and length are known,
@@ -165,7 +168,17 @@ impl TcpRing {
             network: Network::UNMEASURED,
             forced: Forced::default(),
             waker: None,
+            spin: SPIN,
         }
+    }
+
+    /// Blocks in poll(2) as soon as a turn moves nothing, never spinning first: for the links of
+    /// a rank's further channels (`crate::channels`), whose calls are large and run on threads
+    /// of their own, one per channel. Spinning on each of them cost CPU and speed alike where
+    /// the channels' threads share cores (docs/results/channels.csv), and a large call's frames
+    /// pay a wake-up seldom.
+    pub(crate) fn never_spin(&mut self) {
+        self.spin = Duration::ZERO;
     }
 
     /// Wakes on `waker` from now on: a trip of it ends the call in progress, and every later
@@ -343,7 +356,7 @@ impl TcpRing {
             let Waits { on: waited, reads, writes } = waits;
             free = writes;
             self.watch.check_until(now, waited, self.streams.rank)?;
-            if now.saturating_duration_since(self.watch.last_progress()) < SPIN {
+            if now.saturating_duration_since(self.watch.last_progress()) < self.spin {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
                 std::thread::yield_now();
