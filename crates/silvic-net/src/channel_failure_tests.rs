@@ -3,10 +3,12 @@
 //! that resets one flow does). Every rank's call ends, on every channel, long before the
 //! collective timeout, with one error naming a rank at an end of the broken stream, and that
 //! error sticks. Bounded: the collective timeout is far past [`LIMIT`], so a channel the
-//! failure did not end would fail the test by the limit, not by its timeout.
+//! failure did not end would fail the test by the limit, not by its timeout. And a failed
+//! channel ends the rank's other channels while they wait on a peer that no failure of theirs
+//! could end (the waker's work: these tests fail by the limit where the waker is not tripped).
 
 use std::net::Shutdown;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -118,4 +120,59 @@ fn a_stream_of_channel_2_that_breaks_mid_call_fails_every_channel_of_every_rank(
 #[test]
 fn a_stream_of_the_last_channel_that_breaks_mid_call_fails_every_channel_of_every_rank() {
     one_broken_stream_fails_every_channel(CHANNELS - 1);
+}
+
+/// Breaks channel `channel`'s stream from rank 2 to rank 3 between two calls, and holds rank 3
+/// out of the second call until rank 2's has returned: rank 2's other channels wait on rank 3
+/// then, so only the waker (the failed channel tripping it) can end them. Rank 2's call must
+/// fail naming rank 3, and return while rank 3 is still held out; every other rank fails too.
+/// Without the waker rank 2 would wait for rank 3, which waits for rank 2 until [`LIMIT`].
+fn a_failed_channel_ends_the_others_while_they_wait(channel: usize) {
+    let (first_done, rank3_done) = mpsc::channel::<()>();
+    let (second_failed, rank2_failed) = mpsc::channel::<()>();
+    let (rank3_done, rank2_failed) =
+        (Arc::new(Mutex::new(rank3_done)), Arc::new(Mutex::new(rank2_failed)));
+    let results = ring_of_channels(move |rank, mut ring| {
+        let mut buf: Vec<f64> = (0..LEN).map(|i| (i % 97) as f64 + rank as f64).collect();
+        ring.allreduce_sum_f64(&mut buf).expect("the first call, before the break, passes");
+        let mut held_out = true;
+        if rank == BROKEN.0 {
+            // Rank 3 has all it needs of the first call before its stream breaks.
+            let rank3 = rank3_done.lock().unwrap().recv_timeout(LIMIT);
+            rank3.expect("rank 3 finishes its first call");
+            let stream = match channel {
+                0 => ring.ring.as_ref().expect("a ring").stream_to(BROKEN.1),
+                c => ring.crew.as_ref().expect("a crew").link(c).stream_to(BROKEN.1),
+            };
+            stream.shutdown(Shutdown::Both).unwrap();
+        } else if rank == BROKEN.1 {
+            first_done.send(()).unwrap();
+            held_out = rank2_failed.lock().unwrap().recv_timeout(LIMIT).is_ok();
+        }
+        let error = ring.allreduce_sum_f64(&mut buf).expect_err("the second call fails");
+        if rank == BROKEN.0 {
+            second_failed.send(()).unwrap();
+        }
+        (error, held_out)
+    });
+    for (rank, (error, held_out)) in results.into_iter().enumerate() {
+        let case = format!("channel {channel}, rank {rank}");
+        assert!(held_out, "{case}: rank 2's call did not end while rank 3 was held out");
+        let named = error.peer();
+        assert!(named == Some(BROKEN.0) || named == Some(BROKEN.1), "{case}: {error}");
+        if rank == BROKEN.0 {
+            assert_eq!(named, Some(BROKEN.1), "{case}: rank 2 names its broken stream's peer");
+        }
+        assert!(!matches!(error, CollectiveError::Timeout { .. }), "{case}: {error}");
+    }
+}
+
+#[test]
+fn a_failed_channel_0_ends_the_other_channels_while_they_wait_on_a_peer() {
+    a_failed_channel_ends_the_others_while_they_wait(0);
+}
+
+#[test]
+fn a_failed_further_channel_ends_channel_0_and_the_others_while_they_wait_on_a_peer() {
+    a_failed_channel_ends_the_others_while_they_wait(CHANNELS - 1);
 }
