@@ -709,7 +709,7 @@ mod tests {
     /// small buffers (as a resumed rank does), is waited for: its stream's raised
     /// TCP_USER_TIMEOUT is not put back when the window opens, where the kernel's zero-window
     /// clock, still running from the pause, would fail the stream at its next closed window.
-    /// The bound is scaled down to 1 s and the checks to 500 ms on this thread (the link runs
+    /// The bound is scaled down to 2 s and the checks to 500 ms on this thread (the link runs
     /// here), so the pause takes seconds; the neighbour's reads come closer together than the
     /// checks, as a stream's writes do in a call that moves. Linux only: elsewhere nothing is
     /// raised (`crate::liveness`).
@@ -718,8 +718,8 @@ mod tests {
     fn a_neighbour_paused_past_the_liveness_bound_then_reading_slowly_is_waited_for() {
         use socket2::{Domain, SockRef, Socket, Type};
         const LEN: usize = 256 * 1024;
-        let bound = Duration::from_secs(1);
-        crate::liveness::scale_on_this_thread(bound, bound / 2);
+        let bound = Duration::from_secs(2);
+        crate::liveness::scale_on_this_thread(bound, bound / 4);
         // Rank 2's end takes small segments into a small buffer, so that its window closes and
         // then opens a little at a time, as through the test bed's 16 KiB buffers.
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -756,7 +756,7 @@ mod tests {
                 }
                 got.extend_from_slice(&chunk[..n]);
                 if turn < 8 {
-                    std::thread::sleep(bound * 2 / 5);
+                    std::thread::sleep(bound / 5);
                 }
             }
             (rank2, got)
