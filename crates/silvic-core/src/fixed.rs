@@ -270,22 +270,31 @@ impl FixedHistogram {
     /// ([`CollectiveError::Overflow`], naming the bin).
     #[inline]
     pub fn add(&mut self, bin: usize, value: f64) -> Result<(), CollectiveError> {
-        // The common case in a few instructions, all else out of line: a value held exactly
-        // (its exponent's unit is a whole number of quanta, below 2^63, and the value is below
-        // the bound: else the unit is 0), a bin of the histogram, and a sum whose high word
-        // says that no value below the bound can take it past the headroom.
+        // The bits, not the value: a caller's loop then loads them into an integer register.
         let bits = value.to_bits();
+        if self.add_common(bin, bits) {
+            return Ok(());
+        }
+        self.add_one(bin, bits)
+    }
+
+    /// Adds the value with these bits where it is the common case, in a few instructions, and
+    /// says whether it did: a value held exactly (its exponent's unit is a whole number of
+    /// quanta, below 2^63, and the value is below the bound: else the unit is 0), a bin of the
+    /// histogram, and a sum whose high word says that no value below the bound can take it
+    /// past the headroom. [`FixedHistogram::add_one`] does the rest.
+    #[inline(always)]
+    fn add_common(&mut self, bin: usize, bits: u64) -> bool {
         let (unit, offset) = self.units.of(bits);
         let (high, span) = (self.adder.high, self.adder.high_span);
         if let (true, Some(slot)) = (unit != 0, self.sums.get_mut(bin)) {
             if (((*slot >> 64) as i64).wrapping_add(high) as u64) < span {
                 let significand = bits.wrapping_add(offset) as i64;
                 *slot = slot.wrapping_add(i128::from(significand) * i128::from(unit));
-                return Ok(());
+                return true;
             }
         }
-        // The bits, not the value: a caller's loop then loads them into an integer register.
-        self.add_one(bin, bits)
+        false
     }
 
     /// [`FixedHistogram::add`] in full: checked exactly, and refusing.
@@ -325,22 +334,44 @@ impl FixedHistogram {
             });
         }
         for (i, (&bin, &value)) in bins.iter().zip(values).enumerate() {
-            let added = match bin.try_into() {
-                Ok(index) if index < self.bins() => self.add(index, value),
-                _ => Err(self.refuse(CollectiveError::InvalidArgument {
-                    reason: format!("bin {bin} of value {i} is not a bin of {}", self.bins()),
-                })),
-            };
-            if let Err(error) = added {
-                for (&bin, &value) in bins[..i].iter().zip(values) {
-                    let index: usize = bin.try_into().unwrap_or_else(|_| unreachable!("added"));
-                    let sum = &mut self.sums[index];
-                    *sum = sum.wrapping_sub(quantize(value, self.adder.exponent));
-                }
-                return Err(error);
+            // A bin that is no usize is past the last: usize::MAX.
+            let index = bin.try_into().unwrap_or(usize::MAX);
+            if !self.add_common(index, value.to_bits()) {
+                self.add_many_one(bins, values, i)?;
             }
         }
         Ok(())
+    }
+
+    /// Value `i` of [`FixedHistogram::add_many`], which the common case did not add: added in
+    /// full, or refused with the values before it taken back out. Out of the batch's loop, so
+    /// that the loop keeps what it needs in registers.
+    #[cold]
+    #[inline(never)]
+    fn add_many_one<B>(
+        &mut self,
+        bins: &[B],
+        values: &[f64],
+        i: usize,
+    ) -> Result<(), CollectiveError>
+    where
+        B: Copy + TryInto<usize> + fmt::Display,
+    {
+        let (bin, value) = (bins[i], values[i]);
+        let added = match bin.try_into() {
+            Ok(index) if index < self.bins() => self.add_one(index, value.to_bits()),
+            _ => Err(self.refuse(CollectiveError::InvalidArgument {
+                reason: format!("bin {bin} of value {i} is not a bin of {}", self.bins()),
+            })),
+        };
+        if added.is_err() {
+            for (&bin, &value) in bins[..i].iter().zip(values) {
+                let index: usize = bin.try_into().unwrap_or_else(|_| unreachable!("added"));
+                let sum = &mut self.sums[index];
+                *sum = sum.wrapping_sub(quantize(value, self.adder.exponent));
+            }
+        }
+        added
     }
 
     /// The error of a refused add, kept for the reduction.
