@@ -23,7 +23,7 @@
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
-use silvic_net::TcpCollective;
+use silvic_net::{AllreducePath, TcpCollective};
 
 use crate::data::{Call, Kind, mixed_call, run_and_check};
 
@@ -67,6 +67,8 @@ pub struct RankArgs {
     pub warmup: u64,
     /// Force this many channels (`ConnectOptions::channels`); else the ring chooses.
     pub channels: Option<usize>,
+    /// Force this allreduce path (`ConnectOptions::allreduce`); else the ring chooses per call.
+    pub path: AllreducePath,
 }
 
 impl RankArgs {
@@ -89,6 +91,7 @@ impl RankArgs {
             report: 1,
             warmup: 0,
             channels: None,
+            path: AllreducePath::Auto,
         };
         for word in words {
             let (k, v) = word.split_once('=').ok_or_else(|| format!("not key=value: {word}"))?;
@@ -111,6 +114,7 @@ impl RankArgs {
                 "report" => a.report = num(v)?.max(1),
                 "warmup" => a.warmup = num(v)?,
                 "channels" => a.channels = Some(num(v)? as usize),
+                "path" => a.path = v.parse().map_err(|e| format!("{k}={v}: {e}"))?,
                 _ => return Err(format!("unknown argument {k}")),
             }
         }
@@ -205,9 +209,10 @@ pub fn main(words: &[String]) -> i32 {
     let addresses: Vec<String> =
         line.trim().strip_prefix("ADDRS ").unwrap_or("").split(' ').map(String::from).collect();
     let connect_timeout = Duration::from_secs_f64(args.connect_timeout);
+    let options = silvic_net::ConnectOptions::new().allreduce(args.path);
     let options = match args.channels {
-        Some(n) => silvic_net::ConnectOptions::new().channels(n),
-        None => silvic_net::ConnectOptions::new(),
+        Some(n) => options.channels(n),
+        None => options,
     };
     let (rank, token) = (args.rank, &args.token);
     let connected = TcpCollective::connect_with_options(

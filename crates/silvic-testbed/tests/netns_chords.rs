@@ -124,10 +124,12 @@ fn assert_all_name(fault: &str, ends: &[(End, Option<Duration>)], except: usize,
 
 #[test]
 fn netns_sigkill_at_eight_hosts_with_chords_fails_every_survivor_naming_it() {
-    // The chords carry no data here (hops are short), but a killed rank's streams close on
-    // all of them, and every survivor fails at once, naming it.
+    // The chords carry no data here (the ring path, forced: on a loaded machine a bare
+    // bridge's hop can measure long enough for the choice to take a chord path), but a killed
+    // rank's streams close on all of them, and every survivor fails at once, naming it.
     require("netns_sigkill_chords");
-    let mut world = start("kill8", &Layout::default(), &["kind=sum_f64", "bytes=1048576"]);
+    let args = ["kind=sum_f64", "bytes=1048576", "path=ring"];
+    let mut world = start("kill8", &Layout::default(), &args);
     let t0 = Instant::now();
     world.ranks[VICTIM].signal(Signal::KILL).unwrap();
     let fault = "sigkill, 8 ranks with chords";
@@ -205,13 +207,14 @@ fn netns_a_chord_whose_packets_are_all_dropped_fails_every_rank_naming_its_ends(
     assert!(worst >= Duration::from_secs(5), "{fault}: failed after {worst:?}");
 }
 
-/// Rank 2 SIGSTOPped with a 3 s collective timeout, on the bare bridge (chords carry no data):
-/// rank 2's chord peers do not wait on it, so they must not time out on it, and every rank
-/// still names it.
+/// Rank 2 SIGSTOPped with a 3 s collective timeout, on the bare bridge with the ring path
+/// forced (chords carry no data; left to choose, a loaded machine's bridge can measure a hop
+/// long enough for a chord path): rank 2's chord peers do not wait on it, so they must not
+/// time out on it, and every rank still names it.
 #[test]
 fn netns_a_stopped_rank_of_eight_with_chords_is_blamed_by_every_rank() {
     require("netns_stop_blame_chords");
-    let args = ["kind=sum_f64", "bytes=1048576", "timeout=3"];
+    let args = ["kind=sum_f64", "bytes=1048576", "timeout=3", "path=ring"];
     let mut world = start("blame8", &Layout::default(), &args);
     assert_chords_idle(&mut world, &[(VICTIM, 0), (VICTIM, 4), (VICTIM, 6)]);
     let t0 = Instant::now();
