@@ -147,28 +147,12 @@ except PlacementError as e:
 
 def test_form_ring_names_the_actors_ray_cannot_place_within_30s(tmp_path: Any) -> None:
     import ast
-    import os
-    import shutil
-    import subprocess
-    import sys
-    import tempfile
+
+    from own_ray import run_own_ray
 
     script = tmp_path / "unplaceable.py"
     script.write_text(_UNPLACEABLE)
-    temp = tempfile.mkdtemp(prefix="svray2-")  # short: Ray's socket paths must fit 107 bytes
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-    try:
-        done = subprocess.run(
-            [sys.executable, str(script), temp],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
-    out = done.stdout
-    assert "RAISED" in out, f"stdout: {out}\nstderr: {done.stderr[-3000:]}"
+    out = run_own_ray(script, [], timeout=120)
     took = float(out.split("RAISED after ")[1].split(" s")[0])
     assert took < 30.0, out
     # Which two Ray left out is Ray's choice; two of the four, named.
