@@ -301,8 +301,7 @@ pub(crate) fn window(network: Network) -> usize {
 ///   of many ranks on few cores) the index's extra bytes keep the ring.
 pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Network) -> Path {
     use Path::{Bruck, Gather, Ring};
-    let rated = network.bytes_per_us != Network::UNMEASURED_RATE;
-    if !network.long_hops() || !(rated || network.chords) {
+    if !by_model(network) {
         return if uses_gather(bytes, world) { Gather } else { Ring };
     }
     let candidates: &[Path] = if !network.chords {
@@ -312,6 +311,13 @@ pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Netw
         if one_chunk { &Path::ALL } else { &[Ring, Gather, Bruck] }
     };
     cheapest(candidates, bytes, elem, world, model_of(network)).unwrap_or(Ring)
+}
+
+/// Whether [`chosen_path`] weighs the paths in the cost model on `network` (long hops, with a
+/// measured rate or chord streams), rather than cutting at [`uses_gather`]'s loopback constants.
+fn by_model(network: Network) -> bool {
+    let rated = network.bytes_per_us != Network::UNMEASURED_RATE;
+    network.long_hops() && (rated || network.chords)
 }
 
 /// The cost model's network for what a ring measured: its hop, and where its rates were
@@ -329,14 +335,25 @@ pub(crate) fn model_of(network: Network) -> Model {
     }
 }
 
-/// The cut on `network` for a world of `world`, for the log: the model's rate ([`model_of`]:
-/// the measured one, or loopback's), then at sizes from 8 B to 64 MiB (f64 elements), the path
-/// [`chosen_path`] takes and the time the cost model gives it on that model.
+/// The cut on `network` for a world of `world`, for the log: what the rule cut with (short
+/// hops: [`uses_gather`]'s loopback constants, whatever was measured; else the model's rate,
+/// [`model_of`]: the measured one, or loopback's), then at sizes from 8 B to 64 MiB (f64
+/// elements), the path [`chosen_path`] takes and the time that model gives it.
 pub(crate) fn describe_cuts(world: usize, network: Network) -> String {
-    let model = model_of(network);
-    let rate = match network.bytes_per_us {
-        Network::UNMEASURED_RATE => format!("loopback's {} B/us, folds free", model.bytes_per_us),
-        measured => format!("measured {measured} B/us, folds {} B/us", network.folds_per_us),
+    let (model, rate) = if !by_model(network) {
+        let constants = (HOP_NS / 1000, RATE_BYTES_PER_US);
+        let rate =
+            format!("short hops, loopback's {} us hops and {} B/us", constants.0, constants.1);
+        (Model::LOOPBACK, rate)
+    } else {
+        let model = model_of(network);
+        let rate = match network.bytes_per_us {
+            Network::UNMEASURED_RATE => {
+                format!("loopback's {} B/us, folds free", model.bytes_per_us)
+            }
+            measured => format!("measured {measured} B/us, folds {} B/us", network.folds_per_us),
+        };
+        (model, rate)
     };
     let sizes = [8, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20];
     let cut = sizes.map(|bytes| {

@@ -240,8 +240,16 @@ fn with_chords_and_long_hops_the_cut_takes_every_path_and_else_todays() {
 
 #[test]
 fn the_logged_cut_names_the_rate_it_was_made_at() {
-    let loopback = describe_cuts(4, Network { hop_ns: 30_000, ..Network::UNMEASURED });
-    assert!(loopback.starts_with("at loopback's 1500 B/us, folds free: 8 B Gather"), "{loopback}");
+    // Short hops cut at loopback's constants, whatever rate was measured: the line says so.
+    let short = "at short hops, loopback's 12 us hops and 1500 B/us: 8 B Gather";
+    for bytes_per_us in [Network::UNMEASURED_RATE, 300] {
+        let network = Network { hop_ns: 30_000, bytes_per_us, ..Network::UNMEASURED };
+        let loopback = describe_cuts(4, network);
+        assert!(loopback.starts_with(short), "{loopback}");
+    }
+    let chords = Network { hop_ns: 200_000, chords: true, ..Network::UNMEASURED };
+    let unmeasured = describe_cuts(4, chords);
+    assert!(unmeasured.starts_with("at loopback's 1500 B/us, folds free: 8 B"), "{unmeasured}");
     let bed = Network { hop_ns: 200_000, chords: false, bytes_per_us: 300, folds_per_us: 300 };
     let measured = describe_cuts(4, bed);
     let start = "at measured 300 B/us, folds 300 B/us: 8 B Gather";
