@@ -109,3 +109,34 @@ fn a_rank_joining_from_env_says_rank_0_does_not_answer_while_it_waits() {
     assert!(line.contains("rank 0 has not answered; last error:"), "{line}");
     assert!(line.contains("check that rank 0 is running"), "{line}");
 }
+
+#[test]
+fn a_rendezvous_host_that_does_not_resolve_is_named_at_the_first_failure_then_retried() {
+    // `.invalid` never resolves (RFC 6761); a typo in a host name looks the same.
+    let host = "silvic-start-warnings.invalid";
+    let marker = format!("cannot resolve the rendezvous host {host:?}");
+    let timeout = Duration::from_secs(4);
+    let (outcome, warnings) = watch_warnings(&marker, move || {
+        let vars = move |name: &str| match name {
+            "SILVIC_RANK" => Some("1".to_string()),
+            "SILVIC_WORLD_SIZE" => Some("2".to_string()),
+            "SILVIC_RENDEZVOUS" => Some(format!("tcp://{host}:29500")),
+            "SILVIC_JOB_TOKEN" => Some("start-warnings-token-0123456789".to_string()),
+            _ => None,
+        };
+        let started = Instant::now();
+        (TcpCollective::from_vars(vars, timeout).map(drop), started.elapsed())
+    });
+    let (outcome, took) = outcome;
+    // Retried until the timeout (a name that appears later, as a Kubernetes service's does, is
+    // still found), then refused naming the variable and the host.
+    assert!(took >= timeout, "gave up after {took:?}");
+    let error = outcome.unwrap_err();
+    let ConnectError::Environment { variable, message } = &error else { panic!("{error}") };
+    assert_eq!(variable, "SILVIC_RENDEZVOUS", "{error}");
+    assert!(message.contains(&marker), "{error}");
+    // Said once, at the first failure, not after the whole timeout.
+    let [(at, line)] = warnings.as_slice() else { panic!("one warning expected: {warnings:#?}") };
+    assert!(*at < timeout, "the warning came at {at:?}");
+    assert!(line.contains("retrying until the timeout"), "{line}");
+}
