@@ -58,6 +58,17 @@ fn watch_warnings<T: Send + 'static>(
     (running.join().expect("the start panicked"), seen)
 }
 
+/// The variables of rank 1 of a world of 2 that meets at `rendezvous` (`from_vars`).
+fn rank_1_of_2(rendezvous: String) -> impl Fn(&str) -> Option<String> {
+    move |name: &str| match name {
+        "SILVIC_RANK" => Some("1".to_string()),
+        "SILVIC_WORLD_SIZE" => Some("2".to_string()),
+        "SILVIC_RENDEZVOUS" => Some(rendezvous.clone()),
+        "SILVIC_JOB_TOKEN" => Some("start-warnings-token-0123456789".to_string()),
+        _ => None,
+    }
+}
+
 #[test]
 fn connect_waiting_on_a_rank_that_never_starts_names_it_within_10s_and_again_as_the_wait_doubles() {
     let listener = TcpCollective::bind("127.0.0.1").unwrap();
@@ -92,14 +103,7 @@ fn a_rank_joining_from_env_says_rank_0_does_not_answer_while_it_waits() {
     let rendezvous = format!("tcp://{missing}");
     let timeout = Duration::from_secs(7);
     let (outcome, warnings) = watch_warnings(&marker, move || {
-        let vars = move |name: &str| match name {
-            "SILVIC_RANK" => Some("1".to_string()),
-            "SILVIC_WORLD_SIZE" => Some("2".to_string()),
-            "SILVIC_RENDEZVOUS" => Some(rendezvous.clone()),
-            "SILVIC_JOB_TOKEN" => Some("start-warnings-token-0123456789".to_string()),
-            _ => None,
-        };
-        TcpCollective::from_vars(vars, timeout).map(drop)
+        TcpCollective::from_vars(rank_1_of_2(rendezvous), timeout).map(drop)
     });
     let error = outcome.unwrap_err();
     assert!(matches!(error, ConnectError::Timeout { peer: 0, .. }), "{error}");
@@ -117,13 +121,7 @@ fn a_rendezvous_host_that_does_not_resolve_is_named_at_the_first_failure_then_re
     let marker = format!("cannot resolve the rendezvous host {host:?}");
     let timeout = Duration::from_secs(4);
     let (outcome, warnings) = watch_warnings(&marker, move || {
-        let vars = move |name: &str| match name {
-            "SILVIC_RANK" => Some("1".to_string()),
-            "SILVIC_WORLD_SIZE" => Some("2".to_string()),
-            "SILVIC_RENDEZVOUS" => Some(format!("tcp://{host}:29500")),
-            "SILVIC_JOB_TOKEN" => Some("start-warnings-token-0123456789".to_string()),
-            _ => None,
-        };
+        let vars = rank_1_of_2(format!("tcp://{host}:29500"));
         let started = Instant::now();
         (TcpCollective::from_vars(vars, timeout).map(drop), started.elapsed())
     });
