@@ -96,6 +96,24 @@ pub fn assert_survivors_fail(
 /// by more than its margin, shorter than the collective timeout.
 pub const PAUSE: Duration = Duration::from_secs(100);
 
+/// While `victim` is stopped, until `until`: no other rank reports a failed or wrong call
+/// (`ERR`, `WRONG`); a rank that gives up on a paused peer fails the test, naming it.
+pub fn assert_none_fails_before(tag: &str, world: &mut World, victim: usize, until: Instant) {
+    for (rank, child) in world.ranks.iter_mut().enumerate() {
+        if rank == victim {
+            continue;
+        }
+        while let Some(line) = child.next_line(until) {
+            assert!(
+                !line.text.starts_with("ERR"),
+                "{tag}: rank {rank} failed in the pause: {}",
+                line.text
+            );
+            assert!(!line.text.starts_with("WRONG"), "{tag}: rank {rank}: {}", line.text);
+        }
+    }
+}
+
 /// Rank `victim` of `world` hosts stopped (SIGSTOP) for [`PAUSE`] in the middle of 16 MiB
 /// allreduces (`extra` adds rank arguments, such as `channels=4`), the collective timeout 300 s:
 /// nobody may fail or return a wrong result meanwhile, and after SIGCONT every rank finishes
@@ -127,19 +145,7 @@ pub fn paused_rank_is_waited_for(
     world.ranks[victim].signal(Signal::STOP).unwrap();
     let t0 = Instant::now();
     premise(&world, t0);
-    for (rank, child) in world.ranks.iter_mut().enumerate() {
-        if rank == victim {
-            continue;
-        }
-        while let Some(line) = child.next_line(t0 + PAUSE) {
-            assert!(
-                !line.text.starts_with("ERR"),
-                "{tag}: rank {rank} failed in the pause: {}",
-                line.text
-            );
-            assert!(!line.text.starts_with("WRONG"), "{tag}: rank {rank}: {}", line.text);
-        }
-    }
+    assert_none_fails_before(tag, &mut world, victim, t0 + PAUSE);
     thread::sleep((t0 + PAUSE).saturating_duration_since(Instant::now()));
     world.ranks[victim].signal(Signal::CONT).unwrap();
     let ends = outcomes(tag, &mut world, Instant::now(), Duration::from_secs(240));
