@@ -11,15 +11,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each command is printed before it runs, so a log (CI's among them) shows what ran.
+run() {
+  printf '+ %s\n' "$*" >&2
+  "$@"
+}
+
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "scripts/test.sh: installing cargo-nextest (cargo install --locked cargo-nextest), once" >&2
   cargo install --locked cargo-nextest
 fi
 
 # Unit, loopback, failure and multi-process tests.
-cargo nextest run --workspace --locked "$@"
+run cargo nextest run --workspace --locked "$@"
 # The examples of README.md and docs/ (each page with a Rust example is a doctest of silvic-net).
-cargo test --workspace --doc --locked
+run cargo test --workspace --doc --locked
 # The unit tests again on the optimized build users run: the bitwise tests must hold where the
 # optimizer vectorizes the folds (it may swap an add's operands; silvic-core's fold.rs).
-cargo nextest run --release -p silvic-core -p silvic-net --lib --locked "$@"
+run cargo nextest run --release -p silvic-core -p silvic-net --lib --locked "$@"
