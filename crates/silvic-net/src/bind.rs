@@ -26,8 +26,7 @@ use crate::error::ConnectError;
 /// whenever a burst of strangers outpaces one turn of the rendezvous loop.
 const LISTEN_BACKLOG: i32 = 4096;
 
-/// Where [`TcpCollective::bind_with`](crate::TcpCollective::bind_with) listens and what it
-/// advertises.
+/// Where `TcpCollective::bind_with` listens and what it advertises.
 ///
 /// Start from [`BindOptions::host`] or [`BindOptions::interface`], then add
 /// [`advertise`](BindOptions::advertise), [`port`](BindOptions::port) or

@@ -31,7 +31,7 @@ type Check = dyn Fn() -> bool + Send + Sync;
 ///
 /// A cancelled collective fails with [`CollectiveError::Cancelled`](crate::CollectiveError),
 /// which sticks as any failure does, and the other ranks hear an abort naming this rank; a
-/// cancelled `connect` or `from_env` fails with [`ConnectError::Cancelled`](crate::ConnectError).
+/// cancelled `connect` or `from_env` fails with `ConnectError::Cancelled`.
 ///
 /// ```
 /// use silvic_net::{Cancel, Collective, CollectiveError, TcpCollective};

@@ -7,11 +7,9 @@ use std::{fmt, io, time::Duration};
 
 use silvic_core::{CollectiveError, RoundedDuration};
 
-pub use crate::handshake::message::RejectReason;
+use crate::handshake::message::RejectReason;
 
-/// Why [`crate::TcpCollective::bind`], [`crate::TcpCollective::bind_advertised`],
-/// [`crate::TcpCollective::bind_with`], [`crate::TcpCollective::connect`] or
-/// [`crate::TcpCollective::from_env`] failed.
+/// Why `TcpCollective::bind`, `bind_advertised`, `bind_with`, `connect` or `from_env` failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {

@@ -138,7 +138,8 @@ mod wait;
 
 pub use bind::BindOptions;
 pub use cancel::Cancel;
-pub use error::{ConnectError, RejectReason};
+pub use error::ConnectError;
+pub use handshake::message::RejectReason;
 
 /// The examples of README.md, run as doctests.
 #[cfg(doctest)]

@@ -132,10 +132,9 @@ impl FromStr for AllreducePath {
     }
 }
 
-/// What [`TcpCollective::connect_with_options`](crate::TcpCollective::connect_with_options)
-/// and [`TcpCollective::from_env_with_options`](crate::TcpCollective::from_env_with_options)
-/// take beyond `connect`'s and `from_env`'s arguments. The default is what `connect` and
-/// `from_env` do.
+/// What `TcpCollective::connect_with_options` and `TcpCollective::from_env_with_options` take
+/// beyond `connect`'s and `from_env`'s arguments. The default is what `connect` and `from_env`
+/// do.
 ///
 /// The allreduce path comes from [`ConnectOptions::allreduce`] where it forces one, else from
 /// `SILVIC_ALLREDUCE` (`auto`, `ring`, `gather`, `bruck` or `index`), else

@@ -3,16 +3,16 @@
 //!
 //! Invariants: counters only grow; they count from connect and are never reset; nothing here
 //! does I/O or reads a clock (the ring link adds to the stats as it moves bytes and waits, and
-//! [`TcpCollective`](crate::TcpCollective) hands the watch the instants a call begins and ends).
-//! A [`RingWatch`] is read from any thread at any moment, a collective running or not: its lock
-//! is held only to copy or update a few words, never across I/O.
+//! `TcpCollective` hands the watch the instants a call begins and ends). A [`RingWatch`] is read
+//! from any thread at any moment, a collective running or not: its lock is held only to copy or
+//! update a few words, never across I/O.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use silvic_core::Op;
 
-/// What a [`TcpCollective`](crate::TcpCollective) has done since connect.
+/// What a `TcpCollective` has done since connect, from `TcpCollective::stats`.
 ///
 /// The waits are the time a collective spent blocked or spinning while it still needed
 /// a frame from its left neighbour or had bytes for it that it would not take (`waited_left`),
@@ -35,9 +35,9 @@ pub struct RingStats {
     pub waited_right: Duration,
 }
 
-/// What a [`TcpCollective`](crate::TcpCollective) has done on one of its streams since connect,
-/// from [`TcpCollective::peer_stats`](crate::TcpCollective::peer_stats): one per stream, the two
-/// ring streams and every chord stream, so a wait is seen on the very peer it was spent on.
+/// What a `TcpCollective` has done on one of its streams since connect, from
+/// `TcpCollective::peer_stats`: one per stream, the two ring streams and every chord stream, so a
+/// wait is seen on the very peer it was spent on.
 ///
 /// `waited` counts as [`RingStats`]'s waits do: time a collective spent blocked or spinning
 /// while it still needed a frame from this peer or had bytes for it that it would not take.
@@ -92,7 +92,7 @@ pub struct Progress {
     pub failed: bool,
 }
 
-/// A handle on a ring's [`Progress`], from [`TcpCollective::watch`](crate::TcpCollective::watch):
+/// A handle on a ring's [`Progress`], from `TcpCollective::watch`:
 /// `Clone + Send + Sync`, read from another thread while the ring's own thread is blocked in
 /// a collective (a hang detector's poll). It only reads; it outlives the ring harmlessly.
 #[derive(Debug, Clone, Default)]

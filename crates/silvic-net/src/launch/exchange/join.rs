@@ -21,7 +21,8 @@ use super::wire::{
     ABORT, ADDRESS_LEN, DUPLICATE, LIST, MAX_ABORT_TEXT, NO_ROSTER, PING, abort_reason,
     decode_address, encode_address, exchange_key,
 };
-use crate::error::{ConnectError, RejectReason};
+use crate::error::ConnectError;
+use crate::handshake::message::RejectReason;
 use crate::handshake::{Claims, Connector, Failure, MESSAGE_LEN, Message, Next, fresh_nonce};
 use crate::rendezvous::accept::HANDSHAKE_DEADLINE;
 use crate::wait::{Backoff, Reminder};
