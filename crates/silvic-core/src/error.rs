@@ -19,7 +19,7 @@ pub enum Op {
     AllreduceMaxF64,
     /// [`crate::Collective::allgather_bytes`].
     AllgatherBytes,
-    /// [`crate::TrainerCollective::allreduce`] of a reduction and an element type other than
+    /// `TrainerCollective::allreduce` of a reduction and an element type other than
     /// the three above (those are the same op whichever method is called: see
     /// [`Op::allreduce`]).
     Allreduce {
@@ -28,15 +28,15 @@ pub enum Op {
         /// The element type.
         dtype: Dtype,
     },
-    /// [`crate::TrainerCollective::reduce_scatter_records`].
+    /// `TrainerCollective::reduce_scatter_records`.
     ReduceScatterRecords,
-    /// [`crate::TrainerCollective::allreduce_records`].
+    /// `TrainerCollective::allreduce_records`.
     AllreduceRecords,
-    /// [`crate::TrainerCollective::allgather_varlen`].
+    /// `TrainerCollective::allgather_varlen`.
     AllgatherVarlen,
-    /// [`crate::TrainerCollective::broadcast_bytes`].
+    /// `TrainerCollective::broadcast_bytes`.
     BroadcastBytes,
-    /// [`crate::TrainerCollective::allgather_blocks`].
+    /// `TrainerCollective::allgather_blocks`.
     AllgatherBlocks,
 }
 
@@ -51,7 +51,7 @@ pub enum Reduction {
     Max,
 }
 
-/// The element type of a typed buffer ([`crate::Numbers`]).
+/// The element type of a typed buffer (`Numbers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dtype {
     /// `f32`.
@@ -64,7 +64,7 @@ pub enum Dtype {
     I64,
     /// `u64`.
     U64,
-    /// `i128`: the exact sums of fixed-point histograms ([`crate::FixedHistogram`]).
+    /// `i128`: the exact sums of fixed-point histograms (`FixedHistogram`).
     I128,
 }
 
@@ -121,7 +121,7 @@ impl Op {
     /// The op of an allreduce of `reduction` over `dtype`: the pinned methods' own ops for a sum
     /// of f64, a sum of i64 and a max of f64 (so a rank calling
     /// [`crate::Collective::allreduce_sum_f64`] and one calling
-    /// [`crate::TrainerCollective::allreduce`] with a sum of f64 are in step), else
+    /// `TrainerCollective::allreduce` with a sum of f64 are in step), else
     /// [`Op::Allreduce`].
     pub fn allreduce(reduction: Reduction, dtype: Dtype) -> Op {
         match (reduction, dtype) {
@@ -237,7 +237,7 @@ pub enum CollectiveError {
         reason: String,
     },
 
-    /// A fixed-point histogram ([`crate::FixedHistogram`]) refused a value or a reduction that
+    /// A fixed-point histogram (`FixedHistogram`) refused a value or a reduction that
     /// could carry a sum past what its agreed scale holds exactly: a value at or beyond the
     /// scale's bound, a bin whose sum would pass this rank's headroom, or ranks whose
     /// histograms together hold more rows than the scale was agreed for. Nothing was added.
@@ -250,7 +250,7 @@ pub enum CollectiveError {
     },
 
     /// `peer` reduced a fixed-point histogram at another scale than this rank's
-    /// ([`crate::FixedScale`]): every rank of the call sees this error, and the histogram's
+    /// (`FixedScale`): every rank of the call sees this error, and the histogram's
     /// sums are lost.
     #[error("rank {peer} holds another fixed-point scale: {got}, this rank {expected}")]
     ScaleMismatch {

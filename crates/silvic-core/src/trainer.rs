@@ -31,7 +31,7 @@ pub enum Numbers<'a> {
     U64(&'a mut [u64]),
     /// `i128` elements: the exact sums of fixed-point histograms. Their sums are exact and the
     /// same for any world and any order (wrapping past ±2^127, which
-    /// [`crate::FixedHistogram`] never lets its sums reach).
+    /// `FixedHistogram` never lets its sums reach).
     I128(&'a mut [i128]),
 }
 
