@@ -297,6 +297,13 @@ def fixed(args):
     r.series("allreduce", "target/release/silvic-bench " + shlex.join(allreduce[1:]) +
              " (one process per rank on loopback; N = the f64 size / 8; each repetition times "
              "both in turn in the same ring, ratio = the median of i128 / f64 over them)")
+    # Loopback on few cores prices every byte in CPU, even at a few KiB; across hosts a small
+    # call is mostly its hops. The relay bed gives each hop a network's latency.
+    relay = [BENCH, "--threads", "--world", str(world), "--link-delay-us", "100", "--op",
+             "sum_f64", "--vs", "sum_i128", "--sizes", sizes, "--seconds-per-size", "1"]
+    r.series("allreduce_relay", "target/release/silvic-bench " + shlex.join(relay[1:]) +
+             " (ranks as threads, every hop through a relay holding each chunk 100 us each way; "
+             "the same pairs and ratio as allreduce)")
     r.notes.append("ratio is the fixed-point time over the f64 time: for the adds, the inverse "
                    "of the rate against a plain f64 add")
     for rnd in range(1, args.rounds + 1):
@@ -317,23 +324,24 @@ def fixed(args):
             r.rows.append({"series": series, "round": rnd, "world": "", "elements": values,
                            "f64": ns["plain"], "fixed": ns[series],
                            "ratio": f"{ns[series] / ns['plain']:.3f}"})
-        print(f"round {rnd}: allreduce", file=sys.stderr, flush=True)
-        done = subprocess.run(allreduce, capture_output=True, text=True, timeout=TIMEOUT)
-        if done.returncode != 0:
-            raise RuntimeError(f"{shlex.join(allreduce)} exited {done.returncode}:\n"
-                               f"{done.stderr[-2000:]}")
-        # The table's rows (size, count, type, redop, time, ...) and the ratio after each pair.
-        times = {}
-        for line in done.stdout.splitlines():
-            cells = line.split()
-            if len(cells) > 4 and cells[0].isdigit() and cells[2] in ("double", "int128"):
-                times[(int(cells[1]), cells[2])] = float(cells[4])
-            elif "in turn:" in line:
-                elements = int(line.split(" at ")[1].split()[0])
-                r.rows.append({"series": "allreduce", "round": rnd, "world": world,
-                               "elements": elements, "f64": times[(elements, "double")],
-                               "fixed": times[(elements, "int128")],
-                               "ratio": line.rsplit(":", 1)[1].strip()})
+        for series, command in (("allreduce", allreduce), ("allreduce_relay", relay)):
+            print(f"round {rnd}: {series}", file=sys.stderr, flush=True)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+            if done.returncode != 0:
+                raise RuntimeError(f"{shlex.join(command)} exited {done.returncode}:\n"
+                                   f"{done.stderr[-2000:]}")
+            # The table's rows (size, count, type, redop, time, ...), the ratio after each pair.
+            times = {}
+            for line in done.stdout.splitlines():
+                cells = line.split()
+                if len(cells) > 4 and cells[0].isdigit() and cells[2] in ("double", "int128"):
+                    times[(int(cells[1]), cells[2])] = float(cells[4])
+                elif "in turn:" in line:
+                    elements = int(line.split(" at ")[1].split()[0])
+                    r.rows.append({"series": series, "round": rnd, "world": world,
+                                   "elements": elements, "f64": times[(elements, "double")],
+                                   "fixed": times[(elements, "int128")],
+                                   "ratio": line.rsplit(":", 1)[1].strip()})
     r.loads.append(load())
     return r
 

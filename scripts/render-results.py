@@ -186,7 +186,8 @@ def fixed():
              for k, v in group(rows, "series", "elements").items()}
     worlds = sorted({r["world"] for r in rows if r["world"]})
     out = [source("fixed", rows, "fixed point against f64; the allreduce at world "
-                  f"{', '.join(worlds)}, one process per rank on loopback"), "",
+                  f"{', '.join(worlds)}, one process per rank on loopback, and ranks as threads "
+                  "over the relay bed's 100 us hops"), "",
            "The last column is the median over the rounds of each round's fixed-point time over "
            "its f64 time, the two timed in turn; in the rows of the same bytes, over the f64 "
            "time of twice the bins in the same round (the same run, not in turn).", ""]
@@ -201,6 +202,10 @@ def fixed():
     allreduce = sorted((int(n), c) for (s, n), c in cells.items() if s == "allreduce")
     for n, (f64, fixed_, ratio) in allreduce:
         name = f"allreduce of {n} bins ({size(8 * n)} f64, {size(16 * n)} i128)"
+        out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
+    relay = sorted((int(n), c) for (s, n), c in cells.items() if s == "allreduce_relay")
+    for n, (f64, fixed_, ratio) in relay:
+        name = f"the same over 100 us hops: {n} bins"
         out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
     # The same bytes: i128 of N bins against f64 of 2N bins, from the same round's rows.
     timed = {(r["round"], int(r["elements"])): r for r in rows if r["series"] == "allreduce"}
