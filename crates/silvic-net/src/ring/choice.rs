@@ -21,9 +21,10 @@
 //!   the forced path too), and the time is computed exactly, in integers scaled by `n ×` the
 //!   rates, ties to the earlier candidate: every rank picks the same path for the same call.
 //! - **Today's cut extended.** With no fold cost and the loopback constants, the gather-or-ring
-//!   choice is [`uses_gather`]'s (the tests check it). Where hops are long, the model at the
-//!   measured hop and rate picks among the gather and the ring, and among every path where the
-//!   link has chord streams.
+//!   choice is [`uses_gather`]'s (the tests check it). Where hops are short, the cut is made at
+//!   the measured hop where it is shorter than loopback's ([`short_hop_ns`]), else at
+//!   loopback's. Where hops are long, the model at the measured hop and rate picks among the
+//!   gather and the ring, and among every path where the link has chord streams.
 //! - **Bits never depend on it.** Every path folds every element in the same order, so the
 //!   choice decides speed and memory only.
 //!
@@ -235,12 +236,19 @@ pub(crate) const RATE_BYTES_PER_US: u64 = 1_500;
 /// memory is at most `max(GATHER_MAX_BYTES, world × 4 KiB)`.
 pub(crate) const GATHER_MAX_BYTES: usize = 1 << 20;
 
-/// Whether an allreduce of `bytes` in a world of `world` takes the gather path (else the ring).
+/// Whether an allreduce of `bytes` in a world of `world` takes the gather path (else the ring)
+/// on loopback: [`uses_gather_at`] loopback's hop, [`HOP_NS`].
+pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
+    uses_gather_at(bytes, world, HOP_NS)
+}
+
+/// Whether an allreduce of `bytes` in a world of `world` takes the gather path (else the ring)
+/// where a hop costs `hop_ns`, at loopback's rate ([`RATE_BYTES_PER_US`]).
 ///
 /// Below [`SMALL_BYTES`] always; above it, when the gathered buffers fit in
 /// [`GATHER_MAX_BYTES`] and the model above says the gather is cheaper. Either path gives the
 /// same bits, so this only decides the speed (and the memory).
-pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
+pub(crate) fn uses_gather_at(bytes: usize, world: usize, hop_ns: u64) -> bool {
     if bytes < SMALL_BYTES {
         return true;
     }
@@ -252,9 +260,24 @@ pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
         return true;
     }
     // Compared in integers, scaled by n × RATE (bytes per us) × 1000 (ns per us):
-    // gather < ring  <=>  (n - 2) × S × 1000 < n × HOP_NS × RATE.
+    // gather < ring  <=>  (n - 2) × S × 1000 < n × hop × RATE.
     let (n, s) = (world as u128, bytes as u128);
-    (n - 2) * s * 1000 < n * u128::from(HOP_NS) * u128::from(RATE_BYTES_PER_US)
+    (n - 2) * s * 1000 < n * u128::from(hop_ns) * u128::from(RATE_BYTES_PER_US)
+}
+
+/// The hop the short-hop cut ([`uses_gather_at`]) is made at on `network`: the measured hop
+/// where it is shorter than loopback's [`HOP_NS`], else that. A hop shorter than loopback's (a
+/// fast network, a simulated one, a quiet machine) makes the gather's extra bytes dear sooner
+/// than the constants say; and the hop is the steady figure (the fastest of the hop probes),
+/// where the measured rate swings many times over with a shared machine's load, so the cut
+/// keeps loopback's rate. A longer short hop is mostly the wake-ups every path pays per frame,
+/// as on the loaded loopback the constants were fitted on (docs/paths.md, "The cut"). A hop of
+/// 0 was not measured (in-memory links): loopback's.
+pub(crate) fn short_hop_ns(network: Network) -> u64 {
+    match network.hop_ns {
+        0 => HOP_NS,
+        hop => hop.min(HOP_NS),
+    }
 }
 
 /// The largest buffer, in bytes, that takes the gather path in a world of `world`: every
@@ -289,8 +312,8 @@ pub(crate) fn window(network: Network) -> usize {
 /// `network`, the same on every rank (every rank has the same `network`).
 ///
 /// - Hops below [`Network::LOG_DEPTH_FROM_HOP_NS`], or long hops of a network whose rate was
-///   not measured and that has no chords: the gather or the ring as [`uses_gather`]
-///   cuts (loopback's constants).
+///   not measured and that has no chords: the gather or the ring as [`uses_gather_at`] cuts
+///   at [`short_hop_ns`] (loopback's constants, or a measured hop shorter than loopback's).
 /// - Long hops ([`Network::long_hops`]): the cheapest path in the cost model
 ///   ([`cheapest`]) at the hop and the rate the ranks measured ([`model_of`]), the
 ///   folds charged too (the gather's local fold of `n - 1` buffers among them); of the
@@ -302,7 +325,7 @@ pub(crate) fn window(network: Network) -> usize {
 pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Network) -> Path {
     use Path::{Bruck, Gather, Ring};
     if !by_model(network) {
-        return if uses_gather(bytes, world) { Gather } else { Ring };
+        return if uses_gather_at(bytes, world, short_hop_ns(network)) { Gather } else { Ring };
     }
     let candidates: &[Path] = if !network.chords {
         &[Ring, Gather]
@@ -314,7 +337,8 @@ pub(crate) fn chosen_path(bytes: usize, elem: usize, world: usize, network: Netw
 }
 
 /// Whether [`chosen_path`] weighs the paths in the cost model on `network` (long hops, with a
-/// measured rate or chord streams), rather than cutting at [`uses_gather`]'s loopback constants.
+/// measured rate or chord streams), rather than cutting at [`uses_gather_at`]'s loopback
+/// constants ([`short_hop_ns`]).
 fn by_model(network: Network) -> bool {
     let rated = network.bytes_per_us != Network::UNMEASURED_RATE;
     network.long_hops() && (rated || network.chords)
@@ -336,15 +360,22 @@ pub(crate) fn model_of(network: Network) -> Model {
 }
 
 /// The cut on `network` for a world of `world`, for the log: what the rule cut with (short
-/// hops: [`uses_gather`]'s loopback constants, whatever was measured; else the model's rate,
-/// [`model_of`]: the measured one, or loopback's), then at sizes from 8 B to 64 MiB (f64
-/// elements), the path [`chosen_path`] takes and the time that model gives it.
+/// hops: [`uses_gather_at`]'s loopback constants, or the measured hop where it is shorter
+/// ([`short_hop_ns`]), whatever rate was measured; else the model's rate, [`model_of`]: the
+/// measured one, or loopback's), then at sizes from 8 B to 64 MiB (f64 elements), the path
+/// [`chosen_path`] takes and the time that model gives it.
 pub(crate) fn describe_cuts(world: usize, network: Network) -> String {
     let (model, rate) = if !by_model(network) {
-        let constants = (HOP_NS / 1000, RATE_BYTES_PER_US);
-        let rate =
-            format!("short hops, loopback's {} us hops and {} B/us", constants.0, constants.1);
-        (Model::LOOPBACK, rate)
+        let hop_ns = short_hop_ns(network);
+        let (loopback, rate) = (HOP_NS / 1000, RATE_BYTES_PER_US);
+        let rate = if hop_ns < HOP_NS {
+            let hop_us = hop_ns as f64 / 1000.0;
+            let loopback = format!("loopback's {loopback} us at most");
+            format!("short hops, the measured {hop_us:.1} us ({loopback}) and {rate} B/us")
+        } else {
+            format!("short hops, loopback's {loopback} us hops and {rate} B/us")
+        };
+        (Model { hop_ns, ..Model::LOOPBACK }, rate)
     } else {
         let model = model_of(network);
         let rate = match network.bytes_per_us {

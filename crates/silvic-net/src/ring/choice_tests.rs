@@ -221,7 +221,7 @@ fn with_chords_and_long_hops_the_cut_takes_every_path_and_else_todays() {
             let taken: Vec<_> = sizes.iter().map(|&s| chosen_path(s, 8, world, with)).collect();
             assert_eq!(*taken.last().unwrap(), Ring, "world {world} hop {hop_us} us");
             if hop_ns < Network::LOG_DEPTH_FROM_HOP_NS {
-                // Short hops: today's cut, chords or not.
+                // Short hops: the gather-or-ring cut, chords or not.
                 assert!(taken.iter().all(|p| matches!(p, Gather | Ring)), "{taken:?}");
             } else {
                 // The fewest hops for the smallest buffers, the index between.
@@ -231,8 +231,8 @@ fn with_chords_and_long_hops_the_cut_takes_every_path_and_else_todays() {
             for (&bytes, path) in sizes.iter().zip(&taken) {
                 assert!(fits(*path, bytes, world), "{path:?} at {bytes} B, world {world}");
                 let without = chosen_path(bytes, 8, world, Network { chords: false, ..with });
-                let today = if uses_gather(bytes, world) { Gather } else { Ring };
-                assert_eq!(without, today);
+                let cut = uses_gather_at(bytes, world, short_hop_ns(with));
+                assert_eq!(without, if cut { Gather } else { Ring });
             }
         }
     }
@@ -247,6 +247,13 @@ fn the_logged_cut_names_the_rate_it_was_made_at() {
         let loopback = describe_cuts(4, network);
         assert!(loopback.starts_with(short), "{loopback}");
     }
+    // A hop measured shorter than loopback's is the one cut at (the simulator's 10 Gbit/s
+    // links of 1 us measure 2.8 us): the ring from 32 KiB at world 4.
+    let fast = Network { hop_ns: 2_800, bytes_per_us: 1164, ..Network::UNMEASURED };
+    let measured = describe_cuts(4, fast);
+    let start = "at short hops, the measured 2.8 us (loopback's 12 us at most) and 1500 B/us: 8 B";
+    assert!(measured.starts_with(start), "{measured}");
+    assert!(measured.contains("4096 B Gather") && measured.contains("32768 B Ring"), "{measured}");
     let chords = Network { hop_ns: 200_000, chords: true, ..Network::UNMEASURED };
     let unmeasured = describe_cuts(4, chords);
     assert!(unmeasured.starts_with("at loopback's 1500 B/us, folds free: 8 B"), "{unmeasured}");
@@ -257,21 +264,55 @@ fn the_logged_cut_names_the_rate_it_was_made_at() {
     assert!(measured.contains("32768 B Gather") && measured.contains("262144 B Ring"));
 }
 
+/// Below long hops the gather-or-ring cut is made at loopback's hop, or at the measured hop
+/// where it is shorter, whatever rate was measured and whatever the chords: today's cut from
+/// loopback's hop up to the long hops (and where nothing was measured), the ring sooner below.
 #[test]
-fn below_long_hops_the_cut_is_todays_whatever_the_rate() {
+fn below_long_hops_the_cut_is_at_loopbacks_hop_or_a_shorter_measured_one_whatever_the_rate() {
     use Path::{Gather, Ring};
     let rates = [Network::UNMEASURED_RATE, 1, 300, 1500, 1 << 20, u64::MAX];
     for world in (1..=17).chain([32, 64, 1024]) {
-        for hop_ns in [0, 10_000, 50_000, Network::LOG_DEPTH_FROM_HOP_NS - 1] {
+        for hop_ns in [0, 1, 2_800, HOP_NS - 1, HOP_NS, 50_000, Network::LOG_DEPTH_FROM_HOP_NS - 1]
+        {
+            let at = if hop_ns == 0 { HOP_NS } else { hop_ns.min(HOP_NS) };
             for (chords, bytes_per_us) in
                 [false, true].into_iter().flat_map(|c| rates.map(|r| (c, r)))
             {
                 let network = Network { hop_ns, chords, bytes_per_us, folds_per_us: 1 };
+                assert_eq!(short_hop_ns(network), at);
                 for bytes in (0..=26).map(|b| 1 << b).chain([4095, 4097]) {
-                    let today = if uses_gather(bytes, world) { Gather } else { Ring };
+                    let expected = if uses_gather_at(bytes, world, at) { Gather } else { Ring };
                     let cut = chosen_path(bytes, 8, world, network);
-                    assert_eq!(cut, today, "world {world} {bytes} B {network:?}");
+                    assert_eq!(cut, expected, "world {world} {bytes} B {network:?}");
+                    if at == HOP_NS {
+                        assert_eq!(uses_gather(bytes, world), expected == Gather, "today's");
+                    }
                 }
+            }
+        }
+    }
+}
+
+/// The short-hop cut at a measured hop: below 4 KiB the gather whatever the hop, within its
+/// memory bound only, and monotone in the hop (a shorter hop never takes the gather where a
+/// longer one takes the ring). The simulator's world of 4 on 10 Gbit/s links of 1 us (a hop
+/// measured at 2.8 us) takes the ring at 32 KiB, where the ring is 1.7x faster and loopback's
+/// hop kept the gather; at 16 KiB the gather still.
+#[test]
+fn a_short_measured_hop_moves_the_cut_towards_the_ring() {
+    let fast = Network { hop_ns: 2_800, bytes_per_us: 1164, ..Network::UNMEASURED };
+    assert_eq!(chosen_path(32 << 10, 8, 4, fast), Path::Ring);
+    assert_eq!(chosen_path(32 << 10, 8, 4, Network::UNMEASURED), Path::Gather);
+    assert_eq!(chosen_path(4 << 10, 8, 4, fast), Path::Gather);
+    for world in 2..=64 {
+        for bytes in (0..=22).map(|b| 1 << b).chain([4095, 4096, 4097]) {
+            let mut shorter = false;
+            for hop_ns in (0..=HOP_NS).step_by(100) {
+                let gather = uses_gather_at(bytes, world, hop_ns);
+                assert!(gather || !shorter, "world {world} {bytes} B {hop_ns} ns");
+                assert!(!gather || bytes < SMALL_BYTES || world * bytes <= GATHER_MAX_BYTES);
+                assert!(gather || bytes >= SMALL_BYTES, "world {world} {bytes} B");
+                shorter = gather;
             }
         }
     }

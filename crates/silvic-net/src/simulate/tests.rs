@@ -198,16 +198,19 @@ fn a_ring_is_formed_only_on_a_world_and_network_in_range() {
     assert_eq!(ring.call(CallKind::Allreduce, 64 << 10, AllreducePath::Auto), one);
 }
 
-/// Where the simulated probe's hop is short (5 us), auto takes today's cut; where it is long
-/// (100 us), auto takes the cost model's path at the hop and the rate the ring measured: among
-/// the gather and the ring without chords, every path with them.
+/// Where the simulated probe's hop is short (1 and 5 us), auto takes the short-hop cut, at the
+/// measured hop where it is shorter than loopback's (always on the 1 us links); where it
+/// is long (100 us), the cost model's path at the hop and the rate the ring measured: among the
+/// gather and the ring without chords, every path with them.
 #[test]
 fn a_forced_path_is_taken_and_auto_takes_the_cost_models() {
-    for hop_us in [5, 100] {
-        let net = network(hop_us, 10.0, 5, 5.0);
+    for (hop_us, frame_us) in [(1, 1), (5, 5), (100, 5)] {
+        let net = network(hop_us, 10.0, frame_us, 5.0);
         for world in [3, 4, 8, 16] {
             let measured = VirtualLink::formed(net.model().unwrap(), world).unwrap().measured;
             assert_eq!(measured.long_hops(), hop_us == 100, "world {world}: {measured:?}");
+            let below = crate::ring::choice::short_hop_ns(measured) < crate::ring::choice::HOP_NS;
+            assert!(below || hop_us != 1, "world {world}: {measured:?}");
             let rated = measured.bytes_per_us != seam::Network::UNMEASURED_RATE;
             assert!(rated, "world {world}: {measured:?}");
             for bytes in [
@@ -235,8 +238,10 @@ fn a_forced_path_is_taken_and_auto_takes_the_cost_models() {
                         );
                     }
                 } else {
-                    let expected =
-                        if crate::ring::choice::uses_gather(bytes, world) { gather } else { ring };
+                    // The short-hop cut, at the simulated hop where it is shorter than loopback's.
+                    use crate::ring::choice::{short_hop_ns, uses_gather_at};
+                    let hop_ns = short_hop_ns(measured);
+                    let expected = if uses_gather_at(bytes, world, hop_ns) { gather } else { ring };
                     assert_eq!(auto, expected, "{case}");
                 }
                 let n = world as u64;
