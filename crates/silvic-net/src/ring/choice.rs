@@ -1,20 +1,26 @@
 //! The choice of an allreduce's path, in one room: what the ranks measured of their network
 //! ([`Network`], agreed when the ring formed, `probe.rs`), the cost model over every path
-//! ([`Model`], [`traffic`]: hops, bytes sent and bytes folded per rank), and the rule that
-//! picks a path from them ([`choose`]), as pure functions of the call's size, its element
-//! size, the world, the topology (whether chord streams exist) and the measured network.
+//! ([`Model`], [`traffic`]: hops, bytes sent and folded and frames queued per rank), and the
+//! rule that picks a path from them ([`choose`]), as pure functions of the call's size, its
+//! element size, the world, the topology (whether chord streams exist) and the measured
+//! network.
 //!
-//! | path | hops | bytes sent per rank | bytes folded per rank |
-//! |---|---|---|---|
-//! | gather (two-way) | `floor(n/2)` | `(n - 1) S` | `(n - 1) S` |
-//! | ring | `n - 1 + floor(n/2)` | `2 (n - 1) S / n` | `(n - 1) S / n` |
-//! | Bruck gather | `ceil(log2 n)` | `(n - 1) S` | `(n - 1) S` |
-//! | index-fold-gather | `ceil(log2 n) × (chunks + 1)` | `(P(n) + n - 1) S / n` | `(n - 1) S / n` |
+//! | path | hops | bytes sent per rank | bytes folded per rank | frames queued |
+//! |---|---|---|---|---|
+//! | gather (two-way) | `floor(n/2)` | `(n - 1) S` | `(n - 1) S` | 0 |
+//! | ring | `n - 1 + floor(n/2)` | `2 (n - 1) S / n` | `(n - 1) S / n` | 0 |
+//! | Bruck gather | `L = ceil(log2 n)` | `(n - 1) S` | `(n - 1) S` | `n - 1 - L` |
+//! | index-fold-gather | `L × (chunks + 1)` | `(P(n) + n - 1) S / n` | `(n - 1) S / n` | `Q` |
 //!
-//! `P(n)` is the number of set bits in `0..n` (the index's slots sent, about `n log2(n) / 2`)
-//! and `chunks` the index's chunks ([`chunks`]). The two gathering paths hold `n × S`, so they
-//! are candidates only where the gather path's memory bound allows ([`GATHER_MAX_BYTES`],
-//! every size below [`SMALL_BYTES`]).
+//! `P(n)` is the number of set bits in `0..n` (the index's slots sent, about `n log2(n) / 2`),
+//! `chunks` the index's chunks ([`chunks`]) and `Q = chunks × (P(n) - L) + n - 1 - L`. The
+//! frames queued are those a rank sends on a way behind the first of their round: a log-depth
+//! round sends many frames to one peer, one after another, where the gather's and the ring's
+//! steps send one frame a way (the ring's slices of large calls aside, whose bytes dwarf a
+//! frame's cost). Each costs [`FRAME_COST_BYTES`] at the rate, beyond its bytes
+//! ([`scaled_time`]). The two gathering paths hold `n × S`, so they are candidates only where
+//! the gather path's memory bound allows ([`GATHER_MAX_BYTES`], every size below
+//! [`SMALL_BYTES`]).
 //!
 //! Invariants:
 //! - **The same on every rank.** Every input is the same on every rank (the network is agreed,
@@ -429,14 +435,29 @@ impl Model {
         Model { hop_ns: HOP_NS, bytes_per_us: RATE_BYTES_PER_US, folds_per_us: None };
 }
 
-/// What one call costs on a path, independent of the network: hops, and `n ×` the bytes one
-/// rank sends and folds (so every count is an integer).
+/// What one call costs on a path, independent of the network: hops, `n ×` the bytes one rank
+/// sends and folds (so every count is an integer), and the frames it queues (see the module
+/// doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Traffic {
     pub(crate) hops: u64,
     pub(crate) sent_n: u128,
     pub(crate) folded_n: u128,
+    pub(crate) queued: u64,
 }
+
+/// What a frame queued behind another on one way costs beyond its bytes, in bytes at the rate
+/// one rank's bytes leave it. The fixed work of a frame (its write, the receiver's wake-up and
+/// read) is done on the cores that move the bytes, so where those cores are shared the bytes
+/// are slow too: on the relay bed of 8 and 16 ranks on 2 cores, Bruck's gather measured 40 to
+/// 60 us a queued frame slower than its hops, at a probed rate of 100 to 300 B/us (6 to 12
+/// KB), and without this cost the model took the index where Bruck's gather or the ring was
+/// 1.2x to 1.4x faster (docs/paths.md, "The cut"). It is half that figure because a link
+/// slow by its wire, not its cores, measures the same rate with frames that cost a few us:
+/// there a queued frame is priced 33 us at 1 Gbit/s (Bruck's gather is still taken at world
+/// 16 and hops of 100 us, not at world 8, where it saves one hop for four frames), and 3.3 us
+/// at 10 Gbit/s. No probe measures a frame's cost apart from its bytes and its hop.
+pub(crate) const FRAME_COST_BYTES: u64 = 4 << 10;
 
 /// Set bits in `0..world`: the slots the index sends, over all its rounds.
 fn slots_sent(world: usize) -> u128 {
@@ -449,22 +470,32 @@ pub(crate) fn traffic(path: Path, bytes: usize, elem: usize, world: usize) -> Tr
     let (n, s) = (world as u128, bytes as u128);
     let below = n.saturating_sub(1);
     let log = rounds(world) as u64;
+    // Bruck's gather (and the index's allgather) sends `n - 1` blocks in `L` rounds.
+    let gathered = (world as u64).saturating_sub(1).saturating_sub(log);
     match path {
-        Path::Gather => {
-            Traffic { hops: world as u64 / 2, sent_n: n * below * s, folded_n: n * below * s }
-        }
+        Path::Gather => Traffic {
+            hops: world as u64 / 2,
+            sent_n: n * below * s,
+            folded_n: n * below * s,
+            queued: 0,
+        },
         Path::Ring => Traffic {
             hops: (world as u64).saturating_sub(1) + world as u64 / 2,
             sent_n: 2 * below * s,
             folded_n: below * s,
+            queued: 0,
         },
-        Path::Bruck => Traffic { hops: log, sent_n: n * below * s, folded_n: n * below * s },
+        Path::Bruck => {
+            Traffic { hops: log, sent_n: n * below * s, folded_n: n * below * s, queued: gathered }
+        }
         Path::Index => {
             let count = chunks(bytes / elem.max(1), world, elem.max(1), STORE_MAX_BYTES) as u64;
+            let slots = u64::try_from(slots_sent(world)).unwrap_or(u64::MAX);
             Traffic {
                 hops: log * (count + 1),
                 sent_n: (slots_sent(world) + below) * s,
                 folded_n: below * s,
+                queued: count.saturating_mul(slots.saturating_sub(log)).saturating_add(gathered),
             }
         }
     }
@@ -486,15 +517,17 @@ pub(crate) fn fits(path: Path, bytes: usize, world: usize) -> bool {
 }
 
 /// The time of `traffic` in a world of `world` on `net`, scaled by `world × bytes_per_us ×
-/// folds_per_us` (the last taken as 1 when folds are free), so that it is exact. Saturates
-/// rather than overflow (a hop of centuries agreed from a peer's figure): every path then
-/// costs the same, and the first candidate is taken.
+/// folds_per_us` (the last taken as 1 when folds are free), so that it is exact: its hops, its
+/// bytes sent with [`FRAME_COST_BYTES`] for each frame queued, and its folds. Saturates rather
+/// than overflow (a hop of centuries agreed from a peer's figure): every path then costs the
+/// same, and the first candidate is taken.
 pub(crate) fn scaled_time(traffic: Traffic, world: usize, net: Model) -> u128 {
     let (n, rate) = (world.max(1) as u128, u128::from(net.bytes_per_us.max(1)));
     let folds = net.folds_per_us.map_or(1, |f| u128::from(f.max(1)));
     let scale = [n, rate, folds].into_iter().fold(1u128, u128::saturating_mul);
     let hops = (u128::from(traffic.hops) * u128::from(net.hop_ns)).saturating_mul(scale);
-    let sent = traffic.sent_n.saturating_mul(1000 * folds);
+    let frames = n * u128::from(traffic.queued) * u128::from(FRAME_COST_BYTES);
+    let sent = traffic.sent_n.saturating_add(frames).saturating_mul(1000 * folds);
     let folded = net.folds_per_us.map_or(0, |_| traffic.folded_n.saturating_mul(1000 * rate));
     hops.saturating_add(sent).saturating_add(folded)
 }
