@@ -449,14 +449,13 @@ pub(crate) struct Traffic {
 /// What a frame queued behind another on one way costs beyond its bytes, in bytes at the rate
 /// one rank's bytes leave it. The fixed work of a frame (its write, the receiver's wake-up and
 /// read) is done on the cores that move the bytes, so where those cores are shared the bytes
-/// are slow too: on the relay bed of 8 and 16 ranks on 2 cores, Bruck's gather measured 40 to
-/// 60 us a queued frame slower than its hops, at a probed rate of 100 to 300 B/us (6 to 12
-/// KB), and without this cost the model took the index where Bruck's gather or the ring was
-/// 1.2x to 1.4x faster (docs/paths.md, "The cut"). It is half that figure because a link
-/// slow by its wire, not its cores, measures the same rate with frames that cost a few us:
-/// there a queued frame is priced 33 us at 1 Gbit/s (Bruck's gather is still taken at world
-/// 16 and hops of 100 us, not at world 8, where it saves one hop for four frames), and 3.3 us
-/// at 10 Gbit/s. No probe measures a frame's cost apart from its bytes and its hop.
+/// are slow too, and the rate scales it: on a bed of many ranks on few cores a queued frame
+/// measured about twice this at the probed rate, and without it the model took the index where
+/// Bruck's gather or the ring was faster (docs/paths.md, "The cut"). It is half that because a
+/// link slow by its wire, not its cores, measures the same rate with frames that cost a few
+/// us: there a queued frame is priced 33 us at 1 Gbit/s (Bruck's gather is still taken at
+/// world 16 and hops of 100 us, not at world 8, where it saves one hop for four frames), and
+/// 3.3 us at 10 Gbit/s. No probe measures a frame's cost apart from its bytes and its hop.
 pub(crate) const FRAME_COST_BYTES: u64 = 4 << 10;
 
 /// Set bits in `0..world`: the slots the index sends, over all its rounds.
