@@ -375,10 +375,6 @@ impl Spread {
 }
 
 #[cfg(test)]
-#[path = "options_tests.rs"]
-mod tcp_tests;
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use AllreducePath::{Auto, Bruck, Gather, Index, Ring};
@@ -486,5 +482,17 @@ mod tests {
         assert!(matches!(&error, ConnectError::Disagreement { ranks, .. } if ranks == &[1, 2]));
         let error = agreed(&[Ring, Gather, Bruck]).unwrap_err();
         assert!(matches!(&error, ConnectError::Disagreement { ranks, .. } if ranks == &[1, 2]));
+    }
+
+    /// The option as the choice's spread: a forced count as it is (one is no split), automatically
+    /// one channel per usable core up to the most an automatic count opens.
+    #[test]
+    fn agreed_channels_become_the_choices_spread() {
+        use crate::ring::choice::{MAX_AUTO_CHANNELS, Spread};
+        assert_eq!(Spread::of(Channels::Auto, 1), Spread::One);
+        assert_eq!(Spread::of(Channels::Auto, 6), Spread::Auto(6));
+        assert_eq!(Spread::of(Channels::Auto, 96), Spread::Auto(MAX_AUTO_CHANNELS));
+        assert_eq!(Spread::of(Channels::Forced(1), 96), Spread::One);
+        assert_eq!(Spread::of(Channels::Forced(12), 2), Spread::Forced(12));
     }
 }

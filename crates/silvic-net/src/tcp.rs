@@ -581,6 +581,10 @@ mod connect_tests;
 mod channel_failure_tests;
 
 #[cfg(test)]
+#[path = "forced_tests.rs"]
+mod forced_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

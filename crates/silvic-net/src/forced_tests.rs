@@ -1,6 +1,9 @@
-//! The allreduce path override over real rings (threads on loopback): every rank must take the
-//! same path, a forced path is the one the calls take (seen in the bytes each stream carried),
-//! and a path that cannot carry a call leaves it to the automatic choice.
+//! What `connect` does with a forced allreduce path or channel count ([`ConnectOptions`], the
+//! variables `from_vars` reads), over real rings (threads on loopback): every rank must take the
+//! same settings, a forced path is the one the calls take (seen in the bytes each stream
+//! carried), a path that cannot carry a call leaves it to the automatic choice, and ranks whose
+//! calls take different paths fail at the first frame naming each other. The settings' own
+//! parsing and agreement, without sockets, are tested in `options.rs`.
 //!
 //! Every test is bounded: the ranks are joined within [`LIMIT`], and each connect within its own
 //! rendezvous timeout (a hang fails the test).
@@ -12,7 +15,7 @@ use std::time::{Duration, Instant};
 use silvic_core::{Collective, CollectiveError, Op, fold};
 
 use super::*;
-use crate::TcpCollective;
+use crate::options::{ALLREDUCE_VARIABLE, AllreducePath};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const TOKEN: &str = "an-options-test-token-0123456789";
@@ -302,16 +305,4 @@ fn a_rank_on_another_path_among_eight_fails_every_rank_naming_it() {
         };
         assert!(names_three, "rank {rank}: {error}");
     }
-}
-
-/// The option as the choice's spread: a forced count as it is (one is no split), automatically
-/// one channel per usable core up to the most an automatic count opens.
-#[test]
-fn agreed_channels_become_the_choices_spread() {
-    use crate::ring::choice::{MAX_AUTO_CHANNELS, Spread};
-    assert_eq!(Spread::of(Channels::Auto, 1), Spread::One);
-    assert_eq!(Spread::of(Channels::Auto, 6), Spread::Auto(6));
-    assert_eq!(Spread::of(Channels::Auto, 96), Spread::Auto(MAX_AUTO_CHANNELS));
-    assert_eq!(Spread::of(Channels::Forced(1), 96), Spread::One);
-    assert_eq!(Spread::of(Channels::Forced(12), 2), Spread::Forced(12));
 }
