@@ -12,16 +12,20 @@ everything. There is an edge A -> B for every place where code of A names B:
   `[text]: super::b`.
 
 `crate::Name` where `Name` is an item the root re-exports (`pub use tcp::TcpCollective;` in
-lib.rs) is an edge to the module that defines it. What is compiled only for tests is left out:
-an item under `#[cfg(test)]` (a `mod tests { ... }`, a `mod x;` and the files it pulls in, a
-function, a `use`) and whatever is outside src/ (tests/, benches/).
+lib.rs) is an edge to the module that defines it. What is compiled only for tests is left out
+unless `--tests` is given: an item under `#[cfg(test)]` (a `mod tests { ... }`, a `mod x;` and
+the files it pulls in, a function, a `use`). With `--tests` it counts like any other code, and
+its edges are marked `test` where places are listed (a test module of A that drives B is an
+edge A -> B: reviewers read it as one). Whatever is outside src/ (tests/, benches/) is never
+counted: it sees the crate from outside, as a user does.
 
 It prints every strongly connected component of more than one module, each with one shortest
 circle through it and every edge between its modules (file:line and kind), and exits 1 if there
 is one. `--dot` prints the whole graph for Graphviz instead (the circles' edges in red); `--edges`
 lists every edge with where it comes from.
 
-    python3 scripts/import-graph.py                         # every crate in crates/
+    python3 scripts/import-graph.py                         # every crate in crates/, code only
+    python3 scripts/import-graph.py --tests                 # test code counted too (what CI runs)
     python3 scripts/import-graph.py crates/silvic-net --dot   # one crate, for Graphviz
 
 Why a script rather than `cargo modules dependencies --acyclic` (the cargo-modules crate): that
@@ -166,15 +170,21 @@ def item_end(code, start):
 
 
 class Crate:
-    """The files of a crate, each with its module path, code (tests blanked) and doc comments."""
+    """The files of a crate, each with its module path, code and doc comments.
 
-    def __init__(self, crate_dir):
+    Without `tests`, test-only code is blanked and test-only files are not read; with it, both
+    are kept and `spans` gives, per file, the [start, end) of its test-only code.
+    """
+
+    def __init__(self, crate_dir, tests=False):
         self.src = crate_dir / "src"
         root = self.src / "lib.rs"
         if not root.exists():
             root = self.src / "main.rs"
         self.root = root
+        self.with_tests = tests
         self.files = {}  # path -> (module path as a tuple, code, docs)
+        self.spans = {}  # path -> [(start, end)] of test-only code, kept with `tests`
         self.test_files = set()
         self.load(root, (), False)
         self.modules = sorted({m[0] for m, _, _ in self.files.values() if m})
@@ -204,6 +214,12 @@ class Crate:
                 self.load(child, module + (m.group(1),), inside_test)
         if is_test:
             self.test_files.add(path)
+            tests = [(0, len(code))]
+            if not self.with_tests:
+                return
+        if self.with_tests:
+            self.spans[path] = tests
+            self.files[path] = (module, code, docs)
             return
         for a, b in tests:
             code = blank(code, a, b)
@@ -284,8 +300,11 @@ def references(crate):
         here = module[0]
         rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
         uses = [(m.start(), m.end(), bool(m.group(1))) for m in USE_ITEM.finditer(code)]
+        spans = crate.spans.get(path, [])
 
         def add(target_base, names, offset, kind):
+            if any(a <= offset < b for a, b in spans):
+                kind += ", test"
             for name in names:
                 top = target_base[0] if target_base else crate.top_of(name)
                 if top and top != here:
@@ -368,9 +387,9 @@ def shortest_circle(component, edges):
     return [start]
 
 
-def check(crate_dir, dot, list_edges):
+def check(crate_dir, dot, list_edges, tests):
     """Prints the crate's circles (and its graph or edges if asked); True if it has none."""
-    crate = Crate(crate_dir)
+    crate = Crate(crate_dir, tests)
     places = collections.defaultdict(list)
     for a, b, where, kind in references(crate):
         if f"{where} ({kind})" not in places[(a, b)]:
@@ -381,6 +400,7 @@ def check(crate_dir, dot, list_edges):
     circles = [c for c in strongly_connected(crate.modules, edges) if len(c) > 1]
     in_circle = {(a, b) for c in circles for a in c for b in c if (a, b) in places}
     name = crate_dir.relative_to(ROOT) if crate_dir.is_relative_to(ROOT) else crate_dir
+    counted = " (test code counted)" if tests else ""
 
     if dot:
         print(f'digraph "{name}" {{')
@@ -395,9 +415,9 @@ def check(crate_dir, dot, list_edges):
         for (a, b), where in sorted(places.items()):
             print(f"{name}: {a} -> {b}: " + ", ".join(where))
     if not circles:
-        print(f"{name}: {len(crate.modules)} modules, {len(places)} edges, no circle")
+        print(f"{name}: {len(crate.modules)} modules, {len(places)} edges, no circle{counted}")
     for component in circles:
-        print(f"{name}: circle among {', '.join(component)}")
+        print(f"{name}: circle among {', '.join(component)}{counted}")
         print("  shortest: " + " -> ".join(shortest_circle(component, edges)))
         for (a, b), where in sorted(places.items()):
             if (a, b) in in_circle and a in component:
@@ -410,6 +430,9 @@ def main():
     parser.add_argument("crates", nargs="*", help="crate folders (default: every one in crates/)")
     parser.add_argument("--dot", action="store_true", help="print each graph for Graphviz")
     parser.add_argument("--edges", action="store_true", help="list every edge and its places")
+    parser.add_argument(
+        "--tests", action="store_true", help="count #[cfg(test)] code and the files it pulls in"
+    )
     args = parser.parse_args()
     if args.crates:
         folders = [pathlib.Path(c).resolve() for c in args.crates]
@@ -420,7 +443,7 @@ def main():
             for p in (ROOT / "crates").glob("*/src/main.rs")
             if not (p.parent / "lib.rs").exists()
         )
-    results = [check(folder, args.dot, args.edges) for folder in folders]
+    results = [check(folder, args.dot, args.edges, args.tests) for folder in folders]
     return 0 if all(results) else 1
 
 
