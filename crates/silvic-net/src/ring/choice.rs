@@ -27,7 +27,7 @@
 //!   the forced path too), and the time is computed exactly, in integers scaled by `n ×` the
 //!   rates, ties to the earlier candidate: every rank picks the same path for the same call.
 //! - **Today's cut extended.** With no fold cost and the loopback constants, the gather-or-ring
-//!   choice is [`uses_gather`]'s (the tests check it). Where hops are short, the cut is made at
+//!   choice is [`uses_gather_at`]'s at loopback's hop (the tests check it). Where hops are short, the cut is made at
 //!   the measured hop where it is shorter than loopback's ([`short_hop_ns`]), else at
 //!   loopback's. Where hops are long, the model at the measured hop and rate picks among the
 //!   gather and the ring, and among every path where the link has chord streams.
@@ -243,7 +243,9 @@ pub(crate) const RATE_BYTES_PER_US: u64 = 1_500;
 pub(crate) const GATHER_MAX_BYTES: usize = 1 << 20;
 
 /// Whether an allreduce of `bytes` in a world of `world` takes the gather path (else the ring)
-/// on loopback: [`uses_gather_at`] loopback's hop, [`HOP_NS`].
+/// on loopback: [`uses_gather_at`] loopback's hop, [`HOP_NS`]. The choice itself cuts at
+/// [`short_hop_ns`]; this is the loopback cut the tests and [`gather_limit`] name.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn uses_gather(bytes: usize, world: usize) -> bool {
     uses_gather_at(bytes, world, HOP_NS)
 }
@@ -413,14 +415,14 @@ impl Path {
     /// Every path, in the order ties are broken: to the paths that hold less memory, and of the
     /// two gathers to today's.
     pub(crate) const ALL: [Path; 4] = [Path::Ring, Path::Index, Path::Gather, Path::Bruck];
-    /// The paths a ring without chord streams carries, ties to the ring as [`uses_gather`]
+    /// The paths a ring without chord streams carries, ties to the ring as [`uses_gather_at`]
     /// breaks them.
     #[cfg(test)]
     pub(crate) const RING_ONLY: [Path; 2] = [Path::Ring, Path::Gather];
 }
 
 /// The cost model's network: a hop's latency, the rate one rank's bytes leave it, and the rate a
-/// rank folds (`None`: folds taken as free, as [`uses_gather`] takes them).
+/// rank folds (`None`: folds taken as free, as [`uses_gather_at`] takes them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Model {
     pub(crate) hop_ns: u64,
