@@ -16,14 +16,15 @@
 //!    count and its usable cores in one number ([`settings_code`]).
 //! 3. **A first estimate of the rate**, where that time allows ([`affords`]): [`RATE_PROBES`]
 //!    shifts ([`ring::shift`]: every rank sends a block to its right neighbour, what a step of
-//!    the ring moves) of [`FIRST_SHIFT_BYTES`], the first left out, and an agreement on the
-//!    slowest rank's fastest. Its rate ([`shift_rate`]: the bytes over the time less a hop,
+//!    the ring moves) of [`FIRST_SHIFT_BYTES`], the first left out, the rest timed as one
+//!    span ([`timed_shifts`]), and an agreement on the slowest rank's time a shift. Its rate ([`shift_rate`]: the bytes over the time less a hop,
 //!    the hop at most half of it) is only an estimate: on a link whose bandwidth-delay product
 //!    is near the block, the hop and whatever else a call costs once hide most of the bytes.
 //! 4. **The rate**, where the time left allows: [`LONG_SHIFTS`] shifts of a block sized from
 //!    the first estimate's bandwidth-delay product ([`long_shift_bytes`]: many times the bytes
-//!    one hop holds, so latency cannot hide the rate) and an agreement likewise; the rate is
-//!    that round's ([`shift_rate`]). (A slope between the two rounds would take every fixed
+//!    one hop holds, so latency cannot hide the rate), timed and agreed likewise from the end
+//!    of the first round's agreement, where the ranks are in step; the rate is that round's
+//!    ([`shift_rate`]). (A slope between the two rounds would take every fixed
 //!    cost off, but a first round slowed by a neighbour's load makes it many times too high;
 //!    the long round's bytes outweigh its fixed costs instead.)
 //!
@@ -240,8 +241,15 @@ pub(crate) fn measure<L: Timed>(
 }
 
 /// Times a shift of `bytes` as each call numbered in `seqs`, the first `left_out` not counted,
-/// and agrees with the next call on the slowest rank's fastest time and on the least time any
+/// and agrees with the next call on the slowest rank's time a shift and on the least time any
 /// rank has left: returns both.
+///
+/// A rank's time a shift is its counted shifts' span over their number, not its fastest shift:
+/// ranks leave a shift one after another, and a rank that starts one late finds part of its
+/// block already in its socket buffers, so its fastest shift may time the buffers, not the
+/// stream (where many ranks share few cores, a rate several times what the ring then carries,
+/// docs/paths.md). Over the span, the bytes a neighbour sent ahead are counted once, at its
+/// start; and the slowest rank's span ends with the last bytes any rank received.
 fn timed_shifts<L: Timed>(
     link: &mut L,
     (rank, world): (usize, usize),
@@ -253,15 +261,16 @@ fn timed_shifts<L: Timed>(
     let agreement = Call { rank, world, op: PROBE_OP, seq: seqs.end };
     let frame = bytes.min(SHIFT_FRAME_BYTES);
     let (out, mut into) = (vec![rank as u8; frame], vec![0u8; frame]);
-    let mut fastest = Duration::MAX;
+    let counted = (seqs.end - seqs.start).saturating_sub(left_out as u64).max(1);
+    let mut started = link.now();
     for (i, seq) in seqs.enumerate() {
-        let started = link.now();
-        ring::shift::shift(link, Call { seq, ..agreement }, bytes as u64, &out, &mut into)?;
-        if i >= left_out {
-            fastest = fastest.min(link.now().saturating_sub(started));
+        if i == left_out {
+            started = link.now();
         }
+        ring::shift::shift(link, Call { seq, ..agreement }, bytes as u64, &out, &mut into)?;
     }
-    let mut slowest = [nanos(fastest), u64::MAX - nanos(link.left())];
+    let per_shift = nanos(link.now().saturating_sub(started)) / counted;
+    let mut slowest = [per_shift, u64::MAX - nanos(link.left())];
     allreduce(link, agreement, &mut slowest, fold::max_int, scratch)?;
     Ok((Duration::from_nanos(slowest[0]), u64::MAX - slowest[1]))
 }
@@ -717,6 +726,67 @@ mod tests {
             for (rank, agreed) in measured.iter().enumerate() {
                 assert_eq!(agreed, first, "world {world}: rank {rank} agreed on another one");
             }
+        }
+    }
+
+    /// An in-memory rank whose `n`th call takes `took(n)` on its clock.
+    struct Uneven<'a> {
+        link: &'a mut dyn Link,
+        clock: Duration,
+        calls: usize,
+        took: fn(usize) -> Duration,
+    }
+
+    impl Link for Uneven<'_> {
+        fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
+            self.clock += (self.took)(self.calls);
+            self.calls += 1;
+            self.link.run(plan)
+        }
+        fn network(&self) -> Network {
+            self.link.network()
+        }
+    }
+
+    impl Timed for Uneven<'_> {
+        fn now(&self) -> Duration {
+            self.clock
+        }
+        fn fold_ns(&mut self) -> u64 {
+            1000
+        }
+        fn left(&self) -> Duration {
+            Duration::from_secs(100)
+        }
+    }
+
+    #[test]
+    fn a_round_of_shifts_is_timed_as_one_span_not_by_its_fastest_shift() {
+        // The long round's shifts take 9, 1 and 2 ms, as where a rank that started late found
+        // most of a block in its buffers: the rate is the round's 4 ms a shift, not 1 ms's.
+        const LONG: usize = (HOP_PROBES + 1 + RATE_PROBES + 1) as usize;
+        let took = |call: usize| match call.checked_sub(LONG) {
+            Some(0) => Duration::from_millis(9),
+            Some(1) => Duration::from_millis(1),
+            Some(2) => Duration::from_millis(2),
+            _ => Duration::from_micros(100),
+        };
+        let world = 4;
+        let measured = on_ring(Driver::new(world), |rank, link| {
+            let mut link = Uneven { link, clock: Duration::ZERO, calls: 0, took };
+            let settings = (Settings::default(), 1);
+            let measured = measure(&mut link, rank, world, settings, &mut Scratch::default());
+            (measured.unwrap(), link.calls)
+        });
+        let hop_ns = hop_from(Duration::from_micros(100), world);
+        let first = estimate_rate(Duration::from_micros(100), FIRST_SHIFT_BYTES, hop_ns);
+        let long = long_shift_bytes(hop_ns, first);
+        let rate = shift_rate(Duration::from_millis(4), long, hop_ns);
+        assert_ne!(rate, shift_rate(Duration::from_millis(1), long, hop_ns));
+        for (rank, (agreed, calls)) in measured.into_iter().enumerate() {
+            assert_eq!(calls as u64, PROBE_CALLS, "rank {rank} ran every probe");
+            assert_eq!(agreed.network.hop_ns, hop_ns, "rank {rank}");
+            assert_eq!(agreed.network.bytes_per_us, rate, "rank {rank}");
         }
     }
 
