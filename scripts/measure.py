@@ -291,9 +291,11 @@ def fixed(args):
              "FixedHistogram::add, ns a value (medians of its 21 interleaved rounds)")
     r.series("add_many", "the same run: FixedHistogram::add_many with i64 bins")
     sizes = "1K,4K,8K,16K,32K,256K,2M,8M"
+    # On loopback also f64 of twice the large sizes, for the rows of the same bytes: whether
+    # i128 costs more than its bytes where calls are large.
     world = 4
     allreduce = [BENCH, "--world", str(world), "--op", "sum_f64", "--vs", "sum_i128", "--sizes",
-                 sizes, "--seconds-per-size", "1"]
+                 sizes + ",4M,16M", "--seconds-per-size", "1"]
     r.series("allreduce", "target/release/silvic-bench " + shlex.join(allreduce[1:]) +
              " (one process per rank on loopback; N = the f64 size / 8; each repetition times "
              "both in turn in the same ring, ratio = the median of i128 / f64 over them)")
