@@ -645,19 +645,32 @@ mod tests {
         assert!(fold_rate_from(ns) < MAX_BYTES_PER_US, "{ns} ns for 96 KiB");
     }
 
-    /// An in-memory rank with a clock of its own: each call it runs takes `per_call` more on
-    /// it, from `start`, and its folds take `fold_ns`; `left` is its time to the deadline.
+    /// An in-memory rank with a clock of its own: its `n`th call takes `took(n)` on it, from
+    /// zero, and its folds take `fold_ns`; `left` is its time to the deadline.
     struct Clocked<'a> {
         link: &'a mut dyn Link,
         clock: Duration,
-        per_call: Duration,
+        calls: usize,
+        took: &'a dyn Fn(usize) -> Duration,
         fold_ns: u64,
         left: Duration,
     }
 
+    impl<'a> Clocked<'a> {
+        fn new(
+            link: &'a mut dyn Link,
+            took: &'a dyn Fn(usize) -> Duration,
+            fold_ns: u64,
+            left: Duration,
+        ) -> Self {
+            Clocked { link, clock: Duration::ZERO, calls: 0, took, fold_ns, left }
+        }
+    }
+
     impl Link for Clocked<'_> {
         fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
-            self.clock += self.per_call;
+            self.clock += (self.took)(self.calls);
+            self.calls += 1;
             self.link.run(plan)
         }
         fn network(&self) -> Network {
@@ -703,7 +716,8 @@ mod tests {
                 let per_call = Duration::from_micros(100 + 10 * rank as u64);
                 let fold_ns = 1000 + rank as u64;
                 let left = Duration::from_secs(100 + rank as u64);
-                let mut link = Clocked { link, clock: Duration::ZERO, per_call, fold_ns, left };
+                let took = |_| per_call;
+                let mut link = Clocked::new(link, &took, fold_ns, left);
                 let path = if rank == 1 { AllreducePath::Index } else { AllreducePath::Ring };
                 let channels = if rank == 1 { Channels::Forced(3) } else { Channels::Auto };
                 let cores = if rank == world - 1 { 2 } else { 4 + rank };
@@ -729,37 +743,6 @@ mod tests {
         }
     }
 
-    /// An in-memory rank whose `n`th call takes `took(n)` on its clock.
-    struct Uneven<'a> {
-        link: &'a mut dyn Link,
-        clock: Duration,
-        calls: usize,
-        took: fn(usize) -> Duration,
-    }
-
-    impl Link for Uneven<'_> {
-        fn run(&mut self, plan: &mut dyn FramePlan) -> Result<(), CollectiveError> {
-            self.clock += (self.took)(self.calls);
-            self.calls += 1;
-            self.link.run(plan)
-        }
-        fn network(&self) -> Network {
-            self.link.network()
-        }
-    }
-
-    impl Timed for Uneven<'_> {
-        fn now(&self) -> Duration {
-            self.clock
-        }
-        fn fold_ns(&mut self) -> u64 {
-            1000
-        }
-        fn left(&self) -> Duration {
-            Duration::from_secs(100)
-        }
-    }
-
     #[test]
     fn a_round_of_shifts_is_timed_as_one_span_not_by_its_fastest_shift() {
         // The long round's shifts take 9, 1 and 2 ms, as where a rank that started late found
@@ -773,7 +756,7 @@ mod tests {
         };
         let world = 4;
         let measured = on_ring(Driver::new(world), |rank, link| {
-            let mut link = Uneven { link, clock: Duration::ZERO, calls: 0, took };
+            let mut link = Clocked::new(link, &took, 1000, Duration::from_secs(100));
             let settings = (Settings::default(), 1);
             let measured = measure(&mut link, rank, world, settings, &mut Scratch::default());
             (measured.unwrap(), link.calls)
@@ -798,7 +781,8 @@ mod tests {
         let measured = on_ring(Driver::new(world), |rank, link| {
             let left = if rank == 2 { Duration::from_millis(50) } else { Duration::from_secs(60) };
             let per_call = Duration::from_micros(100);
-            let mut link = Clocked { link, clock: Duration::ZERO, per_call, fold_ns: 1, left };
+            let took = |_| per_call;
+            let mut link = Clocked::new(link, &took, 1, left);
             measure(&mut link, rank, world, (Settings::default(), 1), &mut Scratch::default())
                 .unwrap()
         });
