@@ -9,7 +9,8 @@ everything. There is an edge A -> B for every place where code of A names B:
   `super::` paths that climb out of A (`use super::b::x;` in a top-level file);
 - any other path in code: `crate::b::f(...)`, `crate::b::T` in a type, `$crate::b::` in a macro;
 - an intra-doc link in a `///` or `//!` comment: `[`crate::b::T`]`, `[text](crate::b::T)`,
-  `[text]: super::b`.
+  `[text]: super::b`; and a path in a code span there (`` `crate::b::f` ``), which names B to
+  a reader as much as a link does.
 
 `crate::Name` where `Name` is an item the root re-exports (`pub use tcp::TcpCollective;` in
 lib.rs) is an edge to the module that defines it. What is compiled only for tests is left out
@@ -53,11 +54,13 @@ INNER_TEST_CFG = re.compile(r"#!\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")
 MOD_DECL = re.compile(r"\bmod\s+(" + IDENT + r")\s*;")
 PATH_ATTR = re.compile(r'#\s*\[\s*path\s*=\s*"([^"]+)"\s*\]\s*$')
 USE_ITEM = re.compile(r"(?<![A-Za-z0-9_])(pub\s*(?:\([^)]*\))?\s*)?use\s[^;]*;")
-# Intra-doc link targets: `[target]`, `[text](target)`, `[text]: target`.
+# Doc references: intra-doc link targets (`[target]`, `[text](target)`, `[text]: target`) and
+# paths in code spans (`` `crate::b` ``), which a reader follows as much as a link.
 DOC_TARGETS = (
     re.compile(r"\]\(\s*<?([^)\s>]+)>?\s*\)"),
     re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)"),
     re.compile(r"\[([^\[\]]+)\]"),
+    re.compile(r"`([^`]+)`"),
 )
 DOC_PATH = re.compile(
     r"^(?:\w+@)?(\$?crate|(?:super::)*super)::(" + IDENT + r")(?:::" + IDENT + r")*(?:\(\)|!)?$"

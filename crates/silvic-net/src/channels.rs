@@ -1,8 +1,8 @@
 //! Channels: one call on as many threads and streams as the ring agreed to give it.
 //!
-//! A ring of `C > 1` channels holds, beside channel 0's streams (the ring's own, `crate::tcp`),
+//! A ring of `C > 1` channels holds, beside channel 0's streams (the ring's own, `tcp.rs`),
 //! one [`TcpRing`] per further channel, over its own stream to each ring neighbour, formed at
-//! connect once the ranks have agreed on `C` (`crate::probe`); and a pool of `C - 1` named
+//! connect once the ranks have agreed on `C` (`probe.rs`); and a pool of `C - 1` named
 //! threads, made at connect and parked between calls. A call the choice splits
 //! (`ring::choice::channels`) cuts every segment of its buffer into one piece per channel
 //! (`ring::layout`) and runs the ring path over each channel's pieces on that channel's
@@ -15,7 +15,7 @@
 //!   call gives the bits one channel gives.
 //! - **One failure, one error.** A channel that fails trips the rank's [`Waker`] with its
 //!   error; every other channel, spinning or blocked in poll(2), ends at once with that error;
-//!   the caller then aborts every channel's streams (`crate::tcp`), so the failure reaches every
+//!   the caller then aborts every channel's streams (`tcp.rs`), so the failure reaches every
 //!   channel of every neighbour, and the error sticks.
 //! - **Cancel.** Channel 0 runs on the calling thread, where a cancel is armed
 //!   (`crate::cancel`): its waits see the cancel, and its failure ends every channel as any

@@ -56,7 +56,7 @@ pub struct PeerStats {
     /// Time spent waiting on this peer.
     pub waited: Duration,
     /// The channel the stream carries: 0 for the ring's own streams, `c` for channel `c`'s
-    /// (see [`ConnectOptions::channels`](crate::ConnectOptions::channels)).
+    /// (see `ConnectOptions::channels`).
     pub channel: usize,
 }
 

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! `channel` names the channel a ring stream carries (0: the ring's first streams, and every
-//! stream of the address exchange; see `crate::channels`).
+//! stream of the address exchange; see `channels.rs`).
 //!
 //! A Hello carries the roster digest in its `mac` field. A Reject carries only its reason:
 //! version, world and rank are zero, so a peer that has not proven the token learns nothing

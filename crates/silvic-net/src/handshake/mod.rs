@@ -1,7 +1,7 @@
 //! The rendezvous handshake: who a connection comes from, and proof that it holds the job token.
 //!
 //! Four fixed-size messages, the connecting rank `C` (rank `r`) to the accepting rank `A`
-//! (rank `r + 1` on the ring; on a chord stream, the rank `r + 2^k` that `crate::topology`
+//! (rank `r + 1` on the ring; on a chord stream, the rank `r + 2^k` that `topology.rs`
 //! has `r` dial, which takes a Hello from any rank it accepts, [`Acceptor::from_one_of`]):
 //!
 //! ```text

@@ -133,7 +133,7 @@ pub(crate) struct TcpRing {
     /// What every rank agreed to force on allreduces (`options.rs`).
     forced: Forced,
     /// What ends this channel's part of a call when another channel of this rank fails
-    /// (`crate::channels`): on a ring of several channels.
+    /// (`channels.rs`): on a ring of several channels.
     waker: Option<Arc<Waker>>,
     /// How long a call spins after its last progress before it blocks: [`SPIN`], or none.
     spin: Duration,
@@ -173,7 +173,7 @@ impl TcpRing {
     }
 
     /// Blocks in poll(2) as soon as a turn moves nothing, never spinning first: for the links of
-    /// a rank's further channels (`crate::channels`), whose calls are large and run on threads
+    /// a rank's further channels (`channels.rs`), whose calls are large and run on threads
     /// of their own, one per channel. Spinning on each of them cost CPU and speed alike where
     /// the channels' threads share cores (docs/results/channels.csv), and a large call's frames
     /// pay a wake-up seldom.

@@ -11,7 +11,7 @@
 //! Invariants: the first trip's error is the one every channel returns; a trip is never undone
 //! (a failed ring stays failed: its error sticks); tripping never blocks and never fails (an
 //! eventfd that cannot be written is already readable). Not here: who trips it, and what is
-//! aborted (`crate::channels`).
+//! aborted (`channels.rs`).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};

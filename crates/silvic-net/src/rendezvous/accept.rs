@@ -1,6 +1,6 @@
 //! The accepting side: every connection a listener takes, each in its own handshake, until the
 //! ones that may join have proven the job token. The ring's lobby admits a set of ranks, its left
-//! neighbour and the chord peers it accepts (`crate::topology`), each stream proving the token on
+//! neighbour and the chord peers it accepts (`topology.rs`), each stream proving the token on
 //! its own; the address exchange's (rank 0's, in `launch::exchange`) admits every other rank.
 //!
 //! Invariants:

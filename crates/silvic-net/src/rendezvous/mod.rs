@@ -1,7 +1,7 @@
 //! Forming the ring: connect to every rank this rank dials ([`dial`]: the right neighbour, and
 //! the chord peers ahead of it) and accept every rank it accepts ([`accept`]: the left
 //! neighbour, and the chord peers behind it), all at the same time, in one poll loop. Who dials
-//! whom is `crate::topology`'s to say; every stream runs its own handshake.
+//! whom is `topology.rs`'s to say; every stream runs its own handshake.
 //!
 //! Invariants:
 //! - The loop ends with every stream handshaken, or with an error at the rendezvous deadline

@@ -29,7 +29,7 @@ pub(crate) struct Plan<'a> {
     pub(crate) accepts: &'a [usize],
     /// The channels whose streams this rendezvous forms: one to each rank dialled and from
     /// each rank accepted per channel (`0..1` when a ring forms; its further channels' after
-    /// it has measured itself, `crate::channels`).
+    /// it has measured itself, `channels.rs`).
     pub(crate) channels: std::ops::Range<u16>,
 }
 

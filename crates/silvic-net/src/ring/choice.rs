@@ -61,7 +61,7 @@ pub(crate) struct Forced {
 }
 
 /// The channels a ring's large calls may run on, agreed at connect: each channel a thread and
-/// a stream to each ring neighbour (`crate::channels`).
+/// a stream to each ring neighbour (`channels.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum Spread {
     /// One: no call is split (the default, and every link without channels).

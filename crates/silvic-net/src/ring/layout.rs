@@ -15,7 +15,7 @@
 //!
 //! Invariants: the pieces of [`channel_pieces`] are disjoint, cover the buffer, and piece `j`
 //! of channel `c` lies inside segment `j`. Not here: which calls are split, or into how many
-//! channels (`super::choice`); running the channels (`crate::channels`).
+//! channels (`super::choice`); running the channels (`channels.rs`).
 
 use super::schedule::segment;
 

@@ -158,7 +158,7 @@ pub(crate) fn allgather_blocks(
 }
 
 /// What runs one allreduce of any element type: a link alone ([`OnLink`]), or a rank's
-/// channels (`crate::channels`).
+/// channels (`channels.rs`).
 pub(crate) trait Reducer {
     /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order.
     fn reduce<T: Element, C: Fn(T, T) -> T + Copy + Send + Sync>(
