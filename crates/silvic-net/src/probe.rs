@@ -17,16 +17,17 @@
 //! 3. **A first estimate of the rate**, where that time allows ([`affords`]): [`RATE_PROBES`]
 //!    shifts ([`ring::shift`]: every rank sends a block to its right neighbour, what a step of
 //!    the ring moves) of [`FIRST_SHIFT_BYTES`], the first left out, the rest timed as one
-//!    span ([`timed_shifts`]), and an agreement on the slowest rank's time a shift. Its rate ([`shift_rate`]: the bytes over the time less a hop,
-//!    the hop at most half of it) is only an estimate: on a link whose bandwidth-delay product
-//!    is near the block, the hop and whatever else a call costs once hide most of the bytes.
+//!    span ([`timed_shifts`]), and an agreement on the slowest rank's time a shift. Its rate
+//!    ([`shift_rate`]: the bytes over the time less a hop, the hop at most half of it) is
+//!    only an estimate: on a link whose bandwidth-delay product is near the block, the hop
+//!    and whatever else a call costs once hide most of the bytes.
 //! 4. **The rate**, where the time left allows: [`LONG_SHIFTS`] shifts of a block sized from
 //!    the first estimate's bandwidth-delay product ([`long_shift_bytes`]: many times the bytes
 //!    one hop holds, so latency cannot hide the rate), timed and agreed likewise from the end
 //!    of the first round's agreement, where the ranks are in step; the rate is that round's
-//!    ([`shift_rate`]). (A slope between the two rounds would take every fixed
-//!    cost off, but a first round slowed by a neighbour's load makes it many times too high;
-//!    the long round's bytes outweigh its fixed costs instead.)
+//!    ([`shift_rate`]). (A slope between the two rounds would take every fixed cost off, but
+//!    a first round slowed by a neighbour's load makes it many times too high; the long
+//!    round's bytes outweigh its fixed costs instead.)
 //!
 //! Where a round does not fit the time left, it is not run and the rate stays unmeasured (the
 //! choice then takes loopback's figures): `connect` never runs past its timeout to measure.
@@ -261,15 +262,18 @@ fn timed_shifts<L: Timed>(
     let agreement = Call { rank, world, op: PROBE_OP, seq: seqs.end };
     let frame = bytes.min(SHIFT_FRAME_BYTES);
     let (out, mut into) = (vec![rank as u8; frame], vec![0u8; frame]);
-    let counted = (seqs.end - seqs.start).saturating_sub(left_out as u64).max(1);
-    let mut started = link.now();
-    for (i, seq) in seqs.enumerate() {
-        if i == left_out {
-            started = link.now();
-        }
-        ring::shift::shift(link, Call { seq, ..agreement }, bytes as u64, &out, &mut into)?;
+    let mut shift = |link: &mut L, seq| {
+        ring::shift::shift(link, Call { seq, ..agreement }, bytes as u64, &out, &mut into)
+    };
+    let mut seqs = seqs;
+    for seq in seqs.by_ref().take(left_out) {
+        shift(link, seq)?;
     }
-    let per_shift = nanos(link.now().saturating_sub(started)) / counted;
+    let (started, counted) = (link.now(), seqs.end - seqs.start);
+    for seq in seqs {
+        shift(link, seq)?;
+    }
+    let per_shift = nanos(link.now().saturating_sub(started)) / counted.max(1);
     let mut slowest = [per_shift, u64::MAX - nanos(link.left())];
     allreduce(link, agreement, &mut slowest, fold::max_int, scratch)?;
     Ok((Duration::from_nanos(slowest[0]), u64::MAX - slowest[1]))
