@@ -35,24 +35,31 @@ BINS = 1024
 Samples = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
 
 
-def samples(count: int, seed: int) -> Samples:
+def samples(count: int, seed: int, n_bins: int = BINS) -> Samples:
     """Heavy-tailed values of either sign, 2^-30 to 2^10, one in a hundred far smaller (2^-80
     to 2^-47, below the window: rounded), each with a bin."""
     rng = np.random.default_rng(seed)
     powers = np.where(rng.random(count) < 0.01, rng.uniform(-80, -47, count), rng.uniform(-30, 10, count))
     values = rng.choice([-1.0, 1.0], size=count) * np.exp2(powers)
-    return rng.integers(0, BINS, size=count), values
+    return rng.integers(0, n_bins, size=count), values
 
 
-def reduce_on(ring: TcpCollective, bins: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> tuple[FixedScale, npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+def f32_samples(count: int, seed: int, n_bins: int) -> Samples:
+    """Gradients as a trainer's float32s: either sign, 2^-20 to 1, each with a bin."""
+    rng = np.random.default_rng(seed)
+    values = rng.choice([-1.0, 1.0], size=count) * np.exp2(rng.uniform(-20, 0, count))
+    return rng.integers(0, n_bins, size=count), values.astype(np.float32).astype(np.float64)
+
+
+def reduce_on(ring: TcpCollective, bins: npt.NDArray[np.int64], values: npt.NDArray[np.float64], n_bins: int = BINS) -> tuple[FixedScale, npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     scale = FixedScale.agree(ring, float(np.abs(values).max(initial=0.0)), len(values))
-    hist = FixedHistogram(BINS, scale)
+    hist = FixedHistogram(n_bins, scale)
     hist.add(bins, values)
     hist.allreduce(ring)
     return scale, hist.to_f64(), hist.sums()
 
 
-def run_world(world: int, data: Samples, seed: int) -> list[tuple[FixedScale, npt.NDArray[np.float64], npt.NDArray[np.int64]]]:
+def run_world(world: int, data: Samples, seed: int, n_bins: int = BINS) -> list[tuple[FixedScale, npt.NDArray[np.float64], npt.NDArray[np.int64]]]:
     bins, values = data
     rng = np.random.default_rng(seed)
     owner = rng.integers(0, world, size=len(values))
@@ -62,7 +69,7 @@ def run_world(world: int, data: Samples, seed: int) -> list[tuple[FixedScale, np
         mine = np.flatnonzero(owner == r)
         rng_r = np.random.default_rng(seed + r)
         order = rng_r.permutation(mine)  # each rank's samples in its own random order
-        return reduce_on(rings[r], bins[order], values[order])
+        return reduce_on(rings[r], bins[order], values[order], n_bins)
 
     results = on_every_rank(world, rank, limit=60.0)
     for result in results:
@@ -191,10 +198,15 @@ def rust_rank() -> Iterator[Path]:
     yield target / "debug" / "examples" / "fixed_histogram_rank"
 
 
+# 65,536 bins and more gather every rank's report first, and their f32 gradients go as i64s.
+LARGE = 65_536
+
+
 @pytest.mark.timeout(900)
-def test_python_and_rust_ranks_of_one_ring_get_the_same_bits(rust_rank: Path) -> None:
-    data = samples(60_000, seed=7)
-    alone = run_world(1, data, seed=0)[0][1].view(np.uint64)
+@pytest.mark.parametrize("n_bins", [BINS, LARGE])
+def test_python_and_rust_ranks_of_one_ring_get_the_same_bits(rust_rank: Path, n_bins: int) -> None:
+    data = samples(60_000, seed=7) if n_bins == BINS else f32_samples(200_000, seed=7, n_bins=n_bins)
+    alone = run_world(1, data, seed=0, n_bins=n_bins)[0][1].view(np.uint64)
     world, rust = 4, (1, 3)
     bins, values = data
     owner = np.random.default_rng(11).integers(0, world, size=len(values))
@@ -205,7 +217,7 @@ def test_python_and_rust_ranks_of_one_ring_get_the_same_bits(rust_rank: Path) ->
             mine = owner == r
             (temp / f"in{r}").write_bytes(bins[mine].astype("<i8").tobytes() + values[mine].astype("<f8").tobytes())
             procs[r] = subprocess.Popen(
-                [str(rust_rank), str(r), str(BINS), str(temp / f"in{r}"), str(temp / f"out{r}")],
+                [str(rust_rank), str(r), str(n_bins), str(temp / f"in{r}"), str(temp / f"out{r}")],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             )
         listeners = {r: TcpCollective.bind("127.0.0.1") for r in range(world) if r not in rust}
@@ -224,7 +236,7 @@ def test_python_and_rust_ranks_of_one_ring_get_the_same_bits(rust_rank: Path) ->
         def python_rank(r: int) -> npt.NDArray[np.uint64]:
             ring = TcpCollective.connect(listeners[r], r, every, "fixed-histogram", timeout=60.0)
             mine = owner == r
-            return reduce_on(ring, bins[mine], values[mine])[1].view(np.uint64)
+            return reduce_on(ring, bins[mine], values[mine], n_bins)[1].view(np.uint64)
 
         python = on_every_rank(len(listeners), lambda i: python_rank(sorted(listeners)[i]), limit=120.0)
         for p in procs.values():

@@ -11,9 +11,10 @@
 //! Which values are held exactly, and how the others are rounded, is on [`FixedScale`].
 //!
 //! This module owns the scale and how the ranks agree on it, the histogram, its headroom
-//! checks, its reduction and its errors. The exact conversions between an f64 and quanta, and
-//! the adds' table of units, are in [`quanta`], which keeps their rounding invariants: each
-//! value rounded once, to nearest, ties to even; each sum read back with one correct rounding.
+//! checks and its adds' errors. The exact conversions between an f64 and quanta, and the adds'
+//! table of units, are in [`quanta`], which keeps their rounding invariants: each value rounded
+//! once, to nearest, ties to even; each sum read back with one correct rounding. How a
+//! histogram is reduced, in which width, and how its ranks fail together is in [`reduction`].
 //!
 //! Invariants kept here:
 //!
@@ -25,30 +26,24 @@
 //!   that no value below the bound can take past it, and every other add exactly) and refuses,
 //!   naming the bin, an add that would pass it; as each value adds at most `2^(m + e)` in
 //!   magnitude, `rows` values never pass it.
-//! - **No wrapped sums.** A reduction checks, in the same allreduce, that every rank held the
-//!   same scale and that their rows together are at most `2^k`, so the reduced sums never
-//!   wrapped.
+//! - **No wrapped sums.** A reduction checks that every rank held the same scale and that
+//!   their rows together are at most `2^k`, so the reduced sums never wrapped.
 //! - **No partial sums.** A refused add adds nothing and is kept: a reduction then fails on
 //!   every rank, naming it, and empties the histogram rather than reduce sums that miss a value.
 
 use std::fmt;
 
-use crate::{Collective, CollectiveError, Numbers, Reduction, TrainerCollective};
+use crate::{Collective, CollectiveError};
 
 mod quanta;
+mod reduction;
 
 use quanta::{Units, exponent_above, pow2, quanta_to_f64, quantize, quantize_below};
+use reduction::CHECKS;
 
 /// A bin's sum stays within `±2^SUM_BITS` quanta, one bit short of an `i128`'s reach, so a fold
 /// of two such partial sums cannot wrap either.
 const SUM_BITS: i32 = 126;
-/// The elements after the bins in the reduced buffer: the scale's tag, its square, the rows
-/// and whether an add was refused.
-const CHECKS: usize = 4;
-/// The kinds of refusal a report carries: none, an overflow, an invalid argument.
-const REFUSED_NONE: u8 = 0;
-const REFUSED_OVERFLOW: u8 = 1;
-const REFUSED_ARGUMENT: u8 = 2;
 /// Tags hold the bound exponent plus this in their low 12 bits (always 1 to 2099).
 const TAG_BOUND_OFFSET: i32 = 1075;
 
@@ -209,7 +204,7 @@ impl fmt::Display for FixedScale {
 }
 
 /// Per-bin exact sums of per-sample values at an agreed [`FixedScale`], reduced over a ring
-/// with one `i128` allreduce.
+/// with one `i128` allreduce (a large histogram's bins go as `i64`s where they fit).
 ///
 /// Build it on every rank with the same bins and scale, [`add`](FixedHistogram::add) each
 /// sample's value to its bin, [`allreduce`](FixedHistogram::allreduce), and read the sums with
@@ -392,131 +387,6 @@ impl FixedHistogram {
             Refusal::Bound => self.out_of_bound(bin, value),
             Refusal::Headroom => self.past_headroom(bin, value),
         }
-    }
-
-    /// Replaces every bin's sum with its sum over every rank of `ring`: one
-    /// [`TrainerCollective::allreduce`] of `i128`s (the bins, then four checks), exact, so the
-    /// same bits for any world.
-    ///
-    /// Every rank calls it with the same number of bins. The checks fail every rank alike,
-    /// with the same error: ranks holding another scale ([`CollectiveError::ScaleMismatch`],
-    /// naming one); a value refused by an add on any rank since this histogram was made (the
-    /// refusal, naming that rank: its sums would miss the value); and ranks whose rows together
-    /// are more than the scale was agreed for, as when a histogram already reduced is reduced
-    /// again ([`CollectiveError::Overflow`]). The first two are told in a second small
-    /// collective. On any error the histogram is emptied (every sum zero): a partial or mixed
-    /// reduction is never left to read. Once reduced, the histogram holds every rank's rows:
-    /// values may still be added within that headroom.
-    pub fn allreduce<C: TrainerCollective + ?Sized>(
-        &mut self,
-        ring: &mut C,
-    ) -> Result<(), CollectiveError> {
-        let bins = self.bins();
-        let tag = self.scale.tag();
-        let rows = i128::try_from(self.rows).expect("at most 2^64 rows");
-        let refused = i128::from(self.refused.is_some());
-        self.sums.extend_from_slice(&[tag, tag * tag, rows, refused]);
-        let reduced = ring.allreduce(Numbers::I128(&mut self.sums), Reduction::Sum);
-        let mut checks = [0; CHECKS];
-        checks.copy_from_slice(&self.sums[bins..]);
-        self.sums.truncate(bins);
-        let reduced = reduced.and_then(|()| self.check_reduced(ring, checks));
-        if reduced.is_err() {
-            self.sums.fill(0);
-        }
-        reduced
-    }
-
-    /// The checks of a reduction: the elements it appended after the bins.
-    fn check_reduced<C: TrainerCollective + ?Sized>(
-        &mut self,
-        ring: &mut C,
-        [tags, squares, rows, refusals]: [i128; CHECKS],
-    ) -> Result<(), CollectiveError> {
-        let world = i128::try_from(ring.world_size()).expect("a world fits an i128");
-        let tag = self.scale.tag();
-        // Sums of n tags and of their squares equal n × t and n × t² only if every tag is t
-        // (their variance about t is then zero).
-        if tags != world * tag || squares != world * tag * tag || refusals != 0 {
-            return Err(self.tell_every_rank(ring));
-        }
-        let most = 1i128 << self.scale.rows_exponent();
-        if !(0..=most).contains(&rows) {
-            return Err(CollectiveError::Overflow {
-                bin: None,
-                reason: format!(
-                    "the ranks' histograms hold the values of {rows} rows, and the scale ({}) was \
-                     agreed for at most {most}: was a histogram reduced twice?",
-                    self.scale
-                ),
-            });
-        }
-        self.hold_rows(rows.unsigned_abs());
-        Ok(())
-    }
-
-    /// The error every rank returns where the checks found another scale or a refused value:
-    /// every rank's scale and first refusal are gathered, and each rank makes the same error
-    /// from them.
-    fn tell_every_rank<C: TrainerCollective + ?Sized>(&self, ring: &mut C) -> CollectiveError {
-        let reports = match ring.allgather_varlen(&self.report()) {
-            Ok(reports) => reports,
-            Err(error) => return error,
-        };
-        let read = |report: &[u8]| {
-            let (tag, rest) = report.split_first_chunk::<16>()?;
-            let (kind, rest) = rest.split_first()?;
-            let (bin, reason) = rest.split_first_chunk::<8>()?;
-            let bin = Some(u64::from_le_bytes(*bin)).filter(|&b| b != u64::MAX);
-            let reason = String::from_utf8_lossy(reason).into_owned();
-            Some((i128::from_le_bytes(*tag), *kind, bin.map(|b| b as usize), reason))
-        };
-        let reports: Vec<_> = reports.iter().map(|r| read(r)).collect();
-        let tag = self.scale.tag();
-        if let Some(peer) = reports.iter().position(|r| r.as_ref().map(|r| r.0) != Some(tag)) {
-            let got =
-                reports[peer].as_ref().map_or_else(|| "unreadable".into(), |r| describe_tag(r.0));
-            return CollectiveError::ScaleMismatch { peer, expected: self.scale.to_string(), got };
-        }
-        let refusal = reports.into_iter().enumerate().find_map(|(rank, r)| match r {
-            Some((_, kind @ (REFUSED_OVERFLOW | REFUSED_ARGUMENT), bin, reason)) => {
-                Some((rank, kind, bin, reason))
-            }
-            _ => None,
-        });
-        match refusal {
-            Some((rank, REFUSED_OVERFLOW, bin, reason)) => {
-                CollectiveError::Overflow { bin, reason: format!("on rank {rank}, {reason}") }
-            }
-            Some((rank, _, _, reason)) => {
-                CollectiveError::InvalidArgument { reason: format!("on rank {rank}, {reason}") }
-            }
-            // The sums said the scales differed or a value was refused, and the reports say
-            // neither: only ranks that changed between the two calls could do that.
-            None => CollectiveError::InvalidArgument {
-                reason: "the ranks' fixed-point histograms changed during their reduction".into(),
-            },
-        }
-    }
-
-    /// This rank's scale and first refusal, as [`FixedHistogram::tell_every_rank`] gathers
-    /// them: the tag (16 bytes), the refusal's kind, its bin (`u64::MAX` for none) and its
-    /// reason.
-    fn report(&self) -> Vec<u8> {
-        let mut report = self.scale.tag().to_le_bytes().to_vec();
-        let (kind, bin, reason) = match &self.refused {
-            Some(CollectiveError::Overflow { bin, reason }) => {
-                (REFUSED_OVERFLOW, *bin, reason.as_str())
-            }
-            Some(CollectiveError::InvalidArgument { reason }) => {
-                (REFUSED_ARGUMENT, None, reason.as_str())
-            }
-            _ => (REFUSED_NONE, None, ""),
-        };
-        report.push(kind);
-        report.extend_from_slice(&bin.map_or(u64::MAX, |b| b as u64).to_le_bytes());
-        report.extend_from_slice(reason.as_bytes());
-        report
     }
 
     /// Each bin's sum as an f64: one correct rounding of the exact total.

@@ -5,11 +5,11 @@
 use num_bigint::BigInt;
 use num_traits::ToPrimitive;
 use silvic_core::{
-    Collective, CollectiveError, FixedHistogram, FixedScale, Numbers, Op, RecordFold, Reduction,
-    TrainerCollective, fold,
+    Collective, CollectiveError, Dtype, FixedHistogram, FixedScale, Numbers, Op, RecordFold,
+    Reduction, TrainerCollective, fold,
 };
 
-use super::choice::{Path, carries};
+use super::choice::{Path, carries, fits};
 use super::mem::{Dice, Driver, MemLink, on_ring};
 use super::seam::{Call, Link};
 use super::{Scratch, records, varlen};
@@ -22,11 +22,13 @@ struct MemCollective<'a> {
     world: usize,
     seq: u64,
     scratch: Scratch,
+    /// The element type of each allreduce called, in order.
+    reduced: Vec<Dtype>,
 }
 
 impl<'a> MemCollective<'a> {
     fn new(link: &'a mut MemLink, rank: usize, world: usize) -> Self {
-        MemCollective { link, rank, world, seq: 0, scratch: Scratch::default() }
+        MemCollective { link, rank, world, seq: 0, scratch: Scratch::default(), reduced: vec![] }
     }
 
     fn call(&mut self, op: Op) -> Call {
@@ -62,6 +64,7 @@ impl Collective for MemCollective<'_> {
 
 impl TrainerCollective for MemCollective<'_> {
     fn allreduce(&mut self, buf: Numbers<'_>, reduction: Reduction) -> Result<(), CollectiveError> {
+        self.reduced.push(buf.dtype());
         let call = self.call(Op::allreduce(reduction, buf.dtype()));
         let mut on = super::OnLink { link: self.link, scratch: &mut self.scratch };
         super::allreduce_numbers(&mut on, call, buf, reduction)
@@ -112,6 +115,8 @@ impl TrainerCollective for MemCollective<'_> {
 }
 
 const BINS: usize = 1024;
+/// A histogram this large gathers every rank's report before it reduces.
+const LARGE: usize = 1 << 16;
 const SAMPLES: usize = 100_000;
 
 /// Heavy-tailed per-sample values with mixed signs: magnitudes from 2^-30 to 2^10, log-uniform
@@ -149,14 +154,29 @@ fn partition(samples: &[(usize, f64)], world: usize, seed: u64) -> Vec<Vec<(usiz
     parts
 }
 
-/// One rank's part of the histogram, agreed and reduced over `ring`: the scale and the result.
+/// Gradients as a trainer's f32s: below 1, down to 2^-20, signs mixed, over `bins` bins.
+fn f32_samples(seed: u64, bins: usize, count: usize) -> Vec<(usize, f64)> {
+    let mut dice = Dice(seed);
+    (0..count)
+        .map(|_| {
+            let fraction = 1.0 + dice.below(1 << 23) as f32 / (1u32 << 23) as f32;
+            let value = fraction * 2f32.powi(-(1 + dice.below(20) as i32));
+            let sign = if dice.below(2) == 0 { 1.0 } else { -1.0 };
+            (dice.below(bins), f64::from(sign * value))
+        })
+        .collect()
+}
+
+/// One rank's part of a histogram of `bins` bins, agreed and reduced over `ring`: the scale
+/// and the result.
 fn one_rank(
     ring: &mut MemCollective<'_>,
+    bins: usize,
     mine: &[(usize, f64)],
 ) -> (FixedScale, Vec<u64>, Vec<i128>) {
     let max_abs = mine.iter().fold(0.0f64, |m, &(_, v)| m.max(v.abs()));
     let scale = FixedScale::agree(ring, max_abs, mine.len() as u64).unwrap();
-    let mut hist = FixedHistogram::new(BINS, scale);
+    let mut hist = FixedHistogram::new(bins, scale);
     for &(bin, value) in mine {
         hist.add(bin, value).unwrap();
     }
@@ -185,7 +205,7 @@ fn every_world_partition_and_path_gives_the_bits_of_the_exact_sum() {
                 let driver = Driver::new(world).seed(seed).capacity(1 + runs % 3).forcing(path);
                 let results = on_ring(driver, |r, link| {
                     assert!(carries(path, bytes, world, link.network()), "{path:?} world {world}");
-                    one_rank(&mut MemCollective::new(link, r, world), &parts[r])
+                    one_rank(&mut MemCollective::new(link, r, world), BINS, &parts[r])
                 });
                 runs += 1;
                 for (r, (scale, bits, sums)) in results.into_iter().enumerate() {
@@ -206,18 +226,72 @@ fn every_world_partition_and_path_gives_the_bits_of_the_exact_sum() {
     let (scale, bits, sums) = first.unwrap();
     let e = scale.exponent();
     assert_eq!(e, 126 - 17 - 10, "10^5 rows, values below 2^10");
-    let mut exact = vec![BigInt::from(0); BINS];
-    for &(bin, value) in &samples {
-        exact[bin] += BigInt::from(scale.quantize(value).unwrap());
-    }
     let rounded = samples.iter().filter(|(_, v)| v.abs() < 2f64.powi(52 - e)).count();
     assert!(rounded > 500, "only {rounded} values below the window");
+    assert_the_exact_sums(&samples, BINS, (scale, &bits, &sums));
+}
+
+/// `sums` and their f64 `bits` at `scale` are the exact sums of `samples` as quantised (big
+/// integers), each correctly rounded (the hardware's conversion of an `i128`).
+fn assert_the_exact_sums(
+    samples: &[(usize, f64)],
+    bins: usize,
+    (scale, bits, sums): (FixedScale, &[u64], &[i128]),
+) {
+    let e = scale.exponent();
+    let mut exact = vec![BigInt::from(0); bins];
+    for &(bin, value) in samples {
+        exact[bin] += BigInt::from(scale.quantize(value).unwrap());
+    }
     let held: Vec<BigInt> = sums.iter().map(|&s| BigInt::from(s)).collect();
     assert!(held == exact, "the sums are not the exact sums of the values as quantised");
-    for (bin, (sum, got)) in exact.iter().zip(&bits).enumerate() {
+    for (bin, (sum, got)) in exact.iter().zip(bits).enumerate() {
         // An i128 as f64 is rounded once, ties to even; scaling by 2^-e is exact here.
         let want = sum.to_i128().unwrap() as f64 * 2f64.powi(-e);
         assert_eq!(*got, want.to_bits(), "bin {bin}: {} against {want}", f64::from_bits(*got));
+    }
+}
+
+/// A histogram of 65,536 bins, whose reduction gathers every rank's report first: worlds 1 to
+/// 8, one random partition each, every path that carries it forced. With a trainer's f32 gradients, whose sums
+/// less the zeros they share fit an `i64`, the bins go as `i64`s; with the heavy-tailed f64
+/// values, as `i128`s. Either way every rank of every run has the bits of the exact sums.
+#[test]
+fn a_large_histogram_goes_as_i64s_where_its_sums_fit_and_gives_the_exact_bits() {
+    let f32s = f32_samples(0x5eed_0f32, LARGE, 3 * LARGE);
+    let f64s: Vec<(usize, f64)> =
+        samples(0x5eed_0037).into_iter().map(|(bin, v)| (bin * 61 % LARGE, v)).collect();
+    let mut seeds = Dice(0xfeed_1a76);
+    for (samples, width) in [(&f32s, Dtype::I64), (&f64s, Dtype::I128)] {
+        let mut first: Option<(FixedScale, Vec<u64>, Vec<i128>)> = None;
+        for world in [1, 2, 3, 5, 8] {
+            let seed = seeds.below(usize::MAX) as u64;
+            let parts = partition(samples, world, seed);
+            let bytes = LARGE * if width == Dtype::I64 { 8 } else { 16 };
+            // The gathers hold every rank's bytes, within a bound: not in the larger worlds.
+            for path in Path::ALL.into_iter().filter(|&p| fits(p, bytes, world)) {
+                let driver = Driver::new(world).seed(seed).forcing(path);
+                let results = on_ring(driver, |r, link| {
+                    assert!(carries(path, bytes, world, link.network()), "{path:?} world {world}");
+                    let mut ring = MemCollective::new(link, r, world);
+                    let result = one_rank(&mut ring, LARGE, &parts[r]);
+                    (result, ring.reduced)
+                });
+                for (r, (result, reduced)) in results.into_iter().enumerate() {
+                    let case = format!("{width:?} world {world} seed {seed:#x} {path:?} rank {r}");
+                    assert_eq!(reduced, [width], "{case}: the allreduces");
+                    match &first {
+                        None => first = Some(result),
+                        Some((s, b, _)) => {
+                            assert_eq!(result.0.exponent(), s.exponent(), "{case}: scale");
+                            assert!(result.1 == *b, "{case}: another bit somewhere");
+                        }
+                    }
+                }
+            }
+        }
+        let (scale, bits, sums) = first.unwrap();
+        assert_the_exact_sums(samples, LARGE, (scale, &bits, &sums));
     }
 }
 
@@ -231,24 +305,49 @@ fn on_ranks<R: Send>(
 
 /// One rank holding another scale (it passed another max to a second agreement and kept that
 /// scale): every rank fails with the same kind of error, naming a rank whose scale differs, and
-/// no rank keeps a sum.
+/// no rank keeps a sum; with the checks in band and with the reports gathered first.
 #[test]
 fn a_rank_at_another_scale_fails_every_rank() {
-    let results = on_ranks(3, |r, ring| {
-        let usual = FixedScale::agree(ring, 1.0, 10).unwrap();
-        let other = FixedScale::agree(ring, if r == 1 { 1000.0 } else { 1.0 }, 10).unwrap();
-        let mut hist = FixedHistogram::new(5, if r == 1 { other } else { usual });
-        hist.add(r, 0.5).unwrap();
-        let error = hist.allreduce(ring).unwrap_err();
-        (error, hist.sums().to_vec())
-    });
-    for (r, (error, sums)) in results.into_iter().enumerate() {
-        let CollectiveError::ScaleMismatch { peer, .. } = &error else {
-            panic!("rank {r}: {error}");
-        };
-        assert_eq!(*peer, if r == 1 { 0 } else { 1 }, "rank {r}: {error}");
-        assert!(error.to_string().contains("values below 2^"), "{error}");
-        assert_eq!(sums, [0; 5], "rank {r}");
+    for bins in [5, LARGE] {
+        let results = on_ranks(3, |r, ring| {
+            let usual = FixedScale::agree(ring, 1.0, 10).unwrap();
+            let other = FixedScale::agree(ring, if r == 1 { 1000.0 } else { 1.0 }, 10).unwrap();
+            let mut hist = FixedHistogram::new(bins, if r == 1 { other } else { usual });
+            hist.add(r, 0.5).unwrap();
+            let error = hist.allreduce(ring).unwrap_err();
+            (error, hist.sums().iter().all(|&s| s == 0))
+        });
+        for (r, (error, empty)) in results.into_iter().enumerate() {
+            let CollectiveError::ScaleMismatch { peer, .. } = &error else {
+                panic!("{bins} bins, rank {r}: {error}");
+            };
+            assert_eq!(*peer, if r == 1 { 0 } else { 1 }, "{bins} bins, rank {r}: {error}");
+            assert!(error.to_string().contains("values below 2^"), "{error}");
+            assert!(empty, "{bins} bins, rank {r}");
+        }
+    }
+}
+
+/// Ranks reducing histograms of other sizes, where the largest gathers its report first: every
+/// rank fails, none waits for a call that never comes.
+#[test]
+fn ranks_reducing_other_bins_fail_every_rank() {
+    let sizes: [fn(usize) -> usize; 2] = [|r| LARGE + r, |r| if r == 2 { 7 } else { LARGE }];
+    for (case, bins) in sizes.into_iter().enumerate() {
+        let results = on_ranks(3, |r, ring| {
+            let scale = FixedScale::agree(ring, 1.0, 10).unwrap();
+            let mut hist = FixedHistogram::new(bins(r), scale);
+            hist.add(0, 0.5).unwrap();
+            hist.allreduce(ring).unwrap_err()
+        });
+        for (r, error) in results.into_iter().enumerate() {
+            let text = error.to_string();
+            if case == 0 {
+                let said = "rank 1 reduces a fixed-point histogram of 65537 bins, rank 0 one of";
+                assert!(text.contains(said), "rank {r}: {text}");
+            }
+            assert!(!matches!(error, CollectiveError::ScaleMismatch { .. }), "rank {r}: {text}");
+        }
     }
 }
 
@@ -256,27 +355,30 @@ fn a_rank_at_another_scale_fails_every_rank() {
 /// and the bin; a histogram reduced twice (its rows counted once per rank) fails every rank.
 #[test]
 fn a_refusal_on_one_rank_and_a_second_reduction_fail_every_rank() {
-    let results = on_ranks(4, |r, ring| {
-        let scale = FixedScale::agree(ring, 2.0, 3).unwrap();
-        let mut hist = FixedHistogram::new(8, scale);
-        hist.add(r, 1.5).unwrap();
-        if r == 2 {
-            hist.add(6, 9.0).unwrap_err();
+    for bins in [8, LARGE] {
+        let results = on_ranks(4, |r, ring| {
+            let scale = FixedScale::agree(ring, 2.0, 3).unwrap();
+            let mut hist = FixedHistogram::new(bins, scale);
+            hist.add(r, 1.5).unwrap();
+            if r == 2 {
+                hist.add(6, 9.0).unwrap_err();
+            }
+            let refused = hist.allreduce(ring).unwrap_err();
+            let mut again = FixedHistogram::new(bins, scale);
+            again.add(0, 1.0).unwrap();
+            again.allreduce(ring).unwrap();
+            assert_eq!(again.to_f64()[0], 4.0);
+            let twice = again.allreduce(ring).unwrap_err();
+            (refused, twice)
+        });
+        for (r, (refused, twice)) in results.into_iter().enumerate() {
+            let case = format!("{bins} bins, rank {r}");
+            assert!(matches!(refused, CollectiveError::Overflow { bin: Some(6), .. }), "{case}");
+            let text = refused.to_string();
+            assert!(text.contains("in bin 6: on rank 2, value 9 is not below"), "{case}: {text}");
+            assert!(matches!(twice, CollectiveError::Overflow { bin: None, .. }), "{case}");
+            assert!(twice.to_string().contains("of 48 rows"), "{case}: {twice}");
         }
-        let refused = hist.allreduce(ring).unwrap_err();
-        let mut again = FixedHistogram::new(8, scale);
-        again.add(0, 1.0).unwrap();
-        again.allreduce(ring).unwrap();
-        assert_eq!(again.to_f64()[0], 4.0);
-        let twice = again.allreduce(ring).unwrap_err();
-        (refused, twice)
-    });
-    for (r, (refused, twice)) in results.into_iter().enumerate() {
-        assert!(matches!(refused, CollectiveError::Overflow { bin: Some(6), .. }), "{refused}");
-        let text = refused.to_string();
-        assert!(text.contains("in bin 6: on rank 2, value 9 is not below"), "rank {r}: {text}");
-        assert!(matches!(twice, CollectiveError::Overflow { bin: None, .. }), "{twice}");
-        assert!(twice.to_string().contains("of 48 rows"), "rank {r}: {twice}");
     }
 }
 

@@ -1,0 +1,174 @@
+//! Reports and their bytes, the verdict on them, the width it picks, narrowing in place, and a
+//! summarized reduction in a world of one (every world and path: silvic-net's
+//! `src/ring/fixed_tests.rs`).
+
+use super::super::quanta::tests::Dice;
+use super::*;
+use crate::LocalCollective;
+
+fn scale(max_abs: f64, rows: u64) -> FixedScale {
+    FixedScale::agree(&mut LocalCollective, max_abs, rows).unwrap()
+}
+
+/// A report of `scale` with nothing wrong: 8 bins, 3 rows, sums up to `largest`, every sum a
+/// multiple of 2^`zeros`.
+fn report(scale: FixedScale, largest: u128, zeros: u32) -> Report {
+    Report { tag: scale.tag(), bins: 8, rows: 3, largest, ored: 1 << zeros, refused: None }
+}
+
+#[test]
+fn a_report_comes_back_from_its_bytes_and_short_or_unknown_bytes_are_none() {
+    let s = scale(2.0, 10);
+    let plain = Report { ored: u128::MAX - 7, ..report(s, 1 << 100, 3) };
+    let refused = Report {
+        refused: Some(Refused { overflow: true, bin: Some(6), reason: "value 9 é".into() }),
+        ..plain.clone()
+    };
+    let argument = Report {
+        refused: Some(Refused { overflow: false, bin: None, reason: String::new() }),
+        ..plain.clone()
+    };
+    for r in [&plain, &refused, &argument] {
+        let bytes = r.to_bytes();
+        assert_eq!(Report::read(&bytes).as_ref(), Some(r));
+        for cut in 0..81 {
+            assert_eq!(Report::read(&bytes[..cut]), None, "cut at {cut}");
+        }
+    }
+    let mut unknown = plain.to_bytes();
+    unknown[72] = 3;
+    assert_eq!(Report::read(&unknown), None);
+}
+
+#[test]
+fn the_verdict_names_a_scale_then_a_refusal_then_bins_then_rows() {
+    let s = scale(2.0, 10);
+    let other = scale(1000.0, 10);
+    let fine = || Some(report(s, 5, 0));
+    let judged = |reports: Vec<Option<Report>>| judge(&reports, s);
+
+    let e = judged(vec![fine(), Some(report(other, 5, 0)), None]).unwrap_err();
+    assert!(
+        matches!(&e, CollectiveError::ScaleMismatch { peer: 1, got, .. } if *got == other.to_string()),
+        "{e}"
+    );
+    let e = judged(vec![fine(), fine(), None]).unwrap_err();
+    assert!(
+        matches!(&e, CollectiveError::ScaleMismatch { peer: 2, got, .. } if got == "unreadable"),
+        "{e}"
+    );
+
+    let refusal = |overflow, rank| {
+        let r = Refused { overflow, bin: Some(4), reason: format!("trouble {rank}") };
+        Some(Report { refused: Some(r), ..report(s, 5, 0) })
+    };
+    let e = judged(vec![fine(), refusal(false, 1), refusal(true, 2)]).unwrap_err();
+    assert!(
+        matches!(&e, CollectiveError::InvalidArgument { reason } if reason == "on rank 1, trouble 1"),
+        "{e}"
+    );
+    let e = judged(vec![fine(), fine(), refusal(true, 2)]).unwrap_err();
+    assert!(
+        matches!(&e, CollectiveError::Overflow { bin: Some(4), reason } if reason == "on rank 2, trouble 2"),
+        "{e}"
+    );
+
+    let nine = Some(Report { bins: 9, ..report(s, 5, 0) });
+    let e = judged(vec![fine(), fine(), nine]).unwrap_err();
+    assert!(
+        e.to_string().contains("rank 2 reduces a fixed-point histogram of 9 bins, rank 0 one of 8"),
+        "{e}"
+    );
+
+    // 10 rows agreed: 2^4 at most.
+    let rows = |rows| Some(Report { rows, ..report(s, 5, 0) });
+    assert_eq!(judged(vec![rows(10), rows(6)]).unwrap().rows, 16);
+    let e = judged(vec![rows(10), rows(7)]).unwrap_err();
+    assert!(
+        matches!(&e, CollectiveError::Overflow { bin: None, reason } if reason.contains("of 17 rows")),
+        "{e}"
+    );
+    let e = judged(vec![rows(u128::MAX), rows(7)]).unwrap_err();
+    assert!(e.to_string().contains(&format!("of {} rows", u128::MAX)), "{e}");
+}
+
+/// The bins go as i64s exactly where the largest sums, less the zeros every sum ends in, add
+/// up to at most i64::MAX.
+#[test]
+fn the_bins_go_narrow_where_the_shifted_totals_fit_an_i64() {
+    let s = scale(2.0, 10);
+    let narrow = |reports: &[Report]| {
+        let reports: Vec<_> = reports.iter().cloned().map(Some).collect();
+        judge(&reports, s).unwrap().narrow
+    };
+    let most = i64::MAX as u128;
+    // Two ranks whose largest sums, shifted by 10, add up to i64::MAX, then to one more.
+    let half = (most / 2) << 10;
+    assert_eq!(narrow(&[report(s, half, 10), report(s, half + (1 << 10), 10)]), Some(10));
+    assert_eq!(narrow(&[report(s, half + (1 << 10), 10), report(s, half + (1 << 10), 10)]), None);
+    // The shift is the zeros every rank's sums end in: the fewest.
+    assert_eq!(narrow(&[report(s, 1 << 70, 12), report(s, 1 << 70, 9)]), Some(9));
+    assert_eq!(narrow(&[report(s, 1 << 80, 12), report(s, 1 << 80, 9)]), None);
+    // Sums of any size, with no zeros shared.
+    assert_eq!(narrow(&[report(s, most, 0)]), Some(0));
+    assert_eq!(narrow(&[report(s, most + 1, 0)]), None);
+    assert_eq!(narrow(&[report(s, u128::MAX, 0), report(s, u128::MAX, 0)]), None);
+    // Nothing but zeros.
+    let empty = Report { largest: 0, ored: 0, ..report(s, 0, 0) };
+    assert_eq!(narrow(&[empty.clone(), empty]), Some(0));
+}
+
+/// Narrowing and widening in the sums' own words give back every sum, and the i64s between
+/// are the sums shifted.
+#[test]
+fn narrowing_in_place_keeps_every_sum() {
+    let mut dice = Dice(0x6e_a770);
+    for bins in [0, 1, 2, 3, 17, 1000] {
+        for shift in [0, 1, 63, 64, 100, 127] {
+            // Below 2^(127 - shift) in magnitude, so that shifted they are i128s.
+            let bits = (127 - shift).min(63);
+            let sums: Vec<i128> = (0..bins)
+                .map(|_| {
+                    let word =
+                        dice.next() as i64 >> (63 - bits + dice.below(u64::from(bits) + 1) as u32);
+                    i128::from(word) << shift
+                })
+                .collect();
+            let mut held = sums.clone();
+            let words: &mut [i64] = bytemuck::cast_slice_mut(held.as_mut_slice());
+            let n = bins;
+            narrow(words, n, shift);
+            let shifted: Vec<i64> = sums.iter().map(|&s| (s >> shift) as i64).collect();
+            assert_eq!(&words[..n], shifted, "{n} bins, shift {shift}");
+            widen(words, n, shift);
+            assert_eq!(held, sums, "{n} bins, shift {shift}");
+        }
+    }
+}
+
+/// A world of one, at the size that gathers reports first: the sums come back, narrow or
+/// wide, and a refused value fails the reduction and empties the histogram.
+#[test]
+fn a_summarized_reduction_in_a_world_of_one_keeps_its_sums() {
+    let bins = SUMMARIZED_FROM_BINS;
+    for (values, narrow) in [(&[0.5, -0.25, 3.0e-3][..], true), (&[1.0, 1.0e-12][..], false)] {
+        let s = scale(2.0, bins as u64);
+        let mut hist = FixedHistogram::new(bins, s);
+        for bin in 0..bins {
+            hist.add(bin, values[bin % values.len()]).unwrap();
+        }
+        let before = hist.sums().to_vec();
+        let report = hist.report();
+        let totals = judge(&[Some(report)], s).unwrap();
+        assert_eq!(totals.narrow.is_some(), narrow, "{values:?}");
+        hist.allreduce(&mut LocalCollective).unwrap();
+        assert_eq!(hist.sums(), before, "{values:?}");
+        hist.add(7, 5.0).unwrap_err();
+        let e = hist.allreduce(&mut LocalCollective).unwrap_err();
+        assert!(
+            matches!(&e, CollectiveError::Overflow { bin: Some(7), reason } if reason.starts_with("on rank 0, value 5 is not below")),
+            "{e}"
+        );
+        assert!(hist.sums().iter().all(|&s| s == 0));
+    }
+}
