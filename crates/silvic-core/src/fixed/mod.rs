@@ -210,7 +210,7 @@ impl fmt::Display for FixedScale {
 /// sample's value to its bin, [`allreduce`](FixedHistogram::allreduce), and read the sums with
 /// [`to_f64`](FixedHistogram::to_f64): every rank gets the same bits, and so would any other
 /// world size or partition of the same samples (see [`FixedScale::agree`] for an example).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct FixedHistogram {
     /// The bins' sums in quanta, with room for the [`CHECKS`] elements a reduction appends
     /// (and takes off again).
@@ -226,6 +226,29 @@ pub struct FixedHistogram {
     units: Units,
     /// The first add refused since the histogram was made: its reduction fails on every rank.
     refused: Option<CollectiveError>,
+}
+
+impl Clone for FixedHistogram {
+    fn clone(&self) -> FixedHistogram {
+        FixedHistogram {
+            sums: self.sums.clone(),
+            scale: self.scale,
+            rows: self.rows,
+            adder: self.adder,
+            units: self.units.clone(),
+            refused: self.refused.clone(),
+        }
+    }
+
+    /// Copies `source` into this histogram's memory: no new allocation where it has the room.
+    fn clone_from(&mut self, source: &FixedHistogram) {
+        self.sums.clone_from(&source.sums);
+        self.scale = source.scale;
+        self.rows = source.rows;
+        self.adder = source.adder;
+        self.units.clone_from(&source.units);
+        self.refused.clone_from(&source.refused);
+    }
 }
 
 impl FixedHistogram {

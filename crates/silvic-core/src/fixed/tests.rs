@@ -285,3 +285,19 @@ fn adds_past_the_proof_are_checked() {
     assert!(reduced.add_many(&[0usize], &[largest]).is_err());
     reduced.add(0, -largest).unwrap();
 }
+
+/// `clone_from` gives an equal histogram, refusal and rows included, in the memory it had.
+#[test]
+fn clone_from_copies_a_histogram_into_its_own_memory() {
+    let mut source = FixedHistogram::new(300, scale(10.0, 4));
+    source.add(7, 9.5).unwrap();
+    source.add(8, 20.0).unwrap_err();
+    let mut copy = FixedHistogram::new(300, scale(1.0, 1000));
+    let memory = copy.sums().as_ptr();
+    copy.clone_from(&source);
+    assert_eq!(copy, source);
+    assert_eq!(copy.sums().as_ptr(), memory);
+    let e = copy.allreduce(&mut LocalCollective).unwrap_err();
+    assert!(matches!(e, CollectiveError::Overflow { bin: Some(8), .. }), "{e}");
+    assert_eq!(source.clone(), source);
+}
