@@ -198,6 +198,10 @@ pub(crate) enum OpArg {
     /// allreduce, i128 sum (exact; the fixed-point histograms' op).
     #[value(name = "sum_i128")]
     SumI128,
+    /// FixedHistogram::allreduce of a histogram of f32 gradients (a size is its bins' i128
+    /// bytes).
+    #[value(name = "fixed_histogram")]
+    FixedHistogram,
     /// allgather of bytes.
     #[value(name = "allgather")]
     Allgather,
@@ -213,6 +217,7 @@ impl OpArg {
             OpArg::SumI64 => vec![Kind::SumI64],
             OpArg::MaxF64 => vec![Kind::MaxF64],
             OpArg::SumI128 => vec![Kind::SumI128],
+            OpArg::FixedHistogram => vec![Kind::FixedHistogram],
             OpArg::Allgather => vec![Kind::Allgather],
             OpArg::All => vec![Kind::SumF64, Kind::SumI64, Kind::MaxF64, Kind::Allgather],
         }
@@ -224,6 +229,7 @@ impl OpArg {
             OpArg::SumI64 => "sum_i64",
             OpArg::MaxF64 => "max_f64",
             OpArg::SumI128 => "sum_i128",
+            OpArg::FixedHistogram => "fixed_histogram",
             OpArg::Allgather => "allgather",
             OpArg::All => "all",
         }

@@ -33,6 +33,21 @@ pub(crate) fn plan(bytes: usize, per_call: f64, seconds: f64) -> (u32, u32) {
     }
 }
 
+/// The most repetitions of a collective timed one call a repetition below [`BIG`].
+const ONE_CALL_REPS: u64 = 100;
+
+/// [`plan`] for a workload that `reduces_once` (each call reduces a copy made before its
+/// repetition's barrier, untimed and in cache): one call a repetition, as many repetitions as
+/// the plan's calls, 15 to 100.
+fn plan_calls(bytes: usize, per_call: f64, seconds: f64, reduces_once: bool) -> (u32, u32) {
+    let (reps, iters) = plan(bytes, per_call, seconds);
+    if !reduces_once || iters == 1 {
+        return (reps, iters);
+    }
+    let calls = u64::from(reps) * u64::from(iters);
+    (calls.clamp(u64::from(REPS), ONE_CALL_REPS) as u32, 1)
+}
+
 /// Untimed calls before timing `bytes`, unless the user set them.
 pub(crate) fn warmup(bytes: usize, chosen: Option<u32>) -> u32 {
     chosen.unwrap_or(if bytes >= BIG { 2 } else { 20 })
@@ -126,12 +141,15 @@ impl Side<'_> {
         collective: &mut dyn TrainerCollective,
         warmup_calls: Option<u32>,
     ) -> Result<f64, CollectiveError> {
-        self.workload.fill(self.bytes);
-        for _ in 0..warmup(self.bytes, warmup_calls) {
+        self.workload.fill(collective, self.bytes)?;
+        let warmup = warmup(self.bytes, warmup_calls);
+        self.workload.prepare(warmup);
+        for _ in 0..warmup {
             self.workload.call(collective)?;
         }
-        barrier(collective)?;
         let calibration = if self.bytes >= BIG { 1 } else { 10 };
+        self.workload.prepare(calibration);
+        barrier(collective)?;
         let start = Instant::now();
         for _ in 0..calibration {
             self.workload.call(collective)?;
@@ -139,8 +157,10 @@ impl Side<'_> {
         max_over_ranks(collective, start.elapsed().as_secs_f64() / f64::from(calibration))
     }
 
-    /// One repetition: a barrier, then `iters` calls, timed (the maximum over ranks).
+    /// One repetition: the calls prepared, a barrier, then `iters` calls, timed (the maximum over
+    /// ranks).
     fn repeat(&mut self, collective: &mut dyn TrainerCollective) -> Result<(), CollectiveError> {
+        self.workload.prepare(self.iters);
         barrier(collective)?;
         let cpu_start = thread_cpu();
         let start = Instant::now();
@@ -197,7 +217,8 @@ pub(crate) fn measure_pair(
     for side in &mut sides {
         slower = slower.max(side.calibrate(collective, warmup_calls)?);
     }
-    let (reps, iters) = plan(bytes.0.max(bytes.1), slower, seconds);
+    let once = sides.iter().any(|side| side.workload.reduces_once());
+    let (reps, iters) = plan_calls(bytes.0.max(bytes.1), slower, seconds, once);
     for side in &mut sides {
         side.iters = iters;
     }
@@ -223,21 +244,25 @@ pub(crate) fn measure(
     warmup_calls: Option<u32>,
     check: bool,
 ) -> Result<Measured, CollectiveError> {
-    workload.fill(bytes);
-    for _ in 0..warmup(bytes, warmup_calls) {
+    workload.fill(collective, bytes)?;
+    let warmup = warmup(bytes, warmup_calls);
+    workload.prepare(warmup);
+    for _ in 0..warmup {
         workload.call(collective)?;
     }
-    barrier(collective)?;
     let calibration = if bytes >= BIG { 1 } else { 10 };
+    workload.prepare(calibration);
+    barrier(collective)?;
     let start = Instant::now();
     for _ in 0..calibration {
         workload.call(collective)?;
     }
     let per_call = max_over_ranks(collective, start.elapsed().as_secs_f64() / calibration as f64)?;
-    let (reps, iters) = plan(bytes, per_call, seconds);
+    let (reps, iters) = plan_calls(bytes, per_call, seconds, workload.reduces_once());
     let mut times = Vec::with_capacity(reps as usize);
     let cpu_start = rank_cpu(collective.rank());
     for _ in 0..reps {
+        workload.prepare(iters);
         barrier(collective)?;
         let start = Instant::now();
         for _ in 0..iters {
@@ -284,6 +309,12 @@ mod tests {
         assert_eq!(plan(64 << 20, 1.0, 1.0), (5, 1));
         assert_eq!(plan(64 << 20, 1e-3, 1.0), (15, 1));
         assert_eq!(plan(8, 0.0, 1.0), (15, 2000));
+        // Each call reducing a copy made before it: one call a repetition.
+        assert_eq!(plan_calls(4096, 1e-3, 1.5, true), (100, 1));
+        assert_eq!(plan_calls(4096, 0.05, 1.5, true), (30, 1));
+        assert_eq!(plan_calls(4096, 10.0, 1.0, true), (15, 1));
+        assert_eq!(plan_calls(16 << 20, 0.1, 1.0, true), (10, 1));
+        assert_eq!(plan_calls(4096, 1e-3, 1.5, false), (15, 100));
         assert_eq!(warmup(8, None), 20);
         assert_eq!(warmup(16 << 20, None), 2);
         assert_eq!(warmup(8, Some(3)), 3);

@@ -6,9 +6,11 @@
 //!
 //! The f64 inputs are small integers, whose sums are exact in any order; the i64 and i128
 //! inputs are spread over the whole range, so sums wrap; the max inputs hold a NaN here and
-//! there, which must win.
+//! there, which must win; the fixed-point histogram's are a trainer's f32 gradients.
 
-use silvic_core::{CollectiveError, Numbers, Reduction, TrainerCollective};
+use silvic_core::{
+    CollectiveError, FixedHistogram, FixedScale, Numbers, Reduction, TrainerCollective,
+};
 
 /// One measured collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,9 +24,16 @@ pub(crate) enum Kind {
     /// `TrainerCollective::allreduce` of `Numbers::I128`, a sum: the fixed-point histograms'
     /// op.
     SumI128,
+    /// `FixedHistogram::allreduce` of a histogram of f32 gradients, [`GRADIENTS_PER_BIN`] a
+    /// bin on each rank; a size is its bins' `i128` bytes. Each call reduces a fresh copy of
+    /// the histogram, made before the timed calls ([`Workload::prepare`]).
+    FixedHistogram,
     /// `allgather_bytes`; a size is the gathered total, each rank giving `size / world` bytes.
     Allgather,
 }
+
+/// The gradients each rank adds to each bin of [`Kind::FixedHistogram`].
+const GRADIENTS_PER_BIN: usize = 2;
 
 impl Kind {
     /// The `--op` name.
@@ -34,6 +43,7 @@ impl Kind {
             Kind::SumI64 => "sum_i64",
             Kind::MaxF64 => "max_f64",
             Kind::SumI128 => "sum_i128",
+            Kind::FixedHistogram => "fixed_histogram",
             Kind::Allgather => "allgather",
         }
     }
@@ -43,7 +53,7 @@ impl Kind {
         match self {
             Kind::SumF64 | Kind::MaxF64 => "double",
             Kind::SumI64 => "int64",
-            Kind::SumI128 => "int128",
+            Kind::SumI128 | Kind::FixedHistogram => "int128",
             Kind::Allgather => "uint8",
         }
     }
@@ -51,7 +61,7 @@ impl Kind {
     /// The reduction, as nccl-tests names it.
     pub(crate) fn redop(self) -> &'static str {
         match self {
-            Kind::SumF64 | Kind::SumI64 | Kind::SumI128 => "sum",
+            Kind::SumF64 | Kind::SumI64 | Kind::SumI128 | Kind::FixedHistogram => "sum",
             Kind::MaxF64 => "max",
             Kind::Allgather => "none",
         }
@@ -67,7 +77,7 @@ impl Kind {
     pub(crate) fn element_bytes(self) -> usize {
         match self {
             Kind::Allgather => 1,
-            Kind::SumI128 => 16,
+            Kind::SumI128 | Kind::FixedHistogram => 16,
             _ => 8,
         }
     }
@@ -105,6 +115,16 @@ fn max_f64_input(rank: usize, world: usize, i: usize) -> f64 {
     if i % 1021 == 17 && i % world == rank { f64::NAN } else { ((i * 7 + rank * 13) % 101) as f64 }
 }
 
+/// Gradient `j` that rank `rank` adds to bin `bin` of a fixed-point histogram: an f32 of
+/// either sign from 2^-20 to 1, as a trainer's gradients are.
+fn gradient_input(rank: usize, bin: usize, j: usize) -> f64 {
+    let h = ((rank * GRADIENTS_PER_BIN + j) as u64 ^ (bin as u64) << 8)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let fraction = 1.0 + (h >> 41) as f32 / (1u32 << 23) as f32;
+    let sign = if h >> 40 & 1 == 0 { 1.0 } else { -1.0 };
+    f64::from(sign * fraction * 2f32.powi(-1 - ((h >> 8) % 20) as i32))
+}
+
 /// Byte `i` of rank `rank`'s allgather block.
 fn allgather_input(rank: usize, i: usize) -> u8 {
     ((i * 31 + rank * 7) % 251) as u8
@@ -119,6 +139,8 @@ pub(crate) enum Buffer {
     I64(Vec<i64>),
     /// For the i128 allreduce.
     I128(Vec<i128>),
+    /// The fixed-point histogram as built, and its fresh copies (none before the first size).
+    Histogram(Option<Box<Histograms>>),
     /// This rank's allgather block.
     Bytes(Vec<u8>),
 }
@@ -134,6 +156,16 @@ pub(crate) struct Workload {
     len: usize,
 }
 
+/// A fixed-point histogram as built, and the copies the next calls reduce, one a call: a
+/// histogram is reduced once.
+#[derive(Debug)]
+pub(crate) struct Histograms {
+    built: FixedHistogram,
+    copies: Vec<FixedHistogram>,
+    /// The copies reduced since they were made.
+    reduced: usize,
+}
+
 impl Workload {
     /// Room for `max_bytes`; pages are only touched as sizes use them.
     pub(crate) fn new(kind: Kind, rank: usize, world: usize, max_bytes: usize) -> Workload {
@@ -141,6 +173,7 @@ impl Workload {
             Kind::SumF64 | Kind::MaxF64 => Buffer::F64(vec![0.0; max_bytes / 8]),
             Kind::SumI64 => Buffer::I64(vec![0; max_bytes / 8]),
             Kind::SumI128 => Buffer::I128(vec![0; max_bytes / 16]),
+            Kind::FixedHistogram => Buffer::Histogram(None),
             Kind::Allgather => Buffer::Bytes(vec![0; max_bytes / world.max(1)]),
         };
         Workload { kind, rank, world, buffer, len: 0 }
@@ -154,11 +187,32 @@ impl Workload {
         }
     }
 
-    /// Fills the first elements of the buffer with this rank's inputs for a call of `bytes`.
-    pub(crate) fn fill(&mut self, bytes: usize) {
+    /// Fills the first elements of the buffer with this rank's inputs for a call of `bytes`
+    /// (a fixed-point histogram agrees its scale over `collective`).
+    pub(crate) fn fill(
+        &mut self,
+        collective: &mut dyn TrainerCollective,
+        bytes: usize,
+    ) -> Result<(), CollectiveError> {
         self.len = Self::elements(self.kind, self.world, bytes);
         let (rank, world) = (self.rank, self.world);
         match (&mut self.buffer, self.kind) {
+            (Buffer::Histogram(histograms), _) => {
+                let bins = self.len;
+                let max_abs = (0..bins * GRADIENTS_PER_BIN)
+                    .map(|i| gradient_input(rank, i / GRADIENTS_PER_BIN, i % GRADIENTS_PER_BIN))
+                    .fold(0.0f64, |m, g| m.max(g.abs()));
+                let rows = (bins * GRADIENTS_PER_BIN) as u64;
+                let scale = FixedScale::agree(collective, max_abs, rows)?;
+                let mut hist = FixedHistogram::new(bins, scale);
+                for bin in 0..bins {
+                    for j in 0..GRADIENTS_PER_BIN {
+                        hist.add(bin, gradient_input(rank, bin, j))?;
+                    }
+                }
+                *histograms =
+                    Some(Box::new(Histograms { built: hist, copies: vec![], reduced: 0 }));
+            }
             (Buffer::F64(v), Kind::SumF64) => {
                 v[..self.len].iter_mut().enumerate().for_each(|(i, x)| *x = sum_f64_input(rank, i))
             }
@@ -177,6 +231,29 @@ impl Workload {
                 .enumerate()
                 .for_each(|(i, x)| *x = allgather_input(rank, i)),
         }
+        Ok(())
+    }
+
+    /// Whether each call reduces a copy of the inputs made for it (a histogram is reduced
+    /// once), which [`Workload::prepare`] makes.
+    pub(crate) fn reduces_once(&self) -> bool {
+        self.kind == Kind::FixedHistogram
+    }
+
+    /// Readies the next `calls` calls, before they are timed: a fixed-point histogram copies
+    /// what it built once for each (other kinds need nothing).
+    pub(crate) fn prepare(&mut self, calls: u32) {
+        if let Buffer::Histogram(Some(h)) = &mut self.buffer {
+            let calls = calls as usize;
+            h.copies.truncate(calls);
+            for copy in &mut h.copies {
+                copy.clone_from(&h.built);
+            }
+            while h.copies.len() < calls {
+                h.copies.push(h.built.clone());
+            }
+            h.reduced = 0;
+        }
     }
 
     /// One call of the collective on the current size. The allreduces work in place (so
@@ -193,6 +270,12 @@ impl Workload {
             (Buffer::I128(v), _) => {
                 collective.allreduce(Numbers::I128(&mut v[..n]), Reduction::Sum)?
             }
+            (Buffer::Histogram(Some(h)), _) => {
+                let copy = h.copies.get_mut(h.reduced).expect("a copy prepared for each call");
+                h.reduced += 1;
+                copy.allreduce(collective)?
+            }
+            (Buffer::Histogram(None), _) => unreachable!("a histogram is called once filled"),
             (Buffer::Bytes(v), _) => return collective.allgather_bytes(&v[..n]).map(Some),
         }
         Ok(None)
@@ -205,11 +288,18 @@ impl Workload {
         collective: &mut dyn TrainerCollective,
         bytes: usize,
     ) -> Result<u64, CollectiveError> {
-        self.fill(bytes);
+        self.fill(collective, bytes)?;
+        self.prepare(1);
         let gathered = self.call(collective)?;
+        Ok(self.count_wrong(gathered))
+    }
+
+    /// The elements of the last call's result that differ from the expected one, `gathered`
+    /// being what an allgather returned.
+    fn count_wrong(&self, gathered: Option<Vec<Vec<u8>>>) -> u64 {
         let world = self.world;
         let n = self.len;
-        let wrong = match (&self.buffer, gathered) {
+        match (&self.buffer, gathered) {
             (_, Some(blocks)) => count_wrong_blocks(&blocks, world, n),
             (Buffer::F64(v), None) if self.kind == Kind::SumF64 => v[..n]
                 .iter()
@@ -235,9 +325,22 @@ impl Workload {
                     x != (0..world).fold(0i128, |acc, r| acc.wrapping_add(sum_i128_input(r, i)))
                 })
                 .count() as u64,
+            (Buffer::Histogram(Some(h)), None) if h.reduced > 0 => {
+                let copy = &h.copies[h.reduced - 1];
+                let scale = copy.scale();
+                let quanta = |r, bin, j| scale.quantize(gradient_input(r, bin, j));
+                let expected = |bin| {
+                    (0..world)
+                        .flat_map(|r| (0..GRADIENTS_PER_BIN).map(move |j| (r, j)))
+                        .map(|(r, j)| quanta(r, bin, j).unwrap_or(i128::MAX))
+                        .fold(0i128, i128::wrapping_add)
+                };
+                copy.sums().iter().enumerate().filter(|&(bin, &x)| x != expected(bin)).count()
+                    as u64
+            }
+            (Buffer::Histogram(_), None) => n as u64,
             (Buffer::Bytes(_), None) => n as u64,
-        };
-        Ok(wrong)
+        }
     }
 }
 
@@ -384,6 +487,29 @@ mod tests {
             let mut w = Workload::new(kind, 0, 1, 4096);
             assert_eq!(w.check(&mut LocalCollective, 4096).unwrap(), 0, "{kind:?}");
         }
+    }
+
+    /// The histogram's check counts the bins whose sums differ from the exact sums of every
+    /// rank's gradients as quantised; each call reduces a copy prepared for it.
+    #[test]
+    fn a_fixed_histogram_reduces_a_prepared_copy_a_call_and_is_checked() {
+        let mut w = Workload::new(Kind::FixedHistogram, 0, 1, 16 * 1000);
+        assert_eq!(w.check(&mut LocalCollective, 16 * 1000).unwrap(), 0);
+        w.prepare(3);
+        let Buffer::Histogram(Some(h)) = &mut w.buffer else { unreachable!() };
+        assert_eq!((h.copies.len(), h.reduced), (3, 0));
+        assert!(h.copies.iter().all(|c| *c == h.built));
+        // Built with one value more than the inputs: its bin is counted.
+        h.built.add(999, 0.5).unwrap();
+        w.prepare(2);
+        for _ in 0..2 {
+            let none = w.call(&mut LocalCollective).unwrap();
+            assert_eq!(w.count_wrong(none), 1);
+        }
+        let gradients: Vec<f64> = (0..1000).map(|bin| gradient_input(1, bin, 1)).collect();
+        assert!(gradients.iter().all(|g| g.abs() < 1.0 && g.abs() >= 2f64.powi(-20)));
+        assert!(gradients.iter().any(|&g| g < 0.0) && gradients.iter().any(|&g| g > 0.0));
+        assert!(gradients.iter().all(|&g| f64::from(g as f32) == g));
     }
 
     #[test]

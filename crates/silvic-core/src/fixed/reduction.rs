@@ -19,7 +19,7 @@
 //!   follows the bins, which every rank holds alike (else the reduction fails), and the width
 //!   follows the gathered reports, which every rank holds alike.
 //! - **Exact in `i64`s.** Every rank's sums are multiples of `2^shift`, and the sum over the
-//!   ranks of each rank's largest |sum|, shifted, is below `2^63`. That bounds every bin's total
+//!   ranks of a bound on each rank's |sums|, shifted, is below `2^63`. That bounds every bin's total
 //!   and every partial total, so the `i64` sum of the shifted sums is the total, shifted.
 //! - **Every rank alike.** The checks, and the error they make, are functions of what every
 //!   rank gathered, so every rank fails with the same error or none does; on any error the
@@ -49,8 +49,9 @@ pub(super) struct Report {
     pub(super) bins: u64,
     /// The rows the rank's sums may hold.
     pub(super) rows: u128,
-    /// The largest |sum| of a bin.
-    pub(super) largest: u128,
+    /// Every bin's sum XOR its sign (`|sum|`, less one where negative), ORed: `2^n`, `n` its
+    /// bit length, bounds every |sum|.
+    pub(super) magnitudes: u128,
     /// Every bin's sum ORed, in two's complement: its trailing zeros are the zeros every sum
     /// ends in.
     pub(super) ored: u128,
@@ -68,7 +69,7 @@ pub(super) struct Refused {
 }
 
 impl Report {
-    /// The bytes: tag, bins, rows, largest, ored, the refusal's kind and bin (`u64::MAX` for
+    /// The bytes: tag, bins, rows, magnitudes, ored, the refusal's kind and bin (`u64::MAX` for
     /// none), little-endian, then the reason.
     pub(super) fn to_bytes(&self) -> Vec<u8> {
         let (kind, bin, reason) = match &self.refused {
@@ -81,7 +82,7 @@ impl Report {
         let mut bytes = Vec::with_capacity(81 + reason.len());
         bytes.extend_from_slice(&self.tag.to_le_bytes());
         bytes.extend_from_slice(&self.bins.to_le_bytes());
-        for word in [self.rows, self.largest, self.ored] {
+        for word in [self.rows, self.magnitudes, self.ored] {
             bytes.extend_from_slice(&word.to_le_bytes());
         }
         bytes.push(kind);
@@ -95,7 +96,7 @@ impl Report {
         let (tag, rest) = bytes.split_first_chunk::<16>()?;
         let (bins, rest) = rest.split_first_chunk::<8>()?;
         let (rows, rest) = rest.split_first_chunk::<16>()?;
-        let (largest, rest) = rest.split_first_chunk::<16>()?;
+        let (magnitudes, rest) = rest.split_first_chunk::<16>()?;
         let (ored, rest) = rest.split_first_chunk::<16>()?;
         let (&kind, rest) = rest.split_first()?;
         let (bin, reason) = rest.split_first_chunk::<8>()?;
@@ -113,7 +114,7 @@ impl Report {
             tag: i128::from_le_bytes(*tag),
             bins: u64::from_le_bytes(*bins),
             rows: u128::from_le_bytes(*rows),
-            largest: u128::from_le_bytes(*largest),
+            magnitudes: u128::from_le_bytes(*magnitudes),
             ored: u128::from_le_bytes(*ored),
             refused,
         })
@@ -173,8 +174,12 @@ pub(super) fn judge(
     })?;
     let ored = reports.iter().fold(0u128, |ored, r| ored | r.ored);
     let shift = if ored == 0 { 0 } else { ored.trailing_zeros() };
-    let largest = reports.iter().try_fold(0u128, |sum, r| sum.checked_add(r.largest >> shift));
-    let narrow = largest.is_some_and(|l| l <= i64::MAX as u128).then_some(shift);
+    // Each rank's sums, shifted, are within 2^n >> shift, n the bit length of its magnitudes
+    // (0 where 2^n < 2^shift: a multiple of 2^shift below it is 0); their total bounds every
+    // bin's total.
+    let bound = |r: &&Report| 1u128.checked_shl(128 - r.magnitudes.leading_zeros());
+    let total = reports.iter().try_fold(0u128, |sum, r| sum.checked_add(bound(r)? >> shift));
+    let narrow = total.is_some_and(|t| t <= i64::MAX as u128).then_some(shift);
     Ok(Totals { rows, narrow })
 }
 
@@ -302,9 +307,7 @@ impl FixedHistogram {
 
     /// This rank's report.
     pub(super) fn report(&self) -> Report {
-        let (largest, ored) = self.sums.iter().fold((0u128, 0u128), |(most, ored), &s| {
-            (most.max(s.unsigned_abs()), ored | s as u128)
-        });
+        let (magnitudes, ored) = magnitudes_and_ored(&self.sums);
         let refused = match &self.refused {
             Some(CollectiveError::Overflow { bin, reason }) => {
                 Some(Refused { overflow: true, bin: *bin, reason: reason.clone() })
@@ -318,11 +321,45 @@ impl FixedHistogram {
             tag: self.scale.tag(),
             bins: self.bins() as u64,
             rows: self.rows,
-            largest,
+            magnitudes,
             ored,
             refused,
         }
     }
+}
+
+/// The sums' [`Report::magnitudes`] and their OR: the one pass over a large histogram's sums
+/// before its reduction, word by word (the high word's sign flips both), which the compiler
+/// vectorizes.
+///
+/// It stops early where the sums it has read already need 64 bits or more between their
+/// magnitudes' top bit and the zeros they share ([`needs_i128s`]): more sums only add
+/// magnitude bits and take shared zeros away, so the verdict is `i128`s whatever the rest
+/// holds, and a histogram of wide sums costs no pass.
+pub(super) fn magnitudes_and_ored(sums: &[i128]) -> (u128, u128) {
+    let high = usize::from(cfg!(target_endian = "little"));
+    let join = |w: [u64; 2]| u128::from(w[high]) << 64 | u128::from(w[1 - high]);
+    let [mut magnitudes, mut ored] = [[0u64; 2]; 2];
+    for chunk in bytemuck::cast_slice::<i128, u64>(sums).chunks(2 * 1024) {
+        for sum in chunk.chunks_exact(2) {
+            let sign = (sum[high] as i64 >> 63) as u64;
+            for w in 0..2 {
+                magnitudes[w] |= sum[w] ^ sign;
+                ored[w] |= sum[w];
+            }
+        }
+        if needs_i128s(join(magnitudes), join(ored)) {
+            break;
+        }
+    }
+    (join(magnitudes), join(ored))
+}
+
+/// Whether sums of these magnitudes and OR, shifted by the zeros they share, may pass an
+/// `i64`: their bound `2^n` (`n` the magnitudes' bit length) is at least `2^63` shifted.
+pub(super) fn needs_i128s(magnitudes: u128, ored: u128) -> bool {
+    let zeros = if ored == 0 { 0 } else { ored.trailing_zeros() };
+    (128 - magnitudes.leading_zeros()).saturating_sub(zeros) >= 63
 }
 
 /// Writes each of the first `bins` `i128`s that `words` holds, shifted right by `shift`, as

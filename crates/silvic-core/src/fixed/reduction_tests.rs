@@ -10,10 +10,10 @@ fn scale(max_abs: f64, rows: u64) -> FixedScale {
     FixedScale::agree(&mut LocalCollective, max_abs, rows).unwrap()
 }
 
-/// A report of `scale` with nothing wrong: 8 bins, 3 rows, sums up to `largest`, every sum a
-/// multiple of 2^`zeros`.
-fn report(scale: FixedScale, largest: u128, zeros: u32) -> Report {
-    Report { tag: scale.tag(), bins: 8, rows: 3, largest, ored: 1 << zeros, refused: None }
+/// A report of `scale` with nothing wrong: 8 bins, 3 rows, sums of these `magnitudes`, every
+/// sum a multiple of 2^`zeros`.
+fn report(scale: FixedScale, magnitudes: u128, zeros: u32) -> Report {
+    Report { tag: scale.tag(), bins: 8, rows: 3, magnitudes, ored: 1 << zeros, refused: None }
 }
 
 #[test]
@@ -92,30 +92,81 @@ fn the_verdict_names_a_scale_then_a_refusal_then_bins_then_rows() {
     assert!(e.to_string().contains(&format!("of {} rows", u128::MAX)), "{e}");
 }
 
-/// The bins go as i64s exactly where the largest sums, less the zeros every sum ends in, add
-/// up to at most i64::MAX.
+/// The bins go as i64s exactly where the ranks' bounds on their sums (powers of two), less
+/// the zeros every sum ends in, add up to at most i64::MAX.
 #[test]
-fn the_bins_go_narrow_where_the_shifted_totals_fit_an_i64() {
+fn the_bins_go_narrow_where_the_shifted_bounds_fit_an_i64() {
     let s = scale(2.0, 10);
     let narrow = |reports: &[Report]| {
         let reports: Vec<_> = reports.iter().cloned().map(Some).collect();
         judge(&reports, s).unwrap().narrow
     };
-    let most = i64::MAX as u128;
-    // Two ranks whose largest sums, shifted by 10, add up to i64::MAX, then to one more.
-    let half = (most / 2) << 10;
-    assert_eq!(narrow(&[report(s, half, 10), report(s, half + (1 << 10), 10)]), Some(10));
-    assert_eq!(narrow(&[report(s, half + (1 << 10), 10), report(s, half + (1 << 10), 10)]), None);
+    // Magnitudes of 72 bits bound the sums by 2^72: 2^62 shifted by 10.
+    let bits = |n: u32| (1u128 << n) - 1;
+    assert_eq!(narrow(&[report(s, bits(72), 10)]), Some(10));
+    assert_eq!(narrow(&[report(s, bits(73), 10)]), None, "2^63");
+    assert_eq!(narrow(&[report(s, bits(72), 10), report(s, bits(71), 10)]), Some(10));
+    assert_eq!(narrow(&[report(s, bits(72), 10), report(s, bits(72), 10)]), None, "2^63");
     // The shift is the zeros every rank's sums end in: the fewest.
-    assert_eq!(narrow(&[report(s, 1 << 70, 12), report(s, 1 << 70, 9)]), Some(9));
-    assert_eq!(narrow(&[report(s, 1 << 80, 12), report(s, 1 << 80, 9)]), None);
-    // Sums of any size, with no zeros shared.
-    assert_eq!(narrow(&[report(s, most, 0)]), Some(0));
-    assert_eq!(narrow(&[report(s, most + 1, 0)]), None);
-    assert_eq!(narrow(&[report(s, u128::MAX, 0), report(s, u128::MAX, 0)]), None);
+    assert_eq!(narrow(&[report(s, bits(70), 12), report(s, bits(70), 9)]), Some(9));
+    assert_eq!(narrow(&[report(s, bits(80), 12), report(s, bits(80), 9)]), None);
+    // Sums of 0 and -1 (no magnitude bits: bound 1), and sums past any shift.
+    assert_eq!(narrow(&[report(s, 0, 0), report(s, bits(62), 0)]), Some(0));
+    assert_eq!(narrow(&[report(s, u128::MAX, 0)]), None);
     // Nothing but zeros.
-    let empty = Report { largest: 0, ored: 0, ..report(s, 0, 0) };
+    let empty = Report { magnitudes: 0, ored: 0, ..report(s, 0, 0) };
     assert_eq!(narrow(&[empty.clone(), empty]), Some(0));
+}
+
+/// The one pass's magnitudes and OR are those of the sums, and `2^n`, `n` the bit length of
+/// the magnitudes, bounds every |sum|.
+#[test]
+fn magnitudes_bound_every_sum() {
+    let mut dice = Dice(0x3a6_0001);
+    for n in [0, 1, 2, 5, 64, 1001] {
+        let sums: Vec<i128> = (0..n)
+            .map(|_| {
+                (i128::from(dice.next() as i64) << 64 | i128::from(dice.next())) >> dice.below(127)
+            })
+            .chain([-1, 0, i128::MIN >> 3])
+            .collect();
+        // Shifted by 60 to 67 bits, so that some need i128s and some not.
+        let sums: Vec<i128> = sums.iter().map(|&x| x >> (127 - 64 - dice.below(4))).collect();
+        let (magnitudes, ored) = magnitudes_and_ored(&sums);
+        let all_ored = sums.iter().fold(0, |o, &x| o | x as u128);
+        let all_magnitudes = sums.iter().fold(0, |m, &x| m | (x ^ (x >> 127)) as u128);
+        if needs_i128s(all_magnitudes, all_ored) {
+            assert!(needs_i128s(magnitudes, ored), "{n} sums");
+        } else {
+            assert_eq!((magnitudes, ored), (all_magnitudes, all_ored), "{n} sums");
+        }
+        let bound = 1u128 << (128 - all_magnitudes.leading_zeros());
+        assert!(sums.iter().all(|x| x.unsigned_abs() <= bound), "{n} sums");
+        assert!(sums.iter().any(|x| x.unsigned_abs() > bound >> 2), "{n} sums: a loose bound");
+    }
+}
+
+/// A pass that stops early, on sums that already need i128s, leaves a report the verdict
+/// sends as i128s, though the sums after it would share fewer zeros and hold larger sums.
+#[test]
+fn a_pass_stopped_early_still_sends_i128s() {
+    let s = scale(2.0, 10);
+    let mut sums = vec![1i128 << 70; 5000];
+    sums[0] = 1 << 7;
+    sums[4999] = (1 << 100) + 1;
+    let (magnitudes, ored) = magnitudes_and_ored(&sums);
+    assert_eq!((magnitudes, ored), (1 << 70 | 1 << 7, 1 << 70 | 1 << 7), "one chunk read");
+    let report = Report { magnitudes, ored, ..report(s, 0, 0) };
+    assert_eq!(judge(&[Some(report)], s).unwrap().narrow, None);
+    // Sums that fit are read to the last.
+    sums[0] = 1 << 10;
+    sums[4999] = 1 << 9;
+    assert_eq!(
+        magnitudes_and_ored(&sums),
+        (1 << 70 | 1 << 10 | 1 << 9, 1 << 70 | 1 << 10 | 1 << 9)
+    );
+    assert!(!needs_i128s(1 << 70 | 1 << 10 | 1 << 9, 1 << 9));
+    assert!(needs_i128s(1 << 71, 1 << 9) && !needs_i128s((1 << 71) - 1, 1 << 9));
 }
 
 /// Narrowing and widening in the sums' own words give back every sum, and the i64s between
