@@ -198,8 +198,8 @@ def rust_rank() -> Iterator[Path]:
     yield target / "debug" / "examples" / "fixed_histogram_rank"
 
 
-# 65,536 bins and more gather every rank's report first, and their f32 gradients go as i64s.
-LARGE = 65_536
+# 262,144 bins and more gather every rank's report first, and their f32 gradients go as i64s.
+LARGE = 262_144
 
 
 @pytest.mark.timeout(900)

@@ -31,7 +31,7 @@ use crate::{CollectiveError, Numbers, Reduction, TrainerCollective};
 /// From this many bins a reduction gathers every rank's report first: one more small call,
 /// whose hops cost less than the bytes an `i64` histogram saves from here up on the links
 /// `docs/fixed-point.md` measures.
-pub(super) const SUMMARIZED_FROM_BINS: usize = 1 << 16;
+pub(super) const SUMMARIZED_FROM_BINS: usize = 1 << 18;
 /// The elements after the bins in a reduction with its checks in band: the scale's tag, its
 /// square, the rows and whether an add was refused.
 pub(super) const CHECKS: usize = 4;
@@ -197,7 +197,7 @@ fn twice(rows: u128, most: u128, scale: FixedScale) -> CollectiveError {
 impl FixedHistogram {
     /// Replaces every bin's sum with its sum over every rank of `ring`, exactly, so the same
     /// bits for any world: one [`TrainerCollective::allreduce`] of `i128`s (the bins, then four
-    /// checks) for a histogram of fewer than 65,536 bins; from 65,536, one small gather of each
+    /// checks) for a histogram of fewer than 262,144 bins; from 262,144, one small gather of each
     /// rank's report first, then the bins as `i64`s where the totals fit (less the trailing
     /// zeros every sum shares), else as `i128`s.
     ///
