@@ -306,6 +306,19 @@ def fixed(args):
     r.series("allreduce_relay", "target/release/silvic-bench " + shlex.join(relay[1:]) +
              " (ranks as threads, every hop through a relay holding each chunk 100 us each way; "
              "the same pairs and ratio as allreduce)")
+    # FixedHistogram::allreduce itself, of a trainer's f32 gradients: from 262,144 bins their
+    # sums go as i64s (a gather of the ranks' reports first, a pass each way over the sums).
+    large = "2M,8M"
+    histogram = [BENCH, "--world", str(world), "--op", "sum_f64", "--vs", "fixed_histogram",
+                 "--sizes", large, "--seconds-per-size", "1"]
+    r.series("histogram", "target/release/silvic-bench " + shlex.join(histogram[1:]) +
+             " (FixedHistogram::allreduce of f32 gradients, two a bin on each rank, each call "
+             "reducing a copy made before its repetition; one process per rank on loopback)")
+    histogram_relay = [BENCH, "--threads", "--world", str(world), "--link-delay-us", "100",
+                       "--op", "sum_f64", "--vs", "fixed_histogram", "--sizes", large,
+                       "--seconds-per-size", "1"]
+    r.series("histogram_relay", "target/release/silvic-bench " +
+             shlex.join(histogram_relay[1:]) + " (the same over the relay bed's 100 us hops)")
     r.notes.append("ratio is the fixed-point time over the f64 time: for the adds, the inverse "
                    "of the rate against a plain f64 add")
     for rnd in range(1, args.rounds + 1):
@@ -326,7 +339,8 @@ def fixed(args):
             r.rows.append({"series": series, "round": rnd, "world": "", "elements": values,
                            "f64": ns["plain"], "fixed": ns[series],
                            "ratio": f"{ns[series] / ns['plain']:.3f}"})
-        for series, command in (("allreduce", allreduce), ("allreduce_relay", relay)):
+        for series, command in (("allreduce", allreduce), ("allreduce_relay", relay),
+                                ("histogram", histogram), ("histogram_relay", histogram_relay)):
             print(f"round {rnd}: {series}", file=sys.stderr, flush=True)
             done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
             if done.returncode != 0:

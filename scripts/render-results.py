@@ -207,6 +207,12 @@ def fixed():
     for n, (f64, fixed_, ratio) in relay:
         name = f"the same over 100 us hops: {n} bins"
         out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
+    for series, where in (("histogram", ""), ("histogram_relay", " over 100 us hops")):
+        for n, (f64, fixed_, ratio) in sorted(
+                (int(n), c) for (s, n), c in cells.items() if s == series):
+            name = (f"`FixedHistogram::allreduce` of {n} bins of f32 gradients{where} "
+                    f"(as i64s: {size(8 * n)})")
+            out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
     # The same bytes: i128 of N bins against f64 of 2N bins, from the same round's rows.
     timed = {(r["round"], int(r["elements"])): r for r in rows if r["series"] == "allreduce"}
     for n, _ in allreduce:

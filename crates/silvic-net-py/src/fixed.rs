@@ -126,7 +126,8 @@ impl FixedHistogram {
         self.inner.add_many(bins, values).map_err(|e| errors::collective(py, &e))
     }
 
-    /// Sums every bin over every rank of ring, exactly (one i128 allreduce). Every rank calls
+    /// Sums every bin over every rank of ring, exactly (one i128 allreduce; from 262,144 bins a
+    /// small gather first, then the bins as i64s where their sums fit). Every rank calls
     /// it with the same number of bins. Raises CollectiveError on every rank alike where a rank
     /// holds another scale (kind "scale_mismatch"), refused a value (its kind), or the
     /// histogram was already reduced (kind "overflow"); the histogram is then emptied.
