@@ -223,3 +223,30 @@ fn a_summarized_reduction_in_a_world_of_one_keeps_its_sums() {
         assert!(hist.sums().iter().all(|&s| s == 0));
     }
 }
+
+/// Whatever bytes a peer sends as its report, reading and judging them returns, never panics:
+/// a report it cannot read names it, one it can is judged like any other.
+#[test]
+fn any_bytes_as_a_report_are_read_or_refused_and_judged_without_a_panic() {
+    let s = scale(2.0, 10);
+    let mut dice = Dice(0xbad_b17e5);
+    let mine = report(s, 5, 0);
+    let mut readable = 0;
+    for _ in 0..20_000 {
+        let mut bytes = mine.to_bytes();
+        bytes.resize(dice.below(100) as usize, 0);
+        for _ in 0..dice.below(6) {
+            if !bytes.is_empty() {
+                let at = dice.below(bytes.len() as u64) as usize;
+                bytes[at] = dice.next() as u8;
+            }
+        }
+        let theirs = Report::read(&bytes);
+        readable += usize::from(theirs.is_some());
+        let verdict = judge(&[Some(mine.clone()), theirs.clone()], s);
+        if theirs.is_none() {
+            assert!(matches!(verdict, Err(CollectiveError::ScaleMismatch { peer: 1, .. })));
+        }
+    }
+    assert!(readable > 1000, "{readable} readable");
+}
