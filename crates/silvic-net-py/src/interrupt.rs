@@ -6,6 +6,9 @@
 //! sticks, and the other ranks hear an abort naming this rank), and the handler's exception is
 //! what the call raises.
 //!
+//! LightGBM's network hooks run the same way ([`interruptible`]): their collective ends, LightGBM
+//! raises, and `silvic_net.lightgbm.network` raises the handler's exception in its place.
+//!
 //! Python runs signal handlers on the main thread only: a call on another thread is not
 //! interrupted (its check finds nothing), as with any Python code.
 
@@ -18,6 +21,17 @@ use silvic_net::Cancel;
 /// its result, or the signal handler's exception (such as `KeyboardInterrupt`) if a signal
 /// cancelled it.
 pub(crate) fn detach<R: Send>(py: Python<'_>, call: impl FnOnce() -> R + Send) -> PyResult<R> {
+    let (result, signal) = py.detach(|| interruptible(call));
+    match signal {
+        Some(signal) => Err(signal),
+        None => Ok(result),
+    }
+}
+
+/// Runs `call` on this thread, which does not hold the GIL (a LightGBM hook's, which ctypes
+/// released it for), interruptible by a signal: its result, and the signal handler's exception
+/// where a signal cancelled it.
+pub(crate) fn interruptible<R>(call: impl FnOnce() -> R) -> (R, Option<PyErr>) {
     let raised: Arc<Mutex<Option<PyErr>>> = Arc::default();
     let slot = Arc::clone(&raised);
     let cancel = Cancel::checked(move || {
@@ -29,10 +43,7 @@ pub(crate) fn detach<R: Send>(py: Python<'_>, call: impl FnOnce() -> R + Send) -
             }
         })
     });
-    let result = py.detach(|| cancel.during(call));
+    let result = cancel.during(call);
     let signal = raised.lock().unwrap_or_else(PoisonError::into_inner).take();
-    match signal {
-        Some(signal) => Err(signal),
-        None => Ok(result),
-    }
+    (result, signal)
 }

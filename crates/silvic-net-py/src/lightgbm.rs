@@ -42,6 +42,10 @@ struct Lent {
 /// The ring LightGBM's hooks use while a `network` block runs.
 static ACTIVE: Mutex<Option<Lent>> = Mutex::new(None);
 
+/// What a signal handler raised in a hook whose collective it cancelled (`KeyboardInterrupt`
+/// for Ctrl-C), until `network` takes it to raise in place of LightGBM's error.
+static SIGNALLED: Mutex<Option<PyErr>> = Mutex::new(None);
+
 /// The slot, waiting for a hook that holds it (never with the GIL: see the callers).
 fn active() -> MutexGuard<'static, Option<Lent>> {
     ACTIVE.lock().unwrap_or_else(|e| e.into_inner())
@@ -130,6 +134,7 @@ fn _lightgbm_return(ring: &Bound<'_, crate::TcpCollective>) -> PyResult<()> {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_lightgbm_lend, m)?)?;
     m.add_function(wrap_pyfunction!(_lightgbm_return, m)?)?;
+    m.add_function(wrap_pyfunction!(_lightgbm_take_signal, m)?)?;
     Ok(())
 }
 
@@ -213,8 +218,18 @@ unsafe fn block_arrays(
     Ok((integers(starts), integers(lens)))
 }
 
+/// What a signal handler raised in a LightGBM hook since the last call, if anything: the
+/// exception `silvic_net.lightgbm.network` raises in place of LightGBM's error.
+#[pyfunction]
+fn _lightgbm_take_signal(py: Python<'_>) -> Option<Py<PyAny>> {
+    let signal = SIGNALLED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    signal.map(|signal| signal.into_value(py).into_any())
+}
+
 /// Runs `body` with the lent ring, or says there is none. A call whose arguments `body`
-/// refuses fails on every rank as a call of `op` ([`silvic_net::TcpCollective::refuse`]).
+/// refuses fails on every rank as a call of `op` ([`silvic_net::TcpCollective::refuse`]). A
+/// signal cancels the call as it does any collective's ([`crate::interrupt`]), and what its
+/// handler raised is kept for `network` to raise.
 fn with_ring<R>(
     op: Op,
     body: impl FnOnce(&mut silvic_net::TcpCollective) -> Result<R, Failure>,
@@ -225,7 +240,11 @@ fn with_ring<R>(
          `with silvic_net.lightgbm.network(ring):`"
             .to_string()
     })?;
-    body(&mut lent.ring).map_err(|failure| {
+    let (outcome, signal) = crate::interrupt::interruptible(|| body(&mut lent.ring));
+    if let Some(signal) = signal {
+        *SIGNALLED.lock().unwrap_or_else(|e| e.into_inner()) = Some(signal);
+    }
+    outcome.map_err(|failure| {
         let error = match failure {
             Failure::Arguments(reason) => lent.ring.refuse(op, reason),
             Failure::Collective(error) => error,

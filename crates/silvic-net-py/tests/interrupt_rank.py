@@ -1,7 +1,8 @@
 """One rank of tests/test_interrupt.py: forms its ring with ``TcpCollective.from_env`` (world,
 rank and rendezvous from the environment), says where it is on stdout, one line at a time,
 and reports how its call ended. ``start`` mode: the interrupted call is from_env itself;
-``collective`` mode: two allreduces, which rank ``LATE_RANK`` enters only after ``LATE_SECONDS``.
+``collective`` mode: two allreduces, which rank ``LATE_RANK`` enters only after ``LATE_SECONDS``;
+``lightgbm`` mode: a LightGBM training over the ring, which rank ``LATE_RANK`` starts as late.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def main() -> int:
                 say("CALLING")
                 ring.allreduce_sum_f64(np.ones(8))
                 say("SUMMED")
+        if mode == "lightgbm":
+            if rank == int(os.environ["LATE_RANK"]):
+                time.sleep(float(os.environ["LATE_SECONDS"]))
+            say("CALLING")
+            train(ring)
+            say("TRAINED")
     except KeyboardInterrupt:
         say("INTERRUPTED")
         return 130
@@ -42,7 +49,26 @@ def main() -> int:
         origin = getattr(e, "origin", None)
         say(f"FAILED kind={e.kind} peer={e.peer} origin={origin} message={e}")
         return 3
+    except Exception as e:  # LightGBM's error, its text naming the rank
+        say(f"FAILED kind={type(e).__name__} message={' '.join(str(e).split())}")
+        return 3
     return 0
+
+
+def train(ring: TcpCollective) -> None:
+    """A data-parallel LightGBM training over ``ring``, this rank's rows of one data set."""
+    import lightgbm as lgb
+
+    from silvic_net.lightgbm import network
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(600 * ring.world_size, 6))
+    y = x[:, 0] - x[:, 1] * x[:, 2]
+    mine = slice(ring.rank, None, ring.world_size)
+    params = {"objective": "regression", "tree_learner": "data", "num_machines": ring.world_size,
+              "pre_partition": True, "num_threads": 1, "verbose": -1}
+    with network(ring):
+        lgb.train(params, lgb.Dataset(x[mine], y[mine], params=params), num_boost_round=5)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Ctrl-C during a call that waits: a real Python process sent SIGINT. Rings of 3 processes
 (tests/interrupt_rank.py), one of which keeps the others waiting: rank 2 never starts (the
-start), or enters its allreduce seconds late (a collective). SIGINT to rank 0 while it waits
+start), or enters its allreduce or its LightGBM training seconds late (a collective, a
+LightGBM network hook). SIGINT to rank 0 while it waits
 must raise KeyboardInterrupt there within a second, end the process non-zero, and fail every
 other rank well within its timeout, naming rank 0. Every process is bounded in time.
 """
@@ -115,6 +116,29 @@ def test_sigint_interrupts_a_rank_waiting_in_a_collective_and_fails_the_others_n
             line = r.said("FAILED", LIMIT)
             assert line is not None, f"rank {r.rank}: {r.lines}"
             assert "origin=0" in line or "peer=0" in line, line
+            assert r.finish(5.0) == 3
+        failed_1 = ranks[1].said("FAILED", 0)
+        assert failed_1 is not None and "cancelled" in failed_1, failed_1
+        assert at(failed_1) - sent < 5.0, failed_1
+    finally:
+        for r in ranks:
+            r.process.kill()
+
+
+def test_sigint_interrupts_lightgbm_waiting_in_a_network_hook() -> None:
+    ranks = start_ring("lightgbm", [0, 1, 2], late=8.0)
+    try:
+        for r in ranks:
+            assert r.said("CONNECTED", LIMIT) is not None, f"rank {r.rank}: {r.lines}"
+        # Rank 0's LightGBM waits in a hook on rank 2, which starts training 8 s late.
+        sent = interrupt(ranks[0], "CALLING")
+        assert_interrupted(ranks[0], sent)
+        # LightGBM raises on the others, its text naming rank 0 (the late rank's maybe only at
+        # its next call, as above).
+        for r in ranks[1:]:
+            line = r.said("FAILED", LIMIT)
+            assert line is not None, f"rank {r.rank}: {r.lines}"
+            assert "LightGBMError" in line and "rank 0" in line, line
             assert r.finish(5.0) == 3
         failed_1 = ranks[1].said("FAILED", 0)
         assert failed_1 is not None and "cancelled" in failed_1, failed_1

@@ -27,6 +27,7 @@ __all__ = [
     "__version__",
     "_lightgbm_lend",
     "_lightgbm_return",
+    "_lightgbm_take_signal",
 ]
 
 __version__: Final[str]
@@ -80,6 +81,10 @@ def _lightgbm_lend(ring: TcpCollective) -> Tuple[int, int, int, int]:
 
 def _lightgbm_return(ring: TcpCollective) -> None:
     """Move the ring lent by :func:`_lightgbm_lend` back into ``ring``."""
+
+def _lightgbm_take_signal() -> Optional[BaseException]:
+    """What a signal handler raised in a LightGBM hook since the last call (its collective
+    cancelled), if anything."""
 
 @final
 class RingListener:

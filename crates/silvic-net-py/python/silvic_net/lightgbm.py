@@ -50,6 +50,10 @@ def network(ring: TcpCollective) -> Iterator[TcpCollective]:
 
     ``params`` of the training inside must carry ``num_machines`` equal to
     ``ring.world_size`` and a parallel ``tree_learner``. Yields ``ring``.
+
+    Ctrl-C while LightGBM waits in the ring interrupts it: the block raises
+    ``KeyboardInterrupt`` (from LightGBM's error), and the other ranks' LightGBM raises, naming
+    this rank.
     """
     basic = _library()
     rank, world, reduce_scatter, allgather = _native._lightgbm_lend(ring)
@@ -62,8 +66,16 @@ def network(ring: TcpCollective) -> Iterator[TcpCollective]:
                 ctypes.c_void_p(allgather),
             )
         )
+        _native._lightgbm_take_signal()  # none from an earlier block
         try:
             yield ring
+        except basic.LightGBMError as error:
+            # Ctrl-C in a hook cancelled its collective and LightGBM raised: raise what the
+            # signal handler raised (KeyboardInterrupt), as any interrupted call does.
+            signal = _native._lightgbm_take_signal()
+            if signal is not None:
+                raise signal from error
+            raise
         finally:
             basic._safe_call(basic._LIB.LGBM_NetworkFree())
     finally:
