@@ -135,32 +135,10 @@ struct Side<'a> {
 }
 
 impl Side<'_> {
-    /// Warm-up and calibration: the seconds a call takes, the maximum over ranks.
-    fn calibrate(
-        &mut self,
-        collective: &mut dyn TrainerCollective,
-        warmup_calls: Option<u32>,
-    ) -> Result<f64, CollectiveError> {
-        self.workload.fill(collective, self.bytes)?;
-        let warmup = warmup(self.bytes, warmup_calls);
-        self.workload.prepare(warmup);
-        for _ in 0..warmup {
-            self.workload.call(collective)?;
-        }
-        let calibration = if self.bytes >= BIG { 1 } else { 10 };
-        self.workload.prepare(calibration);
-        barrier(collective)?;
-        let start = Instant::now();
-        for _ in 0..calibration {
-            self.workload.call(collective)?;
-        }
-        max_over_ranks(collective, start.elapsed().as_secs_f64() / f64::from(calibration))
-    }
-
-    /// One repetition: the calls prepared, a barrier, then `iters` calls, timed (the maximum over
-    /// ranks).
+    /// One repetition: the call prepared, a barrier, then `iters` calls, timed (the maximum
+    /// over ranks).
     fn repeat(&mut self, collective: &mut dyn TrainerCollective) -> Result<(), CollectiveError> {
-        self.workload.prepare(self.iters);
+        self.workload.prepare();
         barrier(collective)?;
         let cpu_start = thread_cpu();
         let start = Instant::now();
@@ -215,7 +193,7 @@ pub(crate) fn measure_pair(
     let mut sides = [side(first, bytes.0), side(second, bytes.1)];
     let mut slower = 0.0f64;
     for side in &mut sides {
-        slower = slower.max(side.calibrate(collective, warmup_calls)?);
+        slower = slower.max(calibrate(collective, side.workload, side.bytes, warmup_calls)?);
     }
     let once = sides.iter().any(|side| side.workload.reduces_once());
     let (reps, iters) = plan_calls(bytes.0.max(bytes.1), slower, seconds, once);
@@ -235,6 +213,30 @@ pub(crate) fn measure_pair(
     Ok(Pair { first, second: second.measured(collective, check)?, ratio })
 }
 
+/// Fills `workload` for `bytes`, warms it up and calibrates: the seconds a call takes, the
+/// maximum over ranks. A workload that [reduces once](Workload::reduces_once) is prepared
+/// before each call, and calibrated on one.
+fn calibrate(
+    collective: &mut dyn TrainerCollective,
+    workload: &mut Workload,
+    bytes: usize,
+    warmup_calls: Option<u32>,
+) -> Result<f64, CollectiveError> {
+    workload.fill(collective, bytes)?;
+    for _ in 0..warmup(bytes, warmup_calls) {
+        workload.prepare();
+        workload.call(collective)?;
+    }
+    let calibration = if bytes >= BIG || workload.reduces_once() { 1 } else { 10 };
+    workload.prepare();
+    barrier(collective)?;
+    let start = Instant::now();
+    for _ in 0..calibration {
+        workload.call(collective)?;
+    }
+    max_over_ranks(collective, start.elapsed().as_secs_f64() / f64::from(calibration))
+}
+
 /// Measures `workload` at `bytes` following the protocol.
 pub(crate) fn measure(
     collective: &mut dyn TrainerCollective,
@@ -244,25 +246,12 @@ pub(crate) fn measure(
     warmup_calls: Option<u32>,
     check: bool,
 ) -> Result<Measured, CollectiveError> {
-    workload.fill(collective, bytes)?;
-    let warmup = warmup(bytes, warmup_calls);
-    workload.prepare(warmup);
-    for _ in 0..warmup {
-        workload.call(collective)?;
-    }
-    let calibration = if bytes >= BIG { 1 } else { 10 };
-    workload.prepare(calibration);
-    barrier(collective)?;
-    let start = Instant::now();
-    for _ in 0..calibration {
-        workload.call(collective)?;
-    }
-    let per_call = max_over_ranks(collective, start.elapsed().as_secs_f64() / calibration as f64)?;
+    let per_call = calibrate(collective, workload, bytes, warmup_calls)?;
     let (reps, iters) = plan_calls(bytes, per_call, seconds, workload.reduces_once());
     let mut times = Vec::with_capacity(reps as usize);
     let cpu_start = rank_cpu(collective.rank());
     for _ in 0..reps {
-        workload.prepare(iters);
+        workload.prepare();
         barrier(collective)?;
         let start = Instant::now();
         for _ in 0..iters {

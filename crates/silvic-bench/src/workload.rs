@@ -26,7 +26,7 @@ pub(crate) enum Kind {
     SumI128,
     /// `FixedHistogram::allreduce` of a histogram of f32 gradients, [`GRADIENTS_PER_BIN`] a
     /// bin on each rank; a size is its bins' `i128` bytes. Each call reduces a fresh copy of
-    /// the histogram, made before the timed calls ([`Workload::prepare`]).
+    /// the histogram, made before it is timed ([`Workload::prepare`]).
     FixedHistogram,
     /// `allgather_bytes`; a size is the gathered total, each rank giving `size / world` bytes.
     Allgather,
@@ -139,7 +139,7 @@ pub(crate) enum Buffer {
     I64(Vec<i64>),
     /// For the i128 allreduce.
     I128(Vec<i128>),
-    /// The fixed-point histogram as built, and its fresh copies (none before the first size).
+    /// The fixed-point histogram as built, and its copy (none before the first size).
     Histogram(Option<Box<Histograms>>),
     /// This rank's allgather block.
     Bytes(Vec<u8>),
@@ -156,14 +156,13 @@ pub(crate) struct Workload {
     len: usize,
 }
 
-/// A fixed-point histogram as built, and the copies the next calls reduce, one a call: a
-/// histogram is reduced once.
+/// A fixed-point histogram as built, and the copy a call reduces: a histogram is reduced once.
 #[derive(Debug)]
 pub(crate) struct Histograms {
     built: FixedHistogram,
-    copies: Vec<FixedHistogram>,
-    /// The copies reduced since they were made.
-    reduced: usize,
+    copy: FixedHistogram,
+    /// Whether `copy` is as built, not yet reduced.
+    fresh: bool,
 }
 
 impl Workload {
@@ -211,7 +210,7 @@ impl Workload {
                     }
                 }
                 *histograms =
-                    Some(Box::new(Histograms { built: hist, copies: vec![], reduced: 0 }));
+                    Some(Box::new(Histograms { copy: hist.clone(), built: hist, fresh: true }));
             }
             (Buffer::F64(v), Kind::SumF64) => {
                 v[..self.len].iter_mut().enumerate().for_each(|(i, x)| *x = sum_f64_input(rank, i))
@@ -240,19 +239,12 @@ impl Workload {
         self.kind == Kind::FixedHistogram
     }
 
-    /// Readies the next `calls` calls, before they are timed: a fixed-point histogram copies
-    /// what it built once for each (other kinds need nothing).
-    pub(crate) fn prepare(&mut self, calls: u32) {
+    /// Readies the next call, before it is timed: a fixed-point histogram copies what it built
+    /// into its copy's memory (other kinds need nothing).
+    pub(crate) fn prepare(&mut self) {
         if let Buffer::Histogram(Some(h)) = &mut self.buffer {
-            let calls = calls as usize;
-            h.copies.truncate(calls);
-            for copy in &mut h.copies {
-                copy.clone_from(&h.built);
-            }
-            while h.copies.len() < calls {
-                h.copies.push(h.built.clone());
-            }
-            h.reduced = 0;
+            h.copy.clone_from(&h.built);
+            h.fresh = true;
         }
     }
 
@@ -271,9 +263,9 @@ impl Workload {
                 collective.allreduce(Numbers::I128(&mut v[..n]), Reduction::Sum)?
             }
             (Buffer::Histogram(Some(h)), _) => {
-                let copy = h.copies.get_mut(h.reduced).expect("a copy prepared for each call");
-                h.reduced += 1;
-                copy.allreduce(collective)?
+                assert!(h.fresh, "a histogram is prepared before each call");
+                h.fresh = false;
+                h.copy.allreduce(collective)?
             }
             (Buffer::Histogram(None), _) => unreachable!("a histogram is called once filled"),
             (Buffer::Bytes(v), _) => return collective.allgather_bytes(&v[..n]).map(Some),
@@ -289,7 +281,7 @@ impl Workload {
         bytes: usize,
     ) -> Result<u64, CollectiveError> {
         self.fill(collective, bytes)?;
-        self.prepare(1);
+        self.prepare();
         let gathered = self.call(collective)?;
         Ok(self.count_wrong(gathered))
     }
@@ -325,8 +317,8 @@ impl Workload {
                     x != (0..world).fold(0i128, |acc, r| acc.wrapping_add(sum_i128_input(r, i)))
                 })
                 .count() as u64,
-            (Buffer::Histogram(Some(h)), None) if h.reduced > 0 => {
-                let copy = &h.copies[h.reduced - 1];
+            (Buffer::Histogram(Some(h)), None) if !h.fresh => {
+                let copy = &h.copy;
                 let scale = copy.scale();
                 let quanta = |r, bin, j| scale.quantize(gradient_input(r, bin, j));
                 let expected = |bin| {
@@ -495,14 +487,13 @@ mod tests {
     fn a_fixed_histogram_reduces_a_prepared_copy_a_call_and_is_checked() {
         let mut w = Workload::new(Kind::FixedHistogram, 0, 1, 16 * 1000);
         assert_eq!(w.check(&mut LocalCollective, 16 * 1000).unwrap(), 0);
-        w.prepare(3);
+        w.prepare();
         let Buffer::Histogram(Some(h)) = &mut w.buffer else { unreachable!() };
-        assert_eq!((h.copies.len(), h.reduced), (3, 0));
-        assert!(h.copies.iter().all(|c| *c == h.built));
+        assert!(h.fresh && h.copy == h.built);
         // Built with one value more than the inputs: its bin is counted.
         h.built.add(999, 0.5).unwrap();
-        w.prepare(2);
         for _ in 0..2 {
+            w.prepare();
             let none = w.call(&mut LocalCollective).unwrap();
             assert_eq!(w.count_wrong(none), 1);
         }

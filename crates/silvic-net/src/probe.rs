@@ -254,7 +254,7 @@ pub(crate) fn measure<L: Timed>(
 fn timed_shifts<L: Timed>(
     link: &mut L,
     (rank, world): (usize, usize),
-    seqs: std::ops::Range<u64>,
+    mut seqs: std::ops::Range<u64>,
     left_out: usize,
     bytes: usize,
     scratch: &mut Scratch,
@@ -265,7 +265,6 @@ fn timed_shifts<L: Timed>(
     let mut shift = |link: &mut L, seq| {
         ring::shift::shift(link, Call { seq, ..agreement }, bytes as u64, &out, &mut into)
     };
-    let mut seqs = seqs;
     for seq in seqs.by_ref().take(left_out) {
         shift(link, seq)?;
     }

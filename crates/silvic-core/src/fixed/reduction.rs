@@ -172,8 +172,7 @@ pub(super) fn judge(
         let rows = reports.iter().map(|r| r.rows).fold(0u128, u128::saturating_add);
         twice(rows, most, scale)
     })?;
-    let ored = reports.iter().fold(0u128, |ored, r| ored | r.ored);
-    let shift = if ored == 0 { 0 } else { ored.trailing_zeros() };
+    let shift = shared_zeros(reports.iter().fold(0u128, |ored, r| ored | r.ored));
     // Each rank's sums, shifted, are within 2^n >> shift, n the bit length of its magnitudes
     // (0 where 2^n < 2^shift: a multiple of 2^shift below it is 0); their total bounds every
     // bin's total.
@@ -358,8 +357,13 @@ pub(super) fn magnitudes_and_ored(sums: &[i128]) -> (u128, u128) {
 /// Whether sums of these magnitudes and OR, shifted by the zeros they share, may pass an
 /// `i64`: their bound `2^n` (`n` the magnitudes' bit length) is at least `2^63` shifted.
 pub(super) fn needs_i128s(magnitudes: u128, ored: u128) -> bool {
-    let zeros = if ored == 0 { 0 } else { ored.trailing_zeros() };
-    (128 - magnitudes.leading_zeros()).saturating_sub(zeros) >= 63
+    (128 - magnitudes.leading_zeros()).saturating_sub(shared_zeros(ored)) >= 63
+}
+
+/// The trailing zeros of sums whose OR is `ored`: every sum is a multiple of `2^` them (none
+/// where every sum is zero, which any shift keeps).
+fn shared_zeros(ored: u128) -> u32 {
+    if ored == 0 { 0 } else { ored.trailing_zeros() }
 }
 
 /// Writes each of the first `bins` `i128`s that `words` holds, shifted right by `shift`, as
