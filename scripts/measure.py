@@ -10,7 +10,7 @@ and the load average around each round; then one CSV row per size, series and ro
     python3 scripts/measure.py relay     [--rounds 3]                   # the relay bed
     sudo python3 scripts/measure.py netns [--rounds 3]                  # namespace hosts (root)
     python3 scripts/measure.py simulator                                # the model: one round
-    python3 scripts/measure.py fixed     [--rounds 3]                   # fixed point vs f64
+    sudo python3 scripts/measure.py fixed [--rounds 3]                  # fixed point vs f64 (root)
     python3 scripts/measure.py paths     [--rounds 3] [--worlds 4,8,16] # auto against every path
                                          [--beds relay,loopback,simulator]
     python3 scripts/measure.py cut       [--rounds 3]                   # gather against ring
@@ -306,6 +306,13 @@ def fixed(args):
     r.series("allreduce_relay", "target/release/silvic-bench " + shlex.join(relay[1:]) +
              " (ranks as threads, every hop through a relay holding each chunk 100 us each way; "
              "the same pairs and ratio as allreduce)")
+    # Namespace hosts whose links are shaped to 10 Gbit/s: a small call costs its hops and a
+    # large one the link's time for its bytes, as across hosts, with the cores mostly idle.
+    netns = [BENCH, "--netns-hosts", str(world), "--link-mbit", "10000", "--op", "sum_f64",
+             "--vs", "sum_i128", "--sizes", sizes, "--seconds-per-size", "1"]
+    r.series("allreduce_netns", "target/release/silvic-bench " + shlex.join(netns[1:]) +
+             " (one rank process on each of 4 network-namespace hosts, each host's egress shaped "
+             "to 10 Gbit/s by tc tbf; the same pairs and ratio as allreduce)")
     # FixedHistogram::allreduce itself, of a trainer's f32 gradients: from 262,144 bins their
     # sums go as i64s (a gather of the ranks' reports first, a pass each way over the sums).
     large = "2M,8M"
@@ -340,7 +347,8 @@ def fixed(args):
                            "f64": ns["plain"], "fixed": ns[series],
                            "ratio": f"{ns[series] / ns['plain']:.3f}"})
         for series, command in (("allreduce", allreduce), ("allreduce_relay", relay),
-                                ("histogram", histogram), ("histogram_relay", histogram_relay)):
+                                ("allreduce_netns", netns), ("histogram", histogram),
+                                ("histogram_relay", histogram_relay)):
             print(f"round {rnd}: {series}", file=sys.stderr, flush=True)
             done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
             if done.returncode != 0:

@@ -186,8 +186,9 @@ def fixed():
              for k, v in group(rows, "series", "elements").items()}
     worlds = sorted({r["world"] for r in rows if r["world"]})
     out = [source("fixed", rows, "fixed point against f64; the allreduce at world "
-                  f"{', '.join(worlds)}, one process per rank on loopback, and ranks as threads "
-                  "over the relay bed's 100 us hops"), "",
+                  f"{', '.join(worlds)}: one process per rank on loopback, ranks as threads over "
+                  "the relay bed's 100 us hops, and one rank on each of 4 network-namespace hosts "
+                  "whose links are shaped to 10 Gbit/s"), "",
            "The last column is the median over the rounds of each round's fixed-point time over "
            "its f64 time, the two timed in turn; in the rows of the same bytes, over the f64 "
            "time of twice the bins in the same round (the same run, not in turn).", ""]
@@ -203,10 +204,12 @@ def fixed():
     for n, (f64, fixed_, ratio) in allreduce:
         name = f"allreduce of {n} bins ({size(8 * n)} f64, {size(16 * n)} i128)"
         out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
-    relay = sorted((int(n), c) for (s, n), c in cells.items() if s == "allreduce_relay")
-    for n, (f64, fixed_, ratio) in relay:
-        name = f"the same over 100 us hops: {n} bins"
-        out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
+    for series, where in (("allreduce_relay", "over 100 us hops"),
+                          ("allreduce_netns", "on namespace hosts linked at 10 Gbit/s")):
+        for n, (f64, fixed_, ratio) in sorted(
+                (int(n), c) for (s, n), c in cells.items() if s == series):
+            name = f"the same {where}: {n} bins"
+            out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
     for series, where in (("histogram", ""), ("histogram_relay", " over 100 us hops")):
         for n, (f64, fixed_, ratio) in sorted(
                 (int(n), c) for (s, n), c in cells.items() if s == series):
