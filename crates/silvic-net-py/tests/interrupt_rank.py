@@ -37,6 +37,12 @@ def main() -> int:
                 ring.allreduce_sum_f64(np.ones(8))
                 say("SUMMED")
         if mode == "lightgbm":
+            # Imported before CALLING, so that a SIGINT sent after it finds this rank in
+            # LightGBM's network hook, not still importing LightGBM (seconds on a loaded
+            # machine), where the interrupt would end the process before any call to cancel.
+            import lightgbm  # noqa: F401
+            import silvic_net.lightgbm  # noqa: F401
+
             if rank == int(os.environ["LATE_RANK"]):
                 time.sleep(float(os.environ["LATE_SECONDS"]))
             say("CALLING")
