@@ -185,10 +185,12 @@ def fixed():
     cells = {k: [median(v, c) for c in ("f64", "fixed", "ratio")]
              for k, v in group(rows, "series", "elements").items()}
     worlds = sorted({r["world"] for r in rows if r["world"]})
+    beds = ["one process per rank on loopback", "ranks as threads over the relay bed's 100 us hops"]
+    if any(r["series"] == "allreduce_netns" for r in rows):
+        beds.append("one rank on each of 4 network-namespace hosts whose links are shaped to "
+                    "10 Gbit/s")
     out = [source("fixed", rows, "fixed point against f64; the allreduce at world "
-                  f"{', '.join(worlds)}: one process per rank on loopback, ranks as threads over "
-                  "the relay bed's 100 us hops, and one rank on each of 4 network-namespace hosts "
-                  "whose links are shaped to 10 Gbit/s"), "",
+                  f"{', '.join(worlds)}: {', '.join(beds[:-1])}, and {beds[-1]}"), "",
            "The last column is the median over the rounds of each round's fixed-point time over "
            "its f64 time, the two timed in turn; in the rows of the same bytes, over the f64 "
            "time of twice the bins in the same round (the same run, not in turn).", ""]
