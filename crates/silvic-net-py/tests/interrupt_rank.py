@@ -8,6 +8,7 @@ and reports how its call ended. ``start`` mode: the interrupted call is from_env
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -21,6 +22,10 @@ def say(text: str) -> None:
 
 
 def main() -> int:
+    # Ctrl-C as at a terminal, however the tests were started: a process started with SIGINT
+    # ignored (a background job of a non-interactive shell, as `cmd &` in a script starts it)
+    # passes the ignoring on to the ranks, whose Python then raises no KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     mode = sys.argv[1]
     rank = int(os.environ["SILVIC_RANK"])
     try:
