@@ -54,9 +54,10 @@
 //!   payload.
 //! - Every stream that carries data has its own liveness watch: a neighbour alive behind a
 //!   closed window is waited for up to the collective timeout, whichever way the data flows.
-//! - A rank waits by spinning (yielding the core on every turn) for at most [`SPIN`] after its
-//!   last progress (none on a channel's own thread, [`TcpRing::never_spin`]), then blocks in
-//!   poll(2): short waits skip a wake-up, long ones cost no CPU.
+//! - A rank waits by spinning (yielding the core on every turn) for at most [`watch::SPIN`]
+//!   after its last progress (none on a channel's own thread, [`TcpRing::never_spin`]), then
+//!   blocks in poll(2): short waits skip a wake-up, long ones cost no CPU. The watch keeps
+//!   that span, as it keeps the call's other spans.
 //!   A frame that came in and lets a frame of at most [`FORWARD_AT_ONCE`] bytes go is
 //!   forwarded before the core is yielded.
 //!
@@ -107,12 +108,6 @@ pub(crate) use waker::Waker;
 use watch::Watch;
 use way::Ways;
 
-/// How long a call keeps trying, yielding the core between tries, after its last progress
-/// before it blocks in poll(2): a short wait is cheaper spun than woken from (50 us measured
-/// slower at world 4); past it the rank sleeps, so a slow peer costs no CPU. Yielding (never a
-/// bare spin) lets ranks that share a core with this one run.
-const SPIN: Duration = Duration::from_micros(200);
-
 /// The largest payload a rank forwards before it yields its core once the frame that lets it go
 /// is in. A small frame's hop is latency: yielding first hands the core to ranks that have
 /// nothing to do while the neighbour waits. A large one is not forwarded at once: on a shared
@@ -135,8 +130,6 @@ pub(crate) struct TcpRing {
     /// What ends this channel's part of a call when another channel of this rank fails
     /// (`channels.rs`): on a ring of several channels.
     waker: Option<Arc<Waker>>,
-    /// How long a call spins after its last progress before it blocks: [`SPIN`], or none.
-    spin: Duration,
 }
 
 /// What the streams show the loop at a turn's end: where the call's path and length are known,
@@ -168,7 +161,6 @@ impl TcpRing {
             network: Network::UNMEASURED,
             forced: Forced::default(),
             waker: None,
-            spin: SPIN,
         }
     }
 
@@ -178,7 +170,7 @@ impl TcpRing {
     /// the channels' threads share cores (docs/results/channels.csv), and a large call's frames
     /// pay a wake-up seldom.
     pub(crate) fn never_spin(&mut self) {
-        self.spin = Duration::ZERO;
+        self.watch.never_spin();
     }
 
     /// Wakes on `waker` from now on: a trip of it ends the call in progress, and every later
@@ -356,7 +348,7 @@ impl TcpRing {
             let Waits { on: waited, reads, writes } = waits;
             free = writes;
             self.watch.check_until(now, waited, self.streams.rank)?;
-            if now.saturating_duration_since(self.watch.last_progress()) < self.spin {
+            if self.watch.spins(now) {
                 // Spin before blocking: a blocked wake-up costs more than a short message takes
                 // to arrive. Yield the core on every turn so that ranks sharing it still run.
                 std::thread::yield_now();
