@@ -88,7 +88,7 @@ fn raised_timeout(timeout: Duration) -> Duration {
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(10);
 
 /// The liveness bound and the check interval in force: [`LIVENESS`] and [`CHECK_EVERY`], except
-/// on a thread where a test of this crate has scaled them down ([`scale_on_this_thread`]).
+/// on a thread where a test of this crate has scaled them down (`scale_on_this_thread`).
 fn bounds() -> (Duration, Duration) {
     #[cfg(test)]
     if let Some(scaled) = SCALED.with(std::cell::Cell::get) {

@@ -74,6 +74,9 @@
 //!   `Cancelled`, which the caller's abort tells every peer.
 //!
 //! This is the only module that waits on the ring.
+//!
+//! [`Stream`]: stream::Stream
+//! [`Table`]: table::Table
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;

@@ -19,7 +19,7 @@
 //! - **Streams.** The rounds' offsets `-2^k`, `k < ceil(log2 n)`, differ modulo `n` (any two
 //!   differ by less than `n`), so no two ways of one plan write to, or read from, the same peer.
 //! - **Bits.** The allreduce folds the gathered raw buffers with the gather path's own fold
-//!   ([`super::gather::fold_gathered`]), so it gives the gather path's bits, the oracle's.
+//!   ([`super::shared::fold_gathered`]), so it gives the gather path's bits, the oracle's.
 //! - **Memory.** The allreduce holds `n × S` in [`Scratch`], as the gather path does: it is for
 //!   tiny buffers only.
 

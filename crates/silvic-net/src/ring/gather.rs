@@ -8,6 +8,8 @@
 //! once it is in, so frames come in whenever they arrive (the receive gates are always open).
 //! The fold visits every segment's ranks in [`schedule::fold_order`], the order the ring path's
 //! reduce-scatter folds in, so either path gives the same bits.
+//!
+//! [`schedule::fold_order`]: super::schedule::fold_order
 
 use silvic_core::CollectiveError;
 

@@ -48,6 +48,8 @@
 //! - Index frames travel [`Dir::Right`] and name `(chunk, round, slot)`; allgather frames travel
 //!   [`Dir::Left`] and name their segment. A rank receives each name once per call, so a frame
 //!   of the wrong round, phase or chunk fails its header check.
+//!
+//! [`cells`]: super::log_depth::cells
 
 use std::ops::Range;
 

@@ -5,7 +5,7 @@
 //! A call split over `C` channels gives channel `c` the `c`-th of `C` pieces of every segment
 //! (each segment cut as [`schedule::segment`] cuts a buffer: in order, lengths differing by at
 //! most one). Segment `j` is cut from the whole buffer by `(len, world)` alone, so element `i`
-//! stays in segment [`schedule::segment_of`]`(i, len, world)` and folds over the ranks in that
+//! stays in segment `schedule::segment_of(i, len, world)` and folds over the ranks in that
 //! segment's [`schedule::fold_order`] whatever `C` is: every result bit is the same for every
 //! channel count. A channel runs the ring plan over its pieces as over segments, so each rank
 //! sends on every step of every channel, and every channel moves about `1 / C` of each
@@ -16,6 +16,9 @@
 //! Invariants: the pieces of [`channel_pieces`] are disjoint, cover the buffer, and piece `j`
 //! of channel `c` lies inside segment `j`. Not here: which calls are split, or into how many
 //! channels (`super::choice`); running the channels (`channels.rs`).
+//!
+//! [`schedule::segment`]: super::schedule::segment
+//! [`schedule::fold_order`]: super::schedule::fold_order
 
 use super::schedule::segment;
 

@@ -46,7 +46,7 @@
 //! - **Traffic and memory.** The ring path is a reduce-scatter round the ring, then the reduced
 //!   segments gathered both ways round it at once ([`twoway`]): `n - 1 + floor(n/2)` hops,
 //!   `2(n-1)/n` of the buffer leaving each rank, and the only extra memory a fixed-size fold
-//!   scratch. Each segment is cut into [`schedule::slices`] of the same count, and a rank
+//!   scratch. Each segment is cut into [`schedule::slices_of`] of the same count, and a rank
 //!   forwards a slice as soon as it has folded it, while the next slice sets off behind it. The
 //!   gather path is one two-way allgather of whole buffers (`floor(n/2)` hops, each block
 //!   forwarded as soon as it is in); it holds `n × bytes`, at most `max(GATHER_MAX_BYTES, n × 4
@@ -157,7 +157,7 @@ pub(crate) fn allgather_blocks(
     records::allgather_blocks_on(path, link, call, buf, blocks)
 }
 
-/// What runs one allreduce of any element type: a link alone ([`OnLink`]), or a rank's
+/// What runs one allreduce of any element type: a link alone (`OnLink`), or a rank's
 /// channels (`channels.rs`).
 pub(crate) trait Reducer {
     /// Replaces `buf` with its reduction over the ring, `combine` folding in fold order.

@@ -20,10 +20,10 @@
 //!   out (as the ring path's reduce-scatter), and block `r - 2 - s`, folded at step `s`, is first
 //!   sent at step `s + 1`.
 //!
-//! [`allgather_blocks`] gathers blocks of lengths every rank knows in one two-way gather (the
+//! [`allgather_blocks_on`] gathers blocks of lengths every rank knows in one two-way gather (the
 //! allreduce's second half, and LightGBM's allgather).
 //!
-//! The allreduce cuts the records into [`schedule::segment`]s, one block per rank, reduces
+//! The allreduce cuts the records into [`segment`]s, one block per rank, reduces
 //! them so, then gathers the owned blocks both ways round the ring ([`super::gather`]).
 
 use std::ops::Range;

@@ -6,7 +6,7 @@
 //! one-way ring, with the same bytes. Sliced segments are gathered rightward
 //! ([`RingPlan::two_way`]).
 //!
-//! Each segment is cut into `count` slices ([`schedule::slices`]), and the slices go round in
+//! Each segment is cut into `count` slices ([`schedule::slices_of`]), and the slices go round in
 //! windows of [`schedule::window`] slices (the last one smaller): the rightward frames of a window are
 //! its steps in order, each step made of its slices in order, so the window's slices travel
 //! side by side and a step pays the link's latency once for all of them, not once per slice.
@@ -29,6 +29,8 @@
 //!   cannot send it earlier (the segment was folded on its way through this rank), so the gate
 //!   only guards the buffer against a peer that does.
 //! - The two ways carry different segments, and no way sends what the other overwrites.
+//!
+//! [`schedule::window`]: choice::window
 
 use std::ops::Range;
 
@@ -52,7 +54,7 @@ struct RingPlan<'a, T, C> {
     total: u64,
     combine: C,
     count: usize,
-    /// Slices that go round side by side ([`schedule::window`]).
+    /// Slices that go round side by side ([`choice::window`]).
     window: usize,
     scratch: &'a mut [u8],
     /// Per way, the frame being received.

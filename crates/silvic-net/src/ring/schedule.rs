@@ -13,6 +13,8 @@ use std::ops::Range;
 pub(crate) const SLICE_BYTES: usize = 256 * 1024;
 
 /// The widest window [`window`] gives: a bound on the frames a rank has in flight per way.
+///
+/// [`window`]: super::choice::window
 pub(crate) const MAX_WINDOW: usize = 8;
 
 /// How many slices each segment of a `len`-element buffer (`elem` bytes each) is cut into in a

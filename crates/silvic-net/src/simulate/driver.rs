@@ -1,5 +1,5 @@
 //! The simulator's driver: a [`Link`] that moves a plan's frames between every rank of a world
-//! in virtual time, through the network model of [`super::Network`], and moves no byte.
+//! in virtual time, through the network model of [`super::NetworkModel`], and moves no byte.
 //!
 //! It runs a plan the way the seam says a driver must (`crate::ring::seam`): per rank and way it
 //! keeps the frames all out and all in, sends frame `sent[w]` once its gate opens and takes
@@ -31,6 +31,8 @@
 //! Every rank runs one plan, the calling rank's (see the module doc of [`super`] for why that
 //! is every rank's plan relabelled); [`drive`] also takes one plan per rank, which the tests
 //! use to check that assumption.
+//!
+//! [`Link`]: crate::ring::seam::Link
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
