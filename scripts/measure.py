@@ -313,7 +313,8 @@ def fixed(args):
     r.series("allreduce_netns", "target/release/silvic-bench " + shlex.join(netns[1:]) +
              " (one rank process on each of 4 network-namespace hosts, each host's egress shaped "
              "to 10 Gbit/s by tc tbf; the same pairs and ratio as allreduce)")
-    if os.geteuid() != 0:
+    root = os.geteuid() == 0
+    if not root:
         r.notes.append("allreduce_netns not run: namespace hosts need root")
     # FixedHistogram::allreduce itself, of a trainer's f32 gradients: from 262,144 bins their
     # sums go as i64s (a gather of the ranks' reports first, a pass each way over the sums).
@@ -348,11 +349,10 @@ def fixed(args):
             r.rows.append({"series": series, "round": rnd, "world": "", "elements": values,
                            "f64": ns["plain"], "fixed": ns[series],
                            "ratio": f"{ns[series] / ns['plain']:.3f}"})
-        for series, command in (("allreduce", allreduce), ("allreduce_relay", relay),
-                                ("allreduce_netns", netns), ("histogram", histogram),
-                                ("histogram_relay", histogram_relay)):
-            if series == "allreduce_netns" and os.geteuid() != 0:
-                continue
+        runs = [("allreduce", allreduce), ("allreduce_relay", relay)]
+        runs += [("allreduce_netns", netns)] if root else []
+        runs += [("histogram", histogram), ("histogram_relay", histogram_relay)]
+        for series, command in runs:
             print(f"round {rnd}: {series}", file=sys.stderr, flush=True)
             done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
             if done.returncode != 0:

@@ -196,25 +196,28 @@ def fixed():
            "time of twice the bins in the same round (the same run, not in turn).", ""]
     out.append("| | f64 | fixed point | fixed / f64 |")
     out.append("|---|---:|---:|---:|")
+
+    def sizes_of(series):
+        """The series' cells, by bins."""
+        return sorted((int(n), c) for (s, n), c in cells.items() if s == series)
+
     names = {"add": "a value added: `FixedHistogram::add` against `hist[bin] += value`",
              "add_many": "a value added by `add_many` (i64 bins), against the same"}
     for series, name in names.items():
-        for (s, _), (f64, fixed_, ratio) in sorted(cells.items()):
-            if s == series:
-                out.append(f"| {name} | {f64:.2f} ns | {fixed_:.2f} ns | {ratio:.2f}x |")
-    allreduce = sorted((int(n), c) for (s, n), c in cells.items() if s == "allreduce")
+        for _, (f64, fixed_, ratio) in sizes_of(series):
+            out.append(f"| {name} | {f64:.2f} ns | {fixed_:.2f} ns | {ratio:.2f}x |")
+
+    allreduce = sizes_of("allreduce")
     for n, (f64, fixed_, ratio) in allreduce:
         name = f"allreduce of {n} bins ({size(8 * n)} f64, {size(16 * n)} i128)"
         out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
     for series, where in (("allreduce_relay", "over 100 us hops"),
                           ("allreduce_netns", "on namespace hosts linked at 10 Gbit/s")):
-        for n, (f64, fixed_, ratio) in sorted(
-                (int(n), c) for (s, n), c in cells.items() if s == series):
+        for n, (f64, fixed_, ratio) in sizes_of(series):
             name = f"the same {where}: {n} bins"
             out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
     for series, where in (("histogram", ""), ("histogram_relay", " over 100 us hops")):
-        for n, (f64, fixed_, ratio) in sorted(
-                (int(n), c) for (s, n), c in cells.items() if s == series):
+        for n, (f64, fixed_, ratio) in sizes_of(series):
             name = (f"`FixedHistogram::allreduce` of {n} bins of f32 gradients{where} "
                     f"(as i64s: {size(8 * n)})")
             out.append(f"| {name} | {duration(f64)} | {duration(fixed_)} | {ratio:.2f}x |")
